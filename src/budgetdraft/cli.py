@@ -1,0 +1,45 @@
+"""`python -m budgetdraft <command> ...`: one sub-command per pipeline stage.
+
+Each command lives in its module as `configure_parser(parser)` + `run(args)`; modules are imported only when
+their command runs, so `--help` and light commands start fast.
+"""
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "export-model": ("budgetdraft.models", "materialise a verifier/drafter as a Hugging Face directory"),
+    "decode": ("budgetdraft.decoding", "decode one prompt with AR or speculative decoding, print text + metrics"),
+    "prepare": ("budgetdraft.data", "tokenised prompts for one dataset x context, or the training sequences"),
+    "targets": ("budgetdraft.targets", "verifier greedy teacher targets for the training sequences"),
+    "train": ("budgetdraft.training", "train a drafter with L_A + lambda * L_C"),
+    "eval-cell": ("budgetdraft.cells", "run one evaluation grid cell and write its parquet file"),
+    "paper": ("budgetdraft.paper", "build one table or figure of the paper from cell files"),
+    "train-eagle3": ("budgetdraft.baselines.eagle3", "train the EAGLE-3 draft head baseline"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="budgetdraft", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        build_parser().parse_args(argv)  # prints usage / the unknown-command error and exits
+        return
+    name, rest = argv[0], argv[1:]
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog=f"budgetdraft {name}", description=COMMANDS[name][1])
+    module.configure_parser(parser)
+    args = parser.parse_args(rest)
+    try:
+        module.run(args)
+    except (ValueError, FileNotFoundError) as err:
+        # Bad input: one clear line naming the problem, no traceback, non-zero exit.
+        sys.exit(f"budgetdraft {name}: error: {err}")

