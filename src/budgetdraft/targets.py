@@ -1,0 +1,155 @@
+"""Verifier greedy teacher targets (Algorithm 1, step 1).
+
+For every training sequence x (P + C tokens) the frozen verifier reads the prefix with a chunked prefill
+(so a 16K prefix fits), then the C continuation tokens in one forward on top of that full cache, and keeps
+its greedy token at every continuation position:
+
+    targets[n, i] = argmax p_L(. | x[:P+i+1]; K_L^full)        i = 0..C-1   (the prediction for token P+i+1)
+
+The file (docs/architecture.md): safetensors with ``input_ids`` int64 [N, P+C] and ``targets`` int64 [N, C],
+metadata ``prefix_len``, ``cont_len``, ``verifier``. A partial file next to the output (``OUT.partial``) is
+rewritten every ``--save-every`` sequences, so a killed run resumes; the final file appears atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+PARTIAL_SUFFIX = ".partial"
+
+
+@torch.no_grad()
+def sequence_targets(verifier, input_ids: torch.Tensor, prefix_len: int, prefill_chunk: int | None = None):
+    """Greedy verifier tokens over the continuation of one sequence. input_ids: [P+C] -> [C] int64."""
+    from transformers import DynamicCache
+
+    from budgetdraft.kvcache import prefill
+
+    P, T = prefix_len, input_ids.shape[0]
+    device = verifier.device
+    ids = input_ids.to(device)[None]  # [1, P+C]
+    cache = DynamicCache(config=verifier.config)
+    prefill(verifier, ids[:, :P], cache, chunk_len=prefill_chunk)
+    position_ids = torch.arange(P, T, device=device)[None]  # [1, C]
+    logits = verifier(input_ids=ids[:, P:], past_key_values=cache, position_ids=position_ids).logits  # [1, C, V]
+    return logits[0].argmax(-1).to("cpu", torch.int64)
+
+
+def teacher_targets(verifier, input_ids: torch.Tensor, prefix_len: int, prefill_chunk: int | None = None,
+                    done: torch.Tensor | None = None, on_progress=None, progress: bool = True) -> torch.Tensor:
+    """Targets for every row of input_ids [N, P+C] -> [N, C]. ``done`` holds rows already computed (resume);
+    ``on_progress(targets_so_far)`` is called after every sequence (the caller decides when to write)."""
+    from tqdm import tqdm
+
+    verifier.requires_grad_(False)  # frozen teacher: never part of any graph
+    N, T = input_ids.shape
+    targets = torch.empty(N, T - prefix_len, dtype=torch.int64)
+    start = 0 if done is None else done.shape[0]
+    if start:
+        targets[:start] = done
+    for n in tqdm(range(start, N), initial=start, total=N, desc="teacher targets", disable=not progress):
+        targets[n] = sequence_targets(verifier, input_ids[n], prefix_len, prefill_chunk)
+        if on_progress is not None:
+            on_progress(targets[: n + 1])
+    return targets
+
+
+def save_targets(path: str | Path, input_ids: torch.Tensor, targets: torch.Tensor, prefix_len: int, verifier: str):
+    """Write the targets file atomically (tmp file in the same folder + rename)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    metadata = {"prefix_len": str(prefix_len), "cont_len": str(targets.shape[1]), "verifier": verifier}
+    save_file({"input_ids": input_ids.contiguous(), "targets": targets.contiguous()}, str(tmp), metadata=metadata)
+    os.replace(tmp, path)
+
+
+def load_targets(path: str | Path) -> dict:
+    """{"input_ids": [N, P+C], "targets": [N, C], "prefix_len": P, "cont_len": C, "verifier": str}."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"targets file not found: {path}")
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+        data = {name: f.get_tensor(name) for name in ("input_ids", "targets")}
+    data["prefix_len"] = int(meta["prefix_len"])
+    data["cont_len"] = int(meta["cont_len"])
+    data["verifier"] = meta.get("verifier", "")
+    if data["input_ids"].shape[1] != data["prefix_len"] + data["cont_len"]:
+        raise ValueError(f"{path}: input_ids width {data['input_ids'].shape[1]} != prefix_len + cont_len")
+    return data
+
+
+def read_sequences(path: str | Path, prefix_len: int, cont_len: int, num_seqs: int | None = None) -> torch.Tensor:
+    """The parquet column ``input_ids`` (each row exactly P + C tokens) as int64 [N, P+C]."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"training sequences not found: {path}")
+    column = pd.read_parquet(path, columns=["input_ids"])["input_ids"]
+    if num_seqs is not None:
+        column = column.iloc[:num_seqs]
+    if len(column) == 0:
+        raise ValueError(f"{path}: no training sequences")
+    T = prefix_len + cont_len
+    lengths = {len(row) for row in column}
+    if lengths != {T}:
+        raise ValueError(f"{path}: rows have {sorted(lengths)} tokens, expected exactly P + C = {T}")
+    return torch.tensor([list(row) for row in column], dtype=torch.int64)
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("--verifier", required=True, help="verifier model spec or Hugging Face directory")
+    parser.add_argument("--sequences", required=True, help="training sequences parquet (column input_ids, P+C tokens)")
+    parser.add_argument("--prefix-len", type=int, required=True, help="P: prefix tokens")
+    parser.add_argument("--cont-len", type=int, required=True, help="C: continuation tokens (supervised)")
+    parser.add_argument("--num-seqs", type=int, default=None, help="use only the first N sequences")
+    parser.add_argument("--out", required=True, help="output .safetensors")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--prefill-chunk", type=int, default=2048, help="prefix tokens per prefill forward")
+    parser.add_argument("--save-every", type=int, default=16, help="rewrite OUT.partial every k sequences (resume)")
+
+
+def run(args) -> None:
+    from budgetdraft.models import load_model
+
+    if args.prefix_len < 1 or args.cont_len < 1:
+        raise ValueError("--prefix-len and --cont-len must be positive")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    input_ids = read_sequences(args.sequences, args.prefix_len, args.cont_len, args.num_seqs)
+    out = Path(args.out)
+    partial = out.with_name(out.name + PARTIAL_SUFFIX)
+
+    done = None
+    if partial.is_file():  # resume only if the partial file was made from the same inputs
+        old = load_targets(partial)
+        n = old["targets"].shape[0]
+        same = (old["prefix_len"] == args.prefix_len and old["cont_len"] == args.cont_len
+                and old["verifier"] == args.verifier and n <= input_ids.shape[0]
+                and torch.equal(old["input_ids"], input_ids[:n]))
+        if same:
+            done = old["targets"]
+            print(f"resuming teacher targets from {partial}: {n} of {input_ids.shape[0]} sequences done")
+
+    verifier = load_model(args.verifier, device=args.device, dtype=args.dtype)
+
+    def write_partial(targets_so_far):
+        n = targets_so_far.shape[0]
+        if n % args.save_every == 0 and n < input_ids.shape[0]:
+            save_targets(partial, input_ids[:n], targets_so_far, args.prefix_len, args.verifier)
+
+    targets = teacher_targets(verifier, input_ids, args.prefix_len, args.prefill_chunk, done, write_partial)
+    save_targets(out, input_ids, targets, args.prefix_len, args.verifier)
+    partial.unlink(missing_ok=True)
+    print(f"{out}: {targets.shape[0]} sequences x {targets.shape[1]} targets")

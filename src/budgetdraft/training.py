@@ -1,0 +1,439 @@
+"""Drafter training with L = L_A + lambda * L_C (Algorithm 1, steps 2-5).
+
+One step (batch 1) on sequence x = input_ids[n] (P prefix + C continuation tokens) with teacher targets x*:
+
+  2. drafter prefix prefill without gradient (chunked), scoring prefix tokens by the attention they receive;
+  3. full-cache branch:   logits_A = M_S(x[P:P+C] | clone(K_full), positions P..P+C-1);  L_A = CE(logits_A, x*)
+  4. sparse-cache branch: B ~ Cat(budgets, weights); keep the TopKChunks(B, s) positions of K_full (the same
+     policy as at inference); logits_C = M_S(x[P:P+C] | K_sparse, real positions P..P+C-1); L_C = CE(., x*)
+     (skipped entirely when lambda_c == 0);
+  5. L = L_A + lambda_c * L_C, backprop through both branches (the prefix cache is detached, so gradients reach
+     the weights through the continuation's own queries/keys/values), clip, AdamW, LambdaLR (warm-up + cosine).
+
+Which sequence and which budget a step uses are pure functions of (seed, step), so a run killed and restarted
+from its last checkpoint reproduces an uninterrupted run bit for bit (CPU).
+
+Files (docs/architecture.md): the run works in ``OUT.tmp/`` (``loss_log.csv``, ``eval_log.csv``,
+``checkpoints/step_N/{model.safetensors,state.pt,hparams.json}``) and renames it to ``OUT/`` once the final
+Hugging Face checkpoint (model + config + tokenizer) is written, so ``OUT/`` never exists half-written.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import re
+import shutil
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+DEFAULTS = {  # the paper's §3.5, plus the machine knobs
+    "steps": 5000,
+    "lr": 1e-5,
+    "weight_decay": 0.01,
+    "warmup_steps": 150,
+    "grad_clip": 1.0,
+    "budgets": [256, 512, 1024, 2048],
+    "budget_weights": [0.4, 0.3, 0.2, 0.1],
+    "chunk_size": 8,
+    "score_window": 32,  # last prefill queries whose attention scores the prefix chunks (TopKChunks)
+    "lambda_c": 0.5,
+    "seed": 0,
+    "checkpoint_every": 250,
+    "dtype": "float32",
+    "device": "cpu",
+    "threads": 0,  # torch CPU threads; 0 leaves torch's default
+    "prefill_chunk": 2048,  # prefix tokens per prefill forward (no grad)
+    "heldout": 0,  # the last `heldout` sequences are not trained on; L_A/L_C on them go to eval_log.csv
+}
+
+# Variants are configuration only. `lambda<X>` (e.g. lambda0.25) sets lambda_c = X.
+VARIANTS = {
+    "la_only": {"lambda_c": 0.0},
+    "single_budget": {"budgets": [1024], "budget_weights": [1.0], "lambda_c": 0.5},
+}
+
+# Keys that may change between a killed run and its restart without changing the result.
+RESTART_FREE_KEYS = ("threads", "checkpoint_every")
+
+POLICY = "topk_chunks"
+LOG_COLUMNS = ["step", "L_A", "L_C", "budget", "lr", "tokens_per_s", "seconds"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Configuration
+
+
+def variant_overrides(variant: str | None) -> dict:
+    if not variant:
+        return {}
+    if variant in VARIANTS:
+        return dict(VARIANTS[variant])
+    match = re.fullmatch(r"lambda(\d+(?:\.\d+)?)", variant)
+    if match:
+        return {"lambda_c": float(match.group(1))}
+    raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}, lambda<X> (e.g. lambda0.5)")
+
+
+def resolve_hparams(hparams: dict | None = None, variant: str | None = None) -> dict:
+    """DEFAULTS <- hparams <- the variant's overrides, checked."""
+    hparams = dict(hparams or {})
+    unknown = sorted(set(hparams) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown hparams key(s) {unknown}; known: {', '.join(DEFAULTS)}")
+    hp = {**DEFAULTS, **hparams}
+    for key, value in variant_overrides(variant).items():
+        if key in hparams and hparams[key] != value:
+            print(f"variant {variant}: {key} = {value} (hparams said {hparams[key]})")
+        hp[key] = value
+    hp["budgets"] = [int(b) for b in hp["budgets"]]
+    hp["budget_weights"] = [float(w) for w in hp["budget_weights"]]
+    if len(hp["budgets"]) != len(hp["budget_weights"]) or not hp["budgets"]:
+        raise ValueError(f"budgets {hp['budgets']} and budget_weights {hp['budget_weights']} must pair up")
+    if any(w < 0 for w in hp["budget_weights"]) or sum(hp["budget_weights"]) <= 0:
+        raise ValueError(f"budget_weights must be non-negative with a positive sum: {hp['budget_weights']}")
+    if any(b < 1 for b in hp["budgets"]):
+        raise ValueError(f"budgets must be positive: {hp['budgets']}")
+    for key in ("steps", "warmup_steps", "chunk_size", "score_window", "seed", "checkpoint_every", "threads",
+                "prefill_chunk", "heldout"):
+        hp[key] = int(hp[key])
+    for key in ("lr", "weight_decay", "grad_clip", "lambda_c"):
+        hp[key] = float(hp[key])
+    if hp["steps"] < 1 or hp["checkpoint_every"] < 1 or hp["chunk_size"] < 1 or hp["prefill_chunk"] < 1:
+        raise ValueError("steps, checkpoint_every, chunk_size and prefill_chunk must be >= 1")
+    if hp["lambda_c"] < 0:
+        raise ValueError(f"lambda_c must be >= 0, got {hp['lambda_c']}")
+    if hp["lambda_c"] > 0 and hp["score_window"] < 1:
+        raise ValueError("TopKChunks needs attention scores: score_window must be >= 1 when lambda_c > 0")
+    return hp
+
+
+def lr_factor(step: int, warmup_steps: int, steps: int) -> float:
+    """Linear warm-up over `warmup_steps`, then cosine decay reaching 0 at `steps` (multiplies hparams lr)."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, steps - warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _generator(seed: int, stream: int, index: int) -> torch.Generator:
+    # One independent seed per (seed, stream, index); manual_seed takes any 64-bit value.
+    return torch.Generator().manual_seed((seed * 1_000_003 + stream) * 1_000_000_007 + index)
+
+
+def sequence_index(seed: int, step: int, num_seqs: int) -> int:
+    """The sequence trained on at `step`: epoch e = step // N visits a fresh permutation of 0..N-1."""
+    epoch, i = divmod(step, num_seqs)
+    return int(torch.randperm(num_seqs, generator=_generator(seed, 1, epoch))[i])
+
+
+def sample_budget(budgets: list[int], weights: list[float], seed: int, step: int) -> int:
+    """B ~ Cat(budgets, weights), a pure function of (seed, step)."""
+    w = torch.tensor(weights, dtype=torch.float64)
+    return int(budgets[int(torch.multinomial(w, 1, generator=_generator(seed, 2, step)))])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The two branches
+
+
+def branch_losses(drafter, input_ids: torch.Tensor, targets: torch.Tensor, prefix_len: int, budget: int | None, *,
+                  chunk_size: int = 8, score_window: int = 32, prefill_chunk: int | None = None):
+    """(L_A, L_C) on one sequence; L_C is None when budget is None. input_ids [P+C], targets [C].
+
+    Gradients flow when called with grad enabled (the prefix prefill itself never tracks gradients)."""
+    from transformers import DynamicCache
+
+    from budgetdraft.kvcache import gathered_cache, keep_indices, prefill
+
+    P, T = prefix_len, input_ids.shape[0]
+    device = drafter.device
+    ids = input_ids.to(device)[None]  # [1, P+C]
+    targets = targets.to(device)  # [C]
+    position_ids = torch.arange(P, T, device=device)[None]  # [1, C] real positions
+    cont = ids[:, P:]  # [1, C]
+
+    # Step 2: drafter prefix prefill, no gradient, with the attention scores TopKChunks ranks chunks by.
+    full = DynamicCache(config=drafter.config)
+    _, scores = prefill(drafter, ids[:, :P], full, chunk_len=prefill_chunk,
+                        score_window=score_window if budget is not None else 0)
+
+    # Step 3: full-cache branch on a clone of the prefix cache.
+    logits_a = drafter(input_ids=cont, past_key_values=gathered_cache(full, None), position_ids=position_ids).logits
+    loss_a = F.cross_entropy(logits_a[0].float(), targets)
+    if budget is None:
+        return loss_a, None
+
+    # Step 4: sparse-cache branch under budget B, with real position ids.
+    keep = keep_indices(POLICY, scores, P, budget, chunk_size, drafter.config.num_hidden_layers)
+    logits_c = drafter(input_ids=cont, past_key_values=gathered_cache(full, keep), position_ids=position_ids).logits
+    loss_c = F.cross_entropy(logits_c[0].float(), targets)
+    return loss_a, loss_c
+
+
+def train_step(drafter, optimizer, scheduler, data: dict, step: int, hp: dict, num_train: int) -> dict:
+    """One optimisation step (Algorithm 1) on the sequence chosen by (seed, step); returns the loss-log row."""
+    start = time.perf_counter()
+    n = sequence_index(hp["seed"], step, num_train)
+    budget = sample_budget(hp["budgets"], hp["budget_weights"], hp["seed"], step)
+    use_c = hp["lambda_c"] > 0
+    loss_a, loss_c = branch_losses(
+        drafter, data["input_ids"][n], data["targets"][n], data["prefix_len"], budget if use_c else None,
+        chunk_size=hp["chunk_size"], score_window=hp["score_window"], prefill_chunk=hp["prefill_chunk"])
+    loss = loss_a + hp["lambda_c"] * loss_c if use_c else loss_a
+
+    lr = optimizer.param_groups[0]["lr"]
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(drafter.parameters(), hp["grad_clip"])
+    optimizer.step()
+    scheduler.step()
+
+    seconds = time.perf_counter() - start
+    return {"step": step, "L_A": loss_a.item(), "L_C": loss_c.item() if use_c else float("nan"),
+            "budget": budget if use_c else 0, "lr": lr,
+            "tokens_per_s": data["input_ids"].shape[1] / seconds, "seconds": seconds}
+
+
+@torch.no_grad()
+def evaluate(drafter, data: dict, budget: int, *, chunk_size: int = 8, score_window: int = 32,
+             prefill_chunk: int | None = None) -> tuple[float, float]:
+    """Mean L_A and L_C(budget) over every sequence of `data` (held-out targets), no gradient."""
+    was_training = drafter.training
+    drafter.eval()
+    total_a = total_c = 0.0
+    n = data["input_ids"].shape[0]
+    for i in range(n):
+        loss_a, loss_c = branch_losses(drafter, data["input_ids"][i], data["targets"][i], data["prefix_len"], budget,
+                                       chunk_size=chunk_size, score_window=score_window, prefill_chunk=prefill_chunk)
+        total_a += loss_a.item()
+        total_c += loss_c.item()
+    drafter.train(was_training)
+    return total_a / n, total_c / n
+
+
+def subset(data: dict, rows) -> dict:
+    return {**data, "input_ids": data["input_ids"][rows], "targets": data["targets"][rows]}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Checkpoints (tensors, dicts and numbers only: loadable with torch.load(weights_only=True))
+
+
+def _python_rng_state() -> dict:
+    version, state, gauss_next = random.getstate()
+    return {"version": version, "state": torch.tensor(state, dtype=torch.int64), "gauss_next": gauss_next}
+
+
+def _set_python_rng_state(saved: dict) -> None:
+    random.setstate((saved["version"], tuple(int(x) for x in saved["state"].tolist()), saved["gauss_next"]))
+
+
+def _run_identity(hp: dict, targets_file, init: str) -> dict:
+    """What must be equal for a restart to continue the same run."""
+    ident = {k: v for k, v in hp.items() if k not in RESTART_FREE_KEYS}
+    return {"hparams": ident, "targets": str(Path(targets_file).resolve()), "init": init}
+
+
+def save_checkpoint(work: Path, step: int, drafter, optimizer, scheduler, identity: dict) -> Path:
+    """checkpoints/step_N/ written as step_N.tmp then renamed; older checkpoints are removed afterwards."""
+    from safetensors.torch import save_model
+
+    root = work / "checkpoints"
+    final = root / f"step_{step}"
+    tmp = root / f"step_{step}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_model(drafter, str(tmp / "model.safetensors"))
+    torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(), "python_rng": _python_rng_state()}, tmp / "state.pt")
+    (tmp / "run.json").write_text(json.dumps(identity, indent=1, sort_keys=True))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in root.iterdir():
+        if old != final and old.is_dir():
+            shutil.rmtree(old)
+    return final
+
+
+def latest_checkpoint(work: Path) -> Path | None:
+    root = work / "checkpoints"
+    if not root.is_dir():
+        return None
+    done = [(int(m.group(1)), p) for p in root.iterdir()
+            if (m := re.fullmatch(r"step_(\d+)", p.name)) and (p / "state.pt").is_file()]
+    return max(done)[1] if done else None
+
+
+def load_checkpoint(path: Path, drafter, optimizer, scheduler, identity: dict) -> int:
+    from safetensors.torch import load_model
+
+    saved_identity = json.loads((path / "run.json").read_text())
+    if saved_identity != json.loads(json.dumps(identity, sort_keys=True)):
+        raise ValueError(f"{path} belongs to a different run (hparams, targets or init differ); "
+                         f"delete {path.parent.parent} to start over")
+    load_model(drafter, str(path / "model.safetensors"), strict=True, device=str(drafter.device))
+    state = torch.load(path / "state.pt", weights_only=True)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["torch_rng"])
+    _set_python_rng_state(state["python_rng"])
+    return int(state["step"])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Logs and the final directory
+
+
+def _open_log(path: Path, columns: list[str], keep_until: int):
+    """Append to a CSV log, first dropping rows of steps >= keep_until (they are redone after a restart)."""
+    rows = []
+    if path.is_file():
+        with open(path, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if int(r["step"]) < keep_until]
+    f = open(path, "w", newline="")
+    writer = csv.DictWriter(f, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    f.flush()
+    return f, writer
+
+
+def _log_heldout(drafter, heldout: dict | None, hp: dict, step: int, writer, f) -> None:
+    if heldout is None:
+        return
+    for budget in hp["budgets"]:
+        loss_a, loss_c = evaluate(drafter, heldout, budget, chunk_size=hp["chunk_size"],
+                                  score_window=max(1, hp["score_window"]), prefill_chunk=hp["prefill_chunk"])
+        writer.writerow({"step": step, "budget": budget, "L_A": loss_a, "L_C": loss_c})
+        print(f"held-out step {step}: L_A {loss_a:.4f}  L_C(B={budget}) {loss_c:.4f}")
+    f.flush()
+
+
+def _copy_tokenizer(init: str, out: Path) -> None:
+    from budgetdraft.models import resolve
+
+    src = Path(resolve(init))
+    if not src.is_dir():
+        return
+    for path in src.iterdir():
+        if path.is_file() and (path.name.startswith("tokenizer") or path.name in (
+                "special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja",
+                "chat_template.json")):
+            shutil.copy2(path, out / path.name)
+
+
+def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | None = None,
+          variant: str | None = None, *, stop_after: int | None = None, progress: bool = True) -> Path | None:
+    """Train the drafter `init` on `targets_file`, writing the Hugging Face checkpoint `out`.
+
+    Restarting the same call after a kill resumes from the last checkpoint in `out`.tmp/checkpoints.
+    `stop_after=k` returns (None) after step k without finishing, like a kill (tests)."""
+    from tqdm import tqdm
+
+    from budgetdraft.models import load_model
+    from budgetdraft.targets import load_targets
+
+    hp = resolve_hparams(hparams, variant)
+    if hp["threads"] > 0:
+        torch.set_num_threads(hp["threads"])
+    out = Path(out)
+    work = out.with_name(out.name + ".tmp")
+    data = load_targets(targets_file)
+    num_seqs = data["input_ids"].shape[0]
+    num_train = num_seqs - hp["heldout"]
+    if num_train < 1:
+        raise ValueError(f"heldout={hp['heldout']} leaves no training sequences out of {num_seqs}")
+    heldout = subset(data, slice(num_train, None)) if hp["heldout"] else None
+
+    drafter = load_model(init, device=hp["device"], dtype=hp["dtype"])
+    drafter.train()
+    drafter.requires_grad_(True)
+    optimizer = torch.optim.AdamW(drafter.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, partial(lr_factor, warmup_steps=hp["warmup_steps"], steps=hp["steps"]))
+
+    identity = _run_identity(hp, targets_file, init)
+    checkpoint = latest_checkpoint(work)
+    if checkpoint is not None:
+        start = load_checkpoint(checkpoint, drafter, optimizer, scheduler, identity)
+        print(f"resuming from {checkpoint} (step {start} of {hp['steps']})")
+    else:
+        start = 0
+        if work.exists():  # a run killed before its first checkpoint: start over
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+    (work / "hparams.json").write_text(json.dumps({**hp, "variant": variant, "init": init,
+                                                   "targets": str(targets_file)}, indent=1))
+    log_file, log = _open_log(work / "loss_log.csv", LOG_COLUMNS, start)
+    eval_file, eval_log = _open_log(work / "eval_log.csv", ["step", "budget", "L_A", "L_C"], start + 1)
+    if start == 0:
+        _log_heldout(drafter, heldout, hp, 0, eval_log, eval_file)
+
+    bar = tqdm(range(start, hp["steps"]), initial=start, total=hp["steps"], desc="train", disable=not progress)
+    for step in bar:
+        row = train_step(drafter, optimizer, scheduler, data, step, hp, num_train)
+        log.writerow(row)
+        log_file.flush()
+        bar.set_postfix(L_A=f"{row['L_A']:.3f}", L_C=f"{row['L_C']:.3f}", B=row["budget"])
+        done = step + 1
+        if done % hp["checkpoint_every"] == 0 and done < hp["steps"]:
+            save_checkpoint(work, done, drafter, optimizer, scheduler, identity)
+            _log_heldout(drafter, heldout, hp, done, eval_log, eval_file)
+        if stop_after is not None and done >= stop_after and done < hp["steps"]:
+            log_file.close()
+            eval_file.close()
+            return None
+    bar.close()
+    _log_heldout(drafter, heldout, hp, hp["steps"], eval_log, eval_file)
+    log_file.close()
+    eval_file.close()
+
+    drafter.save_pretrained(work, safe_serialization=True)
+    _copy_tokenizer(init, work)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(work, out)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def read_hparams(value: str | None) -> dict:
+    """--hparams: a JSON object given inline or as a file path."""
+    if not value:
+        return {}
+    text = value if value.lstrip().startswith("{") else Path(value).read_text()
+    try:
+        hparams = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--hparams is not valid JSON: {err}") from None
+    if not isinstance(hparams, dict):
+        raise ValueError("--hparams must be a JSON object")
+    return hparams
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("--init", required=True, help="initial drafter: model spec or Hugging Face directory")
+    parser.add_argument("--targets", required=True, help="teacher targets .safetensors (budgetdraft targets)")
+    parser.add_argument("--out", required=True, help="output directory (final Hugging Face checkpoint)")
+    parser.add_argument("--hparams", default=None,
+                        help=f"JSON object or file with any of: {', '.join(DEFAULTS)}")
+    parser.add_argument("--variant", default=None,
+                        help=f"configuration variant: {', '.join(VARIANTS)}, lambda<X> (e.g. lambda0.5, lambda1.0)")
+
+
+def run(args) -> None:
+    out = train(args.init, args.targets, args.out, read_hparams(args.hparams), args.variant)
+    print(out)

