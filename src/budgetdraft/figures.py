@@ -1,0 +1,105 @@
+"""Figures of the paper from measured cells (see `budgetdraft.paper` for the metric definitions).
+
+Each builder writes OUT (PDF) and OUT with suffix .png, atomically, and returns both paths.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from budgetdraft.paper import BD, SD, Grid, Settings  # noqa: E402
+
+
+def save(fig, out: Path) -> list[Path]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for path, fmt in ((out, "pdf"), (out.with_suffix(".png"), "png")):
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        fig.savefig(tmp, format=fmt, dpi=200, bbox_inches="tight")
+        os.replace(tmp, path)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def fig_collapse(grid: Grid, s: Settings, out: Path) -> list[Path]:
+    """Acceptance of SD (sparse/full) vs context length, one line per budget (the largest labelled 'full')."""
+    dataset, gamma = s.get("collapse.dataset"), int(s.get("collapse.gamma"))
+    contexts, budgets = s.contexts, sorted(s.budgets)
+    fig, ax = plt.subplots(figsize=(4.8, 3.2))
+    for budget in budgets:
+        acc = [grid.acceptance(grid.need(SD, dataset, c, budget, gamma)) for c in contexts]
+        label = f"full ({budget})" if budget == budgets[-1] else f"$B={budget}$"
+        ax.plot(range(len(contexts)), acc, marker="o", label=label)
+    ax.set_xticks(range(len(contexts)), contexts)
+    ax.set_xlabel("Context length")
+    ax.set_ylabel("Acceptance (%)")
+    ax.set_title(f"SD (sparse/full), {s.datasets.get(dataset, dataset)}, $\\gamma={gamma}$")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(title="KV budget")
+    return save(fig, out)
+
+
+def gamma_grid(grid: Grid, s: Settings, out: Path, errorbars: bool) -> list[Path]:
+    """rows contexts x cols datasets: BudgetDraft acceptance (left axis) and speedup (right axis) vs gamma,
+    averaged over budgets. errorbars: mean +- std over (sample, budget) points of per-sample values."""
+    ds = s.datasets
+    fig, axes = plt.subplots(len(s.contexts), len(ds), figsize=(3.6 * len(ds), 2.8 * len(s.contexts)),
+                             squeeze=False)
+    for i, context in enumerate(s.contexts):
+        for j, (dataset, name) in enumerate(ds.items()):
+            ax = axes[i][j]
+            gammas = s.sweep(grid, BD, dataset, context)
+            acc_m, acc_s, sp_m, sp_s = [], [], [], []
+            for g in gammas:
+                keys = [(BD, dataset, context, b, g) for b in s.budgets]
+                if errorbars:
+                    acc = np.concatenate([grid.sample_acceptance(k).to_numpy(dtype=float) for k in keys])
+                    sp = np.concatenate([grid.sample_speedups(k).to_numpy(dtype=float) for k in keys])
+                    acc_m.append(np.nanmean(acc)), acc_s.append(np.nanstd(acc))
+                    sp_m.append(np.mean(sp)), sp_s.append(np.std(sp))
+                else:
+                    acc_m.append(np.mean([grid.acceptance(k) for k in keys]))
+                    sp_m.append(np.mean([grid.speedup(k) for k in keys]))
+            ax2 = ax.twinx()
+            if errorbars:
+                ax.errorbar(gammas, acc_m, yerr=acc_s, color="C0", marker="o", ms=3, capsize=2, label="acceptance")
+                ax2.errorbar(gammas, sp_m, yerr=sp_s, color="C1", marker="s", ms=3, capsize=2, ls="--",
+                             label="speedup")
+            else:
+                ax.plot(gammas, acc_m, color="C0", marker="o", ms=3, label="acceptance")
+                ax2.plot(gammas, sp_m, color="C1", marker="s", ms=3, ls="--", label="speedup")
+            ax.set_title(f"{name}, {context}", fontsize=9)
+            ax.set_ylim(0, 100)
+            ax2.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+            if j == 0:
+                ax.set_ylabel("Acceptance (%)", color="C0")
+            if j == len(ds) - 1:
+                ax2.set_ylabel("Speedup vs AR (×)", color="C1")
+            if i == len(s.contexts) - 1:
+                ax.set_xlabel(r"Draft length $\gamma$")
+            if i == 0 and j == 0:
+                lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+                ax.legend(lines, ["acceptance", "speedup"], fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return save(fig, out)
+
+
+def fig_gamma(grid: Grid, s: Settings, out: Path) -> list[Path]:
+    return gamma_grid(grid, s, out, errorbars=False)
+
+
+def fig_errorbar(grid: Grid, s: Settings, out: Path) -> list[Path]:
+    return gamma_grid(grid, s, out, errorbars=True)
+
+
+FIGURE_BUILDERS = {"fig_collapse": fig_collapse, "fig_gamma": fig_gamma, "fig_errorbar": fig_errorbar}

@@ -1,0 +1,273 @@
+"""Aggregation of cell files into the paper's tables and figures (`budgetdraft.paper`), on synthetic cells.
+
+The cells below are TEST FIXTURES with hand-chosen values (not measurements): each cell's speedup, acceptance
+and peak memory follow the small formulas in `SPEEDUP` / `ACCEPT` / `PEAK_GB`, so the expected table entries can
+be computed by hand. Settings deliberately differ from the paper's (2 datasets, contexts 0.5K/1K, budgets 32/64).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+
+from budgetdraft import paper  # noqa: E402
+
+SETTINGS = {
+    "datasets": {"d1": "DS-One", "d2": "DS-Two"},
+    "contexts": ["0.5K", "1K"],
+    "budgets": [32, 64],
+    "gamma_fixed": 2,
+    "collapse": {"dataset": "d1", "gamma": 2},
+    "comparison": {"dataset": "d2", "contexts": ["0.5K", "1K"], "gamma": 2,
+                   "drafter_sizes": {"sd": "1M", "triforce": "1M+9M", "eagle3": "head", "lambda0.5": "1M"}},
+    "single_budget": {"dataset": "d2", "context": "1K", "gamma": 4, "trained_budget": 32},
+}
+SWEEP = {"0.5K": [2, 4, 6], "1K": [2, 4]}
+SAMPLES, REPEATS, NEW_TOKENS = [0, 1, 2], [0, 1], 16
+SAMPLE_FACTOR = {0: 0.9, 1: 1.0, 2: 1.1}  # per-sample speedup = cell speedup * factor (mean over samples = 1)
+REPEAT_JITTER = {0: 0.95, 1: 1.05}  # total_s of repeat r = per-sample time * jitter (mean over repeats = 1)
+
+
+def ar_time(sample):
+    return 2.0 * (sample + 1)
+
+
+def SPEEDUP(label, dataset, context, budget, gamma):
+    b = budget // 32
+    return {
+        "ar": lambda: 1.0,
+        "sd": lambda: 0.5 + 0.05 * gamma + 0.01 * b,
+        "lambda0.5": lambda: {2: 1.5, 4: 2.5, 6: 2.0}[gamma] + 0.01 * b + (0.2 if dataset == "d2" else 0.0),
+        "la_only": lambda: 1.2,
+        "lambda1.0": lambda: 1.7 + 0.01 * b,
+        "single_budget": lambda: {32: 1.8, 64: 1.1}[budget],
+        "triforce": lambda: 1.3,
+        "eagle3": lambda: 1.6,
+    }[label]()
+
+
+def ACCEPT(label, gamma, budget):  # fraction with one decimal -> accepted counts are integers
+    return {"ar": 0.0, "sd": {2: 0.3, 4: 0.2, 6: 0.1}.get(gamma), "lambda0.5": {2: 0.9, 4: 0.7, 6: 0.5}.get(gamma),
+            "la_only": 0.6, "lambda1.0": 0.8, "single_budget": {32: 0.4, 64: 0.2}.get(budget),
+            "triforce": 0.5, "eagle3": 0.5}[label]
+
+
+def PEAK_GB(label, dataset, context, budget, gamma):
+    base = (1.0 if context == "0.5K" else 2.0) + (0.1 if dataset == "d2" else 0.0) + 0.02 * (budget // 32)
+    return base + (0.1 * gamma if label == "sd" else 0.0)
+
+
+def output_ids(dataset, context, sample):
+    return [hash((dataset, context, sample, i)) % 1000 for i in range(NEW_TOKENS)]
+
+
+def write_cell(root: Path, label, dataset, context, budget, gamma, method=None, corrupt_sample=None) -> Path:
+    rows = []
+    for s in SAMPLES:
+        t = ar_time(s) / (SPEEDUP(label, dataset, context, budget, gamma) * (1.0 if label == "ar" else SAMPLE_FACTOR[s]))
+        for r in REPEATS:
+            total = t * REPEAT_JITTER[r]
+            drafted = 0 if label == "ar" else 10 * (s + 1)
+            accepted = round(ACCEPT(label, gamma, budget) * drafted)
+            ids = output_ids(dataset, context, s)
+            if s == corrupt_sample:
+                ids = ids[:5] + [ids[5] + 1] + ids[6:]
+            rows.append(dict(
+                label=label, method=method or label, dataset=dataset, context=context, budget=budget, gamma=gamma,
+                policy="topk_chunks", sample=s, doc_id=f"doc{s}", repeat=r, prompt_tokens=100, new_tokens=NEW_TOKENS,
+                verifier_prefill_s=0.1, drafter_prefill_s=0.01, decode_s=total - 0.11, total_s=total,
+                tok_per_s=NEW_TOKENS / total, drafted=drafted, accepted=accepted, verifier_forwards=5,
+                acceptance=accepted / drafted if drafted else float("nan"), tau=2.0,
+                accept_by_position=[0.5] * gamma, peak_mem_mb=PEAK_GB(label, dataset, context, budget, gamma) * 1024
+                + (-1.0 if r == 0 else 1.0), device="cpu", output_ids=np.asarray(ids, dtype=np.int32),
+                config="{}"))
+    path = root / label / dataset / context / f"B{budget}_g{gamma}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cells(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cells")
+    out = {}
+
+    def add(*key):
+        out[key] = write_cell(root, *key)
+
+    for d in SETTINGS["datasets"]:
+        for c in SETTINGS["contexts"]:
+            add("ar", d, c, 0, 0)
+            for b in SETTINGS["budgets"]:
+                for g in SWEEP[c]:
+                    add("sd", d, c, b, g)
+                    add("lambda0.5", d, c, b, g)
+                for label in ("la_only", "lambda1.0"):
+                    add(label, d, c, b, 2)
+    for b in SETTINGS["budgets"]:
+        add("single_budget", "d2", "1K", b, 4)
+    for c in SETTINGS["comparison"]["contexts"]:
+        add("triforce", "d2", c, 64, 2)
+        add("eagle3", "d2", c, 0, 2)
+    return out
+
+
+def build_text(cells, artifact, tmp_path, settings=SETTINGS, keys=None):
+    paths = [p for k, p in cells.items() if keys is None or keys(k)]
+    out = tmp_path / f"{artifact}.tex"
+    assert paper.build(artifact, paths, settings, out) == [out]
+    return out.read_text()
+
+
+def data_rows(text, first):
+    return [line for line in text.splitlines() if line.startswith(first)]
+
+
+def entries(row):
+    return [e.strip() for e in row.rstrip("\\ ").split("&")]
+
+
+def test_main_picks_best_gamma_and_shows_sd_at_the_same_gamma(cells, tmp_path):
+    text = build_text(cells, "main", tmp_path)
+    assert text.count(r"\begin{tabular}{ll ccc ccc}") == 2
+    assert r"\begin{table*}" in text and r"\label{tab:best_speedup_and_accept_per_budget}" in text
+    assert text.count(r"\multirow{2}{*}{0.5K}") == 2 and text.count(r"\multirow{2}{*}{1K}") == 2
+    assert text.count(r"\multicolumn{3}{c}{DS-One}") == 2 and text.count(r"\cmidrule(lr){6-8}") == 2
+    rows = data_rows(text, "& 32") + data_rows(text, "& 64")
+    assert len(rows) == 8 and all(len(entries(r)) == 2 + 3 * 2 for r in rows)
+    a_row, b_row = data_rows(text, "& 32")[0], data_rows(text, "& 32")[2]  # (A) and (B) at 0.5K, B=32
+    ar_d1 = np.mean([NEW_TOKENS / (ar_time(s) * REPEAT_JITTER[r]) for s in SAMPLES for r in REPEATS])
+    # (A): best speedup is gamma=4 (2.5 + 0.01); SD shown at gamma=4 (0.5 + 0.2 + 0.01).
+    assert entries(a_row)[2:5] == [f"{ar_d1:.2f}", r"0.71$\times$/20.00", r"2.51$\times$/70.00"]
+    # (B): best acceptance is gamma=2 (90 %); SD at gamma=2; d2 adds 0.2 to BudgetDraft's speedup.
+    assert entries(b_row)[3:8] == [r"0.61$\times$/30.00", r"1.51$\times$/90.00", entries(b_row)[5],
+                                   r"0.61$\times$/30.00", r"1.71$\times$/90.00"]
+
+
+def test_comparison_rows_and_omitted_baselines(cells, tmp_path):
+    text = build_text(cells, "comparison", tmp_path)
+    assert r"\begin{table}[t]" in text and r"\label{tab:comparison}" in text
+    assert r"\multicolumn{3}{c}{1K context (DS-Two, $\gamma{=}2$)}" in text
+    assert text.count(r"AR & 1.00$\times$ & --") == 2
+    assert r"SD (sparse/full) & 0.62$\times$ & 1M" in text  # largest budget (64): 0.5 + 0.1 + 0.02
+    assert text.count(r"TriForce & 1.30$\times$ & 1M+9M") == 2 and text.count("EAGLE-3 & 1.60$\\times$ & head") == 2
+    assert r"BudgetDraft ($B{=}64$) & 1.72$\times$ & 1M" in text
+    without = build_text(cells, "comparison", tmp_path, keys=lambda k: k[0] not in ("eagle3", "triforce"))
+    assert "EAGLE-3" not in without and "TriForce" not in without and "BudgetDraft ($B{=}32$)" in without
+
+
+def test_ablation_and_lambda_entries(cells, tmp_path):
+    ablation = build_text(cells, "ablation_lc", tmp_path)
+    row = entries(data_rows(ablation, "& 32")[0])
+    assert row[3:5] == ["1.20/60.00", "1.51/90.00"] and r"$\times$" not in "".join(row)
+    assert len(data_rows(ablation, "& 32") + data_rows(ablation, "& 64")) == 4
+    lam = build_text(cells, "lambda", tmp_path)
+    assert entries(data_rows(lam, "& 64")[0])[3:5] == [r"1.52$\times$/90.00", r"1.72$\times$/80.00"]
+    assert r"\label{tab:lambda_sensitivity_full}" in lam and "Ctx & Bud & AR" in lam
+
+
+def test_single_budget(cells, tmp_path):
+    text = build_text(cells, "single_budget", tmp_path)
+    assert r"Evaluating setting & $B{=}32$ & $B{=}64$ \\" in text
+    assert r"Single-budget ($B{=}32$) & 1.80$\times$/40.00 & 1.10$\times$/20.00 \\" in text
+    assert r"Multi-budget & 2.71$\times$/70.00 & 2.72$\times$/70.00 \\" in text
+    assert r"on DS-Two at 1K with $\gamma=4$" in text
+
+
+def test_vram_tables(cells, tmp_path):
+    text = build_text(cells, "vram_gamma", tmp_path)
+    rows = [entries(line) for line in text.splitlines() if re.match(r"^\d+ &", line)]
+    assert [r[0] for r in rows] == ["2", "4", "6"]
+    # gamma=6 was run at 0.5K only; mean over budgets {32, 64} and datasets: 1 + 0.03 + 0.05 (+0.6 for SD).
+    assert rows[2] == ["6", "1.68", "1.08", "--", "--"]
+    vram = build_text(cells, "vram", tmp_path)
+    assert r"\begin{tabular}{ll|cc|cc}" in vram and r"\multicolumn{2}{c|}{DS-One}" in vram
+    assert entries(data_rows(vram, "& 32")[0])[2:] == ["1.22", "1.02", "1.32", "1.12"]
+
+
+@pytest.mark.parametrize("artifact", ["fig_collapse", "fig_gamma", "fig_errorbar"])
+def test_figures_write_pdf_and_png(cells, tmp_path, artifact):
+    out = tmp_path / "figs" / f"{artifact}.pdf"
+    written = paper.build(artifact, list(cells.values()), SETTINGS, out)
+    assert written == [out, out.with_suffix(".png")]
+    assert out.read_bytes().startswith(b"%PDF") and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    assert not [p for p in out.parent.iterdir() if ".tmp" in p.name]
+
+
+def test_speedup_is_mean_of_per_sample_ratios(cells):
+    grid = paper.Grid(paper.load_cells([cells[("ar", "d1", "1K", 0, 0)], cells[("sd", "d1", "1K", 32, 2)]]))
+    key = ("sd", "d1", "1K", 32, 2)
+    assert grid.speedup(key) == pytest.approx(0.61)
+    assert list(grid.sample_speedups(key).round(6)) == [round(0.61 * f, 6) for f in SAMPLE_FACTOR.values()]
+    ratio_of_means = sum(map(ar_time, SAMPLES)) / sum(ar_time(s) / (0.61 * SAMPLE_FACTOR[s]) for s in SAMPLES)
+    assert abs(ratio_of_means - 0.61) > 1e-3  # the fixture tells the two definitions apart
+    assert grid.acceptance(key) == pytest.approx(30.0)
+
+
+def test_missing_cell_is_named(cells, tmp_path):
+    gone = ("sd", "d1", "0.5K", 32, 4)
+    with pytest.raises(ValueError, match=re.escape("label=sd, dataset=d1, context=0.5K, budget=32, gamma=4")):
+        build_text(cells, "main", tmp_path, keys=lambda k: k != gone)
+    with pytest.raises(ValueError, match=re.escape("label=ar, dataset=d2, context=1K, budget=0, gamma=0")):
+        build_text(cells, "lambda", tmp_path, keys=lambda k: k != ("ar", "d2", "1K", 0, 0))
+    with pytest.raises(ValueError, match="settings: missing key 'single_budget.gamma'"):
+        bad = {**SETTINGS, "single_budget": {"dataset": "d2", "context": "1K", "trained_budget": 32}}
+        build_text(cells, "single_budget", tmp_path, settings=bad)
+
+
+def test_lossless_violation_detected(cells, tmp_path):
+    bad = write_cell(tmp_path / "bad", "lambda0.5", "d2", "1K", 64, 2, corrupt_sample=1)
+    paths = [p for k, p in cells.items() if k != ("lambda0.5", "d2", "1K", 64, 2)] + [bad]
+    with pytest.raises(ValueError, match=r"lossless check failed: cell \(label=lambda0\.5, dataset=d2, context=1K, "
+                                         r"budget=64, gamma=2\) sample 1 .*first difference at token 5"):
+        paper.build("vram", paths, SETTINGS, tmp_path / "x.tex")
+    with pytest.raises(ValueError, match="is in two files"):
+        paper.load_cells([cells[("ar", "d1", "1K", 0, 0)]] * 2)
+
+
+def test_trace_maps_every_number_to_cells(cells, tmp_path):
+    out = tmp_path / "main.tex"
+    paper.build("main", list(cells.values()), SETTINGS, out)
+    traced = paper.trace(out, list(cells.values()), SETTINGS)
+    assert len(traced) == 2 * 2 * 2 * 2 * 5  # panels x contexts x budgets x datasets x (AR + 2 x speedup/acc)
+    assert ("2.51", "speedup (label=lambda0.5, dataset=d1, context=0.5K, budget=32, gamma=4)") in traced
+    for artifact in paper.TABLES:  # every table: numbers in the file, in order, are the ones the cells give
+        other = tmp_path / f"{artifact}.tex"
+        paper.build(artifact, list(cells.values()), SETTINGS, other)
+        assert paper.trace(other, list(cells.values()), SETTINGS)
+    out.write_text(out.read_text().replace("2.51$", "9.99$", 1))
+    with pytest.raises(ValueError, match="not derived from the cells"):
+        paper.trace(out, list(cells.values()), SETTINGS)
+
+
+def run_cli(*args):
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run([sys.executable, "-m", "budgetdraft", "paper", *args], capture_output=True, text=True,
+                          env=env)
+
+
+def test_cli(cells, tmp_path):
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps(SETTINGS))
+    paths = [str(p) for p in cells.values()]
+    out = tmp_path / "t" / "ablation.tex"
+    done = run_cli("--artifact", "ablation_lc", "--out", str(out), "--settings", json.dumps(SETTINGS), "--cells", *paths)
+    assert done.returncode == 0, done.stderr
+    assert r"\label{tab:ablation_lc}" in out.read_text()
+    fig = tmp_path / "t" / "collapse.pdf"
+    done = run_cli("--artifact", "fig_collapse", "--out", str(fig), "--settings", str(settings), "--cells", *paths)
+    assert done.returncode == 0, done.stderr
+    assert fig.stat().st_size > 0 and fig.with_suffix(".png").stat().st_size > 0
+    done = run_cli("--artifact", "single_budget", "--out", str(tmp_path / "s.tex"), "--settings", str(settings),
+                   "--cells", *[str(p) for k, p in cells.items() if k[0] != "single_budget"])
+    assert done.returncode != 0 and "missing cell (label=single_budget, dataset=d2, context=1K" in done.stderr
