@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from budgetdraft.paper import BD, SD, Grid, Settings  # noqa: E402
 
@@ -80,6 +81,7 @@ def gamma_grid(grid: Grid, s: Settings, out: Path, errorbars: bool) -> list[Path
             ax.set_title(f"{name}, {context}", fontsize=9)
             ax.set_ylim(0, 100)
             ax2.set_ylim(bottom=0)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
             if j == 0:
                 ax.set_ylabel("Acceptance (%)", color="C0")

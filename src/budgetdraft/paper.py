@@ -296,7 +296,7 @@ def dataset_header(t: Table, datasets: dict, per: int, first: int, lead: int = 2
     for i, name in enumerate(datasets.values()):
         align = "c|" if bar and i < len(datasets) - 1 else "c"
         groups.append(rf"\multicolumn{{{per}}}{{{align}}}{{{name}}}")
-    t.add(" & " * lead + " & ".join(groups) + r" \\")
+    t.add("& " * lead + " & ".join(groups) + r" \\")
     t.add("".join(rf"\cmidrule(lr){{{first + i * per}-{first + (i + 1) * per - 1}}}" for i in range(len(datasets))))
 
 
