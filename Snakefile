@@ -1,0 +1,90 @@
+"""BudgetDraft: every table and figure of the paper, from models and texts to LaTeX.
+
+    snakemake --cores 1 results/tables/main.tex      # one artifact (and only the cells it needs)
+    snakemake ablation_lc                             # a named target (profiles/default sets cores)
+    snakemake all --configfile config/paper.yaml      # the paper's scale (target before --configfile)
+
+Stages (workflow/rules/): models -> data -> targets -> train -> eval (one job per grid cell) -> paper.
+"""
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+# --configfile replaces the embedded default instead of being merged into it (contexts would add up).
+if not workflow.config_settings.configfiles:
+
+    configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+# Rules run the library in src/ (the same code that their `code` inputs declare), installed or not.
+shell.prefix("export PYTHONPATH=src:$PYTHONPATH; set -euo pipefail; ")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/targets.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/eval.smk"
+include: "workflow/rules/paper.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        artifact_files(TABLES + list(FIGURES.values())),
+    localrule: True
+
+
+rule main:
+    input:
+        artifact_files(["main"]),
+    localrule: True
+
+
+rule comparison:
+    input:
+        artifact_files(["comparison"]),
+    localrule: True
+
+
+rule ablation_lc:
+    input:
+        artifact_files(["ablation_lc"]),
+    localrule: True
+
+
+rule lambda:
+    input:
+        artifact_files(["lambda"]),
+    localrule: True
+
+
+rule single_budget:
+    input:
+        artifact_files(["single_budget"]),
+    localrule: True
+
+
+rule vram:
+    input:
+        artifact_files(["vram", "vram_gamma"]),
+    localrule: True
+
+
+rule figures:
+    input:
+        artifact_files(list(FIGURES.values())),
+    localrule: True
+
+
+rule cells:
+    """Every grid cell of the configuration, without building tables."""
+    input:
+        all_cells(),
+    localrule: True

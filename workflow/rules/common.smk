@@ -1,0 +1,289 @@
+"""The grid (which cells each artifact needs), checks the schema cannot express, and input functions."""
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+# ---------------------------------------------------------------- names
+
+DATASETS = list(config["datasets"])
+CONTEXTS = list(config["contexts"])
+BUDGETS = list(config["budgets"])
+VARIANTS = list(config["variants"])  # trained drafters = cell labels
+BASELINES = list(config["baselines"].get("enabled", []))
+METHOD = {"ar": "ar", "sd": "sd", "triforce": "triforce", "eagle3": "eagle3"}
+METHOD.update({variant: "sd" for variant in VARIANTS})
+TABLES = [
+    "main",
+    "comparison",
+    "ablation_lc",
+    "lambda",
+    "single_budget",
+    "vram_gamma",
+    "vram",
+]
+FIGURES = {  # file stem under results/figures/ -> paper artifact name
+    "collapse": "fig_collapse",
+    "gamma_sensitivity": "fig_gamma",
+    "errorbar": "fig_errorbar",
+}
+
+# src/ modules each stage runs: declared as inputs so that editing one reruns exactly its stage.
+SRC = {
+    "models": ["src/budgetdraft/models.py"],
+    "data": ["src/budgetdraft/data.py"],
+    "targets": ["src/budgetdraft/targets.py", "src/budgetdraft/kvcache.py"],
+    "train": ["src/budgetdraft/training.py", "src/budgetdraft/kvcache.py"],
+    "eagle3": ["src/budgetdraft/baselines/eagle3.py", "src/budgetdraft/kvcache.py"],
+    "eval": [
+        "src/budgetdraft/cells.py",
+        "src/budgetdraft/decoding.py",
+        "src/budgetdraft/kvcache.py",
+        "src/budgetdraft/models.py",
+    ],
+    "paper": ["src/budgetdraft/paper.py"],
+}
+BASELINE_SRC = {
+    "triforce": ["src/budgetdraft/baselines/triforce.py"],
+    "eagle3": ["src/budgetdraft/baselines/eagle3.py"],
+}
+
+
+# ---------------------------------------------------------------- checks beyond the schema
+
+
+def check_config(config):
+    """Raise ValueError naming the key and value of the first inconsistency (before any job starts)."""
+    limit = config["verifier_max_positions"]
+    exported = Path("results/models/verifier/config.json")
+    if exported.is_file():  # once exported, the model's own limit applies too
+        model_limit = json.loads(exported.read_text()).get("max_position_embeddings") or limit
+        limit = min(limit, model_limit)
+    new = config["max_new_tokens"]
+    for label, length in config["contexts"].items():
+        if length + new > limit:
+            raise ValueError(
+                f"contexts.{label} = {length}: prompt + max_new_tokens ({new}) exceeds "
+                f"the verifier's {limit} positions (verifier_max_positions / its config.json)"
+            )
+    data = config["training_data"]
+    if data["prefix_len"] + data["cont_len"] > limit:
+        raise ValueError(
+            f"training_data.prefix_len + cont_len = {data['prefix_len'] + data['cont_len']} "
+            f"exceeds verifier_max_positions = {limit}"
+        )
+    if set(config["gammas"]) != set(config["contexts"]):
+        raise ValueError(
+            f"gammas has keys {sorted(config['gammas'])}; it needs one γ list per context: {sorted(config['contexts'])}"
+        )
+    for key in ("collapse", "comparison", "single_budget"):
+        if config[key]["dataset"] not in config["datasets"]:
+            raise ValueError(
+                f"{key}.dataset = {config[key]['dataset']!r} is not a key of datasets"
+            )
+    for context in config["comparison"]["contexts"] + [
+        config["single_budget"]["context"]
+    ]:
+        if context not in config["contexts"]:
+            raise ValueError(
+                f"context {context!r} (comparison/single_budget) is not a key of contexts"
+            )
+    if config["single_budget"]["trained_budget"] not in config["budgets"]:
+        raise ValueError(
+            f"single_budget.trained_budget = {config['single_budget']['trained_budget']} is not in budgets"
+        )
+    for name, hp in [("training", config["training"])] + [
+        (f"variants.{v}", {**config["training"], **o})
+        for v, o in config["variants"].items()
+    ]:
+        if len(hp["budgets"]) != len(hp["budget_weights"]):
+            raise ValueError(f"{name}: budgets and budget_weights differ in length")
+    for label in ("lambda0.5",):
+        if label not in config["variants"]:
+            raise ValueError(
+                f"variants must define {label!r} (the BudgetDraft drafter of every table)"
+            )
+
+
+check_config(config)
+
+
+# ---------------------------------------------------------------- the grid
+
+
+def cell(label, dataset, context, budget, gamma):
+    return f"results/cells/{label}/{dataset}/{context}/B{budget}_g{gamma}.parquet"
+
+
+def ar_cells(datasets=None, contexts=None):
+    return [
+        cell("ar", d, c, 0, 0)
+        for d in datasets or DATASETS
+        for c in contexts or CONTEXTS
+    ]
+
+
+def sweep_cells(label):
+    """Every dataset x context x budget x the context's γ sweep."""
+    return [
+        cell(label, d, c, b, g)
+        for d in DATASETS
+        for c in CONTEXTS
+        for b in BUDGETS
+        for g in config["gammas"][c]
+    ]
+
+
+def cells_at(labels, datasets=None, contexts=None, gamma=None):
+    """Every dataset x context x budget at one γ (default: gamma_fixed)."""
+    gamma = gamma or config["gamma_fixed"]
+    return [
+        cell(label, d, c, b, gamma)
+        for label in labels
+        for d in datasets or DATASETS
+        for c in contexts or CONTEXTS
+        for b in BUDGETS
+    ]
+
+
+def artifact_cells(artifact):
+    """The cell files one table or figure reads (shared/ARTIFACTS.md, 'cells it needs')."""
+    cmp, single, collapse = (
+        config["comparison"],
+        config["single_budget"],
+        config["collapse"],
+    )
+    sweeps = sweep_cells("sd") + sweep_cells("lambda0.5")
+    cells = {
+        "main": ar_cells() + sweeps,
+        "vram_gamma": ar_cells() + sweeps,
+        "vram": ar_cells() + cells_at(["sd", "lambda0.5"]),
+        "ablation_lc": ar_cells() + cells_at(["la_only", "lambda0.5"]),
+        "lambda": ar_cells() + cells_at(["lambda0.5", "lambda1.0"]),
+        "comparison": ar_cells([cmp["dataset"]], cmp["contexts"])
+        + cells_at(
+            ["sd", *BASELINES, "lambda0.5"],
+            [cmp["dataset"]],
+            cmp["contexts"],
+            cmp["gamma"],
+        ),
+        "single_budget": ar_cells([single["dataset"]], [single["context"]])
+        + cells_at(
+            ["single_budget", "lambda0.5"],
+            [single["dataset"]],
+            [single["context"]],
+            single["gamma"],
+        ),
+        "fig_collapse": cells_at(
+            ["sd"], [collapse["dataset"]], None, collapse["gamma"]
+        ),
+        "fig_gamma": ar_cells() + sweep_cells("lambda0.5"),
+        "fig_errorbar": ar_cells() + sweep_cells("lambda0.5"),
+    }[artifact]
+    return list(dict.fromkeys(cells))  # unique, order kept
+
+
+def all_cells():
+    return list(
+        dict.fromkeys(
+            c for a in TABLES + list(FIGURES.values()) for c in artifact_cells(a)
+        )
+    )
+
+
+def artifact_files(artifacts):
+    files = [f"results/tables/{a}.tex" for a in artifacts if a in TABLES]
+    files += [
+        f"results/figures/{stem}.{ext}"
+        for stem, a in FIGURES.items()
+        if a in artifacts
+        for ext in ("pdf", "png")
+    ]
+    return files
+
+
+# ---------------------------------------------------------------- input functions and params
+
+
+def drafter_dir(label):
+    """The drafter a cell label decodes with (None for AR)."""
+    if label == "ar":
+        return None
+    if label in ("sd", "triforce"):
+        return "results/models/drafter_untrained"
+    if label == "eagle3":
+        return "results/drafters/eagle3"
+    return f"results/drafters/{label}"
+
+
+def cell_inputs(wildcards):
+    inputs = {
+        "verifier": "results/models/verifier",
+        "prompts": f"results/data/prompts/{wildcards.dataset}/{wildcards.context}.parquet",
+        "code": SRC["eval"] + BASELINE_SRC.get(wildcards.label, []),
+    }
+    drafter = drafter_dir(wildcards.label)
+    if (
+        drafter == "results/models/drafter_untrained"
+        or drafter == "results/drafters/eagle3"
+    ):
+        inputs["drafter"] = drafter
+    elif drafter is not None:
+        inputs["drafter"] = f"{drafter}/model.safetensors"
+    return inputs
+
+
+def cell_drafter_flag(wildcards, input):
+    """`--drafter DIR` (the directory holding a trained drafter's model file), or nothing for AR."""
+    if "drafter" not in input.keys():
+        return ""
+    path = Path(input.drafter)
+    return f"--drafter {path.parent if path.name == 'model.safetensors' else path}"
+
+
+def cell_extra_flag(wildcards):
+    settings = config["baselines"].get(wildcards.label)
+    if wildcards.label not in ("triforce", "eagle3") or not settings:
+        return ""
+    extra = {k: v for k, v in settings.items() if k != "training"}
+    return f"--extra {shlex.quote(json.dumps(extra, sort_keys=True))}"
+
+
+def variant_hparams(variant):
+    """`training:` merged with the variant's overrides, as handed to `budgetdraft train --hparams`."""
+    return json.dumps(
+        {**config["training"], **config["variants"][variant]}, sort_keys=True
+    )
+
+
+def paper_settings():
+    """The settings JSON of `budgetdraft paper` (what to lay out where), built from the config."""
+    cmp = config["comparison"]
+    return json.dumps(
+        {
+            "datasets": {key: d["name"] for key, d in config["datasets"].items()},
+            "contexts": CONTEXTS,
+            "budgets": BUDGETS,
+            "gammas": config["gammas"],
+            "gamma_fixed": config["gamma_fixed"],
+            "collapse": config["collapse"],
+            "comparison": {
+                "dataset": cmp["dataset"],
+                "contexts": cmp["contexts"],
+                "gamma": cmp["gamma"],
+                "drafter_sizes": cmp.get("drafter_sizes", {}),
+                "baselines": BASELINES,
+            },
+            "single_budget": config["single_budget"],
+        }
+    )
+
+
+def samples(dataset):
+    return config["datasets"][dataset].get("samples", config["samples"])
+
+
+def gpu(wildcards=None):
+    """GPU slots a model job takes: 1 on a CUDA device (a counter locally, --gpus=1 on SLURM)."""
+    return 1 if str(config["device"]).startswith("cuda") else 0

@@ -1,0 +1,47 @@
+rule eval_cell:
+    """One grid cell = (label, dataset, context, budget B, draft length γ); AR cells are B0_g0.
+
+    The command writes its parquet atomically: a failed cell leaves no file and, with keep-going, stops nothing.
+    """
+    input:
+        unpack(cell_inputs),
+    output:
+        "results/cells/{label}/{dataset}/{context}/B{budget}_g{gamma}.parquet",
+    log:
+        "logs/cells/{label}/{dataset}/{context}/B{budget}_g{gamma}.log",
+    benchmark:
+        "benchmarks/cells/{label}/{dataset}/{context}/B{budget}_g{gamma}.tsv"
+    wildcard_constraints:
+        label="|".join(re.escape(label) for label in METHOD),
+        dataset="|".join(DATASETS),
+        context="|".join(re.escape(c) for c in CONTEXTS),
+        budget=r"\d+",
+        gamma=r"\d+",
+    conda:
+        "../../envs/budgetdraft.yaml"
+    threads: config["threads"]
+    resources:
+        gpu=gpu,
+    params:
+        method=lambda wc: METHOD[wc.label],
+        drafter=cell_drafter_flag,
+        extra=cell_extra_flag,
+        policy=config["policy"],
+        chunk_size=config["chunk_size"],
+        score_window=config["score_window"],
+        max_new_tokens=config["max_new_tokens"],
+        warmup=config["warmup"],
+        repeats=config["repeats"],
+        device=config["device"],
+        verifier_dtype=config["verifier_dtype"],
+        drafter_dtype=config["drafter_dtype"],
+    shell:
+        "python -m budgetdraft eval-cell --label {wildcards.label} --method {params.method}"
+        " --verifier {input.verifier} {params.drafter} --prompts {input.prompts}"
+        " --dataset {wildcards.dataset} --context {wildcards.context}"
+        " --budget {wildcards.budget} --gamma {wildcards.gamma} --policy {params.policy}"
+        " --chunk-size {params.chunk_size} --score-window {params.score_window}"
+        " --max-new-tokens {params.max_new_tokens} --warmup {params.warmup} --repeats {params.repeats}"
+        " --device {params.device} --verifier-dtype {params.verifier_dtype}"
+        " --drafter-dtype {params.drafter_dtype} --threads {threads} {params.extra}"
+        " --out {output} > {log} 2>&1"

@@ -1,0 +1,20 @@
+rule export_model:
+    """Materialise the verifier / the untrained drafter once as plain Hugging Face directories."""
+    input:
+        code=SRC["models"],
+    output:
+        directory("results/models/{role}"),
+    log:
+        "logs/models/{role}.log",
+    benchmark:
+        "benchmarks/models/{role}.tsv"
+    wildcard_constraints:
+        role="verifier|drafter_untrained",
+    conda:
+        "../../envs/budgetdraft.yaml"
+    params:
+        spec=lambda wc: (
+            config["verifier"] if wc.role == "verifier" else config["drafter"]
+        ),
+    shell:
+        "python -m budgetdraft export-model --spec {params.spec:q} --out {output} > {log} 2>&1"

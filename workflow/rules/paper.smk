@@ -1,0 +1,44 @@
+rule table:
+    """One LaTeX table of the paper from its cells (formatting changes rerun only this rule, never the grid)."""
+    input:
+        cells=lambda wc: artifact_cells(wc.artifact),
+        code=SRC["paper"],
+    output:
+        "results/tables/{artifact}.tex",
+    log:
+        "logs/tables/{artifact}.log",
+    wildcard_constraints:
+        artifact="|".join(TABLES),
+    conda:
+        "../../envs/budgetdraft.yaml"
+    params:
+        settings=paper_settings(),
+    shell:
+        "python -m budgetdraft paper --artifact {wildcards.artifact} --out {output}"
+        " --settings {params.settings:q} --cells {input.cells} > {log} 2>&1"
+
+
+rule figure:
+    """One figure of the paper (.pdf for LaTeX, .png next to it), captioned in the Snakemake report."""
+    input:
+        cells=lambda wc: artifact_cells(FIGURES[wc.figure]),
+        code=SRC["paper"] + ["src/budgetdraft/figures.py"],
+    output:
+        pdf=report(
+            "results/figures/{figure}.pdf",
+            caption="../report/figure.rst",
+            category="Figures",
+        ),
+        png="results/figures/{figure}.png",
+    log:
+        "logs/figures/{figure}.log",
+    wildcard_constraints:
+        figure="|".join(FIGURES),
+    conda:
+        "../../envs/budgetdraft.yaml"
+    params:
+        artifact=lambda wc: FIGURES[wc.figure],
+        settings=paper_settings(),
+    shell:
+        "python -m budgetdraft paper --artifact {params.artifact} --out {output.pdf}"
+        " --settings {params.settings:q} --cells {input.cells} > {log} 2>&1"
