@@ -164,6 +164,11 @@ def test_comparison_rows_and_omitted_baselines(cells, tmp_path):
     assert r"BudgetDraft ($B{=}64$) & 1.72$\times$ & 1M" in text
     without = build_text(cells, "comparison", tmp_path, keys=lambda k: k[0] not in ("eagle3", "triforce"))
     assert "EAGLE-3" not in without and "TriForce" not in without and "BudgetDraft ($B{=}32$)" in without
+    listed = {**SETTINGS, "comparison": {**SETTINGS["comparison"], "baselines": ["triforce"]}}
+    only = build_text(cells, "comparison", tmp_path, settings=listed)
+    assert "TriForce" in only and "EAGLE-3" not in only  # cells given but eagle3 not among the baselines run
+    with pytest.raises(ValueError, match=re.escape("missing cell (label=triforce, dataset=d2, context=1K")):
+        build_text(cells, "comparison", tmp_path, settings=listed, keys=lambda k: k[:3] != ("triforce", "d2", "1K"))
 
 
 def test_ablation_and_lambda_entries(cells, tmp_path):

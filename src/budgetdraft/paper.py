@@ -421,6 +421,9 @@ def table_comparison(grid: Grid, s: Settings) -> Table:
     dataset, gamma = s.get("comparison.dataset"), int(s.get("comparison.gamma"))
     contexts, sizes = [str(c) for c in s.get("comparison.contexts")], s.get("comparison.drafter_sizes")
     name = s.datasets.get(dataset, dataset)
+    # comparison.baselines (optional): the baselines that were run, each then required; without it, every
+    # baseline whose cells are given gets a row and the others are left out.
+    enabled = s.raw["comparison"].get("baselines")
     t.add(r"\begin{tabular}{lcc}", r"\toprule")
     t.row(["Method", "Speedup", "Drafter"])
     for context in contexts:
@@ -428,7 +431,10 @@ def table_comparison(grid: Grid, s: Settings) -> Table:
         ar = grid.ar_key(dataset, context)
         t.row(["AR", t.num(grid.speedup(ar), f"speedup {cell_name(ar)}", X), "--"])
         for label in (SD, TRIFORCE, EAGLE3):
-            key = comparison_key(grid, s, label, dataset, context, gamma, required=label == SD)
+            if label != SD and enabled is not None and label not in enabled:
+                continue
+            required = label == SD or (enabled is not None and label in enabled)
+            key = comparison_key(grid, s, label, dataset, context, gamma, required=required)
             if key is not None:
                 t.row([METHOD_NAMES[label], t.num(grid.speedup(key), f"speedup {cell_name(key)}", X),
                        str(sizes.get(label, "--"))])
