@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 AR, SD, BD = "ar", "sd", "lambda0.5"
 LA_ONLY, LAMBDA1, SINGLE, TRIFORCE, EAGLE3 = "la_only", "lambda1.0", "single_budget", "triforce", "eagle3"
@@ -70,11 +71,13 @@ def load_cells(paths) -> pd.DataFrame:
     for path in map(Path, paths):
         if not path.exists():
             raise FileNotFoundError(f"cell file not found: {path}")
-        df = pd.read_parquet(path)
-        missing = [c for c in NEEDED_COLUMNS if c not in df.columns]
+        names = pq.read_schema(path).names
+        missing = [c for c in NEEDED_COLUMNS if c not in names]
         if missing:
             raise ValueError(f"{path}: missing cell columns {missing}")
-        df = df[NEEDED_COLUMNS + (["device"] if "device" in df.columns else [])].copy()
+        df = pd.read_parquet(path, columns=NEEDED_COLUMNS + (["device"] if "device" in names else []))
+        if df.empty:
+            raise ValueError(f"{path}: cell file has no rows")
         for key in df[KEY].drop_duplicates().itertuples(index=False):
             key = tuple(key)
             if key in owner:
