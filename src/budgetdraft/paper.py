@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,7 +130,6 @@ class Grid:
         if check:
             check_lossless(df)
         if "device" in df.columns and df["device"].nunique() > 1:
-            import sys
             print(f"budgetdraft paper: warning: cells come from several devices: {sorted(df['device'].unique())}",
                   file=sys.stderr)
         self.df = df
