@@ -65,6 +65,7 @@ RESTART_FREE_KEYS = ("threads", "checkpoint_every")
 
 POLICY = "topk_chunks"
 LOG_COLUMNS = ["step", "L_A", "L_C", "budget", "lr", "tokens_per_s", "seconds"]
+EVAL_COLUMNS = ["step", "budget", "L_A", "L_C", "agree_A", "agree_C"]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -144,11 +145,10 @@ def sample_budget(budgets: list[int], weights: list[float], seed: int, step: int
 # The two branches
 
 
-def branch_losses(drafter, input_ids: torch.Tensor, targets: torch.Tensor, prefix_len: int, budget: int | None, *,
-                  chunk_size: int = 8, score_window: int = 32, prefill_chunk: int | None = None):
-    """(L_A, L_C) on one sequence; L_C is None when budget is None. input_ids [P+C], targets [C].
-
-    Gradients flow when called with grad enabled (the prefix prefill itself never tracks gradients)."""
+def branch_logits(drafter, input_ids: torch.Tensor, prefix_len: int, budget: int | None, *, chunk_size: int = 8,
+                  score_window: int = 32, prefill_chunk: int | None = None):
+    """Continuation logits [C, V] of the full-cache branch and of the sparse branch (None when budget is None)
+    on one sequence input_ids [P+C]. Gradients flow when grad is enabled (the prefix prefill never tracks them)."""
     from transformers import DynamicCache
 
     from budgetdraft.kvcache import gathered_cache, keep_indices, prefill
@@ -156,7 +156,6 @@ def branch_losses(drafter, input_ids: torch.Tensor, targets: torch.Tensor, prefi
     P, T = prefix_len, input_ids.shape[0]
     device = drafter.device
     ids = input_ids.to(device)[None]  # [1, P+C]
-    targets = targets.to(device)  # [C]
     position_ids = torch.arange(P, T, device=device)[None]  # [1, C] real positions
     cont = ids[:, P:]  # [1, C]
 
@@ -167,15 +166,18 @@ def branch_losses(drafter, input_ids: torch.Tensor, targets: torch.Tensor, prefi
 
     # Step 3: full-cache branch on a clone of the prefix cache.
     logits_a = drafter(input_ids=cont, past_key_values=gathered_cache(full, None), position_ids=position_ids).logits
-    loss_a = F.cross_entropy(logits_a[0].float(), targets)
     if budget is None:
-        return loss_a, None
+        return logits_a[0], None
 
-    # Step 4: sparse-cache branch under budget B, with real position ids.
+    # Step 4: sparse-cache branch under budget B (the inference policy), with real position ids.
     keep = keep_indices(POLICY, scores, P, budget, chunk_size, drafter.config.num_hidden_layers)
     logits_c = drafter(input_ids=cont, past_key_values=gathered_cache(full, keep), position_ids=position_ids).logits
-    loss_c = F.cross_entropy(logits_c[0].float(), targets)
-    return loss_a, loss_c
+    return logits_a[0], logits_c[0]
+
+
+def top1_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """CE against the verifier's greedy tokens (L_A / L_C of one sequence, mean over the C positions)."""
+    return F.cross_entropy(logits.float(), targets.to(logits.device))
 
 
 def train_step(drafter, optimizer, scheduler, data: dict, step: int, hp: dict, num_train: int) -> dict:
@@ -184,10 +186,12 @@ def train_step(drafter, optimizer, scheduler, data: dict, step: int, hp: dict, n
     n = sequence_index(hp["seed"], step, num_train)
     budget = sample_budget(hp["budgets"], hp["budget_weights"], hp["seed"], step)
     use_c = hp["lambda_c"] > 0
-    loss_a, loss_c = branch_losses(
-        drafter, data["input_ids"][n], data["targets"][n], data["prefix_len"], budget if use_c else None,
+    logits_a, logits_c = branch_logits(
+        drafter, data["input_ids"][n], data["prefix_len"], budget if use_c else None,
         chunk_size=hp["chunk_size"], score_window=hp["score_window"], prefill_chunk=hp["prefill_chunk"])
-    loss = loss_a + hp["lambda_c"] * loss_c if use_c else loss_a
+    loss_a = top1_ce(logits_a, data["targets"][n])
+    loss_c = top1_ce(logits_c, data["targets"][n]) if use_c else None
+    loss = loss_a + hp["lambda_c"] * loss_c if use_c else loss_a  # Step 5
 
     lr = optimizer.param_groups[0]["lr"]
     optimizer.zero_grad(set_to_none=True)
@@ -204,19 +208,25 @@ def train_step(drafter, optimizer, scheduler, data: dict, step: int, hp: dict, n
 
 @torch.no_grad()
 def evaluate(drafter, data: dict, budget: int, *, chunk_size: int = 8, score_window: int = 32,
-             prefill_chunk: int | None = None) -> tuple[float, float]:
-    """Mean L_A and L_C(budget) over every sequence of `data` (held-out targets), no gradient."""
+             prefill_chunk: int | None = None) -> dict:
+    """Held-out check, no gradient: mean L_A and L_C(budget) over the sequences of `data`, and the top-1
+    agreement with the teacher targets (the greedy acceptance proxy) under the full and the sparse cache.
+    Returns {"L_A", "L_C", "agree_A", "agree_C"}."""
     was_training = drafter.training
     drafter.eval()
-    total_a = total_c = 0.0
+    sums = dict.fromkeys(("L_A", "L_C", "agree_A", "agree_C"), 0.0)
     n = data["input_ids"].shape[0]
     for i in range(n):
-        loss_a, loss_c = branch_losses(drafter, data["input_ids"][i], data["targets"][i], data["prefix_len"], budget,
-                                       chunk_size=chunk_size, score_window=score_window, prefill_chunk=prefill_chunk)
-        total_a += loss_a.item()
-        total_c += loss_c.item()
+        targets = data["targets"][i]
+        logits_a, logits_c = branch_logits(drafter, data["input_ids"][i], data["prefix_len"], budget,
+                                           chunk_size=chunk_size, score_window=score_window,
+                                           prefill_chunk=prefill_chunk)
+        sums["L_A"] += top1_ce(logits_a, targets).item()
+        sums["L_C"] += top1_ce(logits_c, targets).item()
+        sums["agree_A"] += (logits_a.argmax(-1).cpu() == targets).float().mean().item()
+        sums["agree_C"] += (logits_c.argmax(-1).cpu() == targets).float().mean().item()
     drafter.train(was_training)
-    return total_a / n, total_c / n
+    return {k: v / n for k, v in sums.items()}
 
 
 def subset(data: dict, rows) -> dict:
@@ -312,10 +322,11 @@ def _log_heldout(drafter, heldout: dict | None, hp: dict, step: int, writer, f) 
     if heldout is None:
         return
     for budget in hp["budgets"]:
-        loss_a, loss_c = evaluate(drafter, heldout, budget, chunk_size=hp["chunk_size"],
-                                  score_window=max(1, hp["score_window"]), prefill_chunk=hp["prefill_chunk"])
-        writer.writerow({"step": step, "budget": budget, "L_A": loss_a, "L_C": loss_c})
-        print(f"held-out step {step}: L_A {loss_a:.4f}  L_C(B={budget}) {loss_c:.4f}")
+        res = evaluate(drafter, heldout, budget, chunk_size=hp["chunk_size"],
+                       score_window=max(1, hp["score_window"]), prefill_chunk=hp["prefill_chunk"])
+        writer.writerow({"step": step, "budget": budget, **res})
+        print(f"held-out step {step}: L_A {res['L_A']:.4f} (agree {res['agree_A']:.3f})  "
+              f"L_C(B={budget}) {res['L_C']:.4f} (agree {res['agree_C']:.3f})")
     f.flush()
 
 
@@ -375,7 +386,7 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
     (work / "hparams.json").write_text(json.dumps({**hp, "variant": variant, "init": init,
                                                    "targets": str(targets_file)}, indent=1))
     log_file, log = _open_log(work / "loss_log.csv", LOG_COLUMNS, start)
-    eval_file, eval_log = _open_log(work / "eval_log.csv", ["step", "budget", "L_A", "L_C"], start + 1)
+    eval_file, eval_log = _open_log(work / "eval_log.csv", EVAL_COLUMNS, start + 1)
     if start == 0:
         _log_heldout(drafter, heldout, hp, 0, eval_log, eval_file)
 
