@@ -58,7 +58,9 @@ def check_config(config):
     limit = config["verifier_max_positions"]
     exported = Path("results/models/verifier/config.json")
     if exported.is_file():  # once exported, the model's own limit applies too
-        model_limit = json.loads(exported.read_text()).get("max_position_embeddings") or limit
+        model_limit = (
+            json.loads(exported.read_text()).get("max_position_embeddings") or limit
+        )
         limit = min(limit, model_limit)
     new = config["max_new_tokens"]
     for label, length in config["contexts"].items():

@@ -1,0 +1,155 @@
+"""The Snakemake workflow: dry runs plan the right grid, lint/format are clean, bad configs fail early and clearly.
+
+Each test works on a copy of the workflow in a temporary directory (never on the repository's results/) whose
+`src/budgetdraft/*.py` are empty stand-ins, so planning does not depend on the library being complete.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = shutil.which("snakemake")
+pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")
+
+SRC_MODULES = ["models", "data", "targets", "training", "cells", "decoding", "kvcache", "paper", "figures",
+               "baselines/eagle3", "baselines/triforce"]  # fmt: skip
+
+
+@pytest.fixture()
+def workdir(tmp_path):
+    for name in ("Snakefile", "workflow", "config", "profiles", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    for module in SRC_MODULES:
+        path = tmp_path / "src" / "budgetdraft" / f"{module}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    return tmp_path
+
+
+def snakemake(workdir, *args, check=True):
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([SNAKEMAKE, *args], cwd=workdir, capture_output=True, text=True, env=env)
+    out = proc.stdout + proc.stderr
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{out[-3000:]}")
+    return proc.returncode, out
+
+
+def job_counts(out: str) -> dict[str, int]:
+    table = out.split("Job stats:", 1)[1].split("\n\n", 1)[0] if "Job stats:" in out else ""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def expected_cells(cfg: dict) -> int:
+    """Cells shared/ARTIFACTS.md asks for, counted independently of workflow/rules/common.smk."""
+    ds, ctx, budgets = list(cfg["datasets"]), list(cfg["contexts"]), cfg["budgets"]
+    cells = {("ar", d, c, 0, 0) for d in ds for c in ctx}
+    for label in ("sd", "lambda0.5"):  # main: the whole γ sweep
+        cells |= {(label, d, c, b, g) for d in ds for c in ctx for b in budgets for g in cfg["gammas"][c]}
+    for label in ("sd", "la_only", "lambda0.5", "lambda1.0"):  # ablation, λ, VRAM at γ fixed
+        cells |= {(label, d, c, b, cfg["gamma_fixed"]) for d in ds for c in ctx for b in budgets}
+    cmp = cfg["comparison"]
+    for label in ["sd", "lambda0.5", *cfg["baselines"].get("enabled", [])]:
+        cells |= {(label, cmp["dataset"], c, b, cmp["gamma"]) for c in cmp["contexts"] for b in budgets}
+    one = cfg["single_budget"]
+    for label in ("single_budget", "lambda0.5"):
+        cells |= {(label, one["dataset"], one["context"], b, one["gamma"]) for b in budgets}
+    col = cfg["collapse"]
+    cells |= {("sd", col["dataset"], c, b, col["gamma"]) for c in ctx for b in budgets}
+    return len(cells)
+
+
+@pytest.mark.parametrize("name, cells", [("config", 257), ("ci", 80), ("paper", 705)])
+def test_dry_run_plans_every_cell(workdir, name, cells):
+    cfg = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
+    assert expected_cells(cfg) == cells
+    start = time.time()
+    _, out = snakemake(workdir, "-n", "all", "--configfile", f"config/{name}.yaml")
+    counts = job_counts(out)
+    assert counts["eval_cell"] == cells, counts
+    assert counts["train"] == 4 and counts["table"] == 7 and counts["figure"] == 3
+    assert counts["prepare_prompts"] == len(cfg["datasets"]) * len(cfg["contexts"])
+    assert counts.get("train_eagle3", 0) == ("eagle3" in cfg["baselines"]["enabled"])
+    assert time.time() - start < 60
+
+
+def test_named_target_plans_only_its_cells(workdir):
+    _, out = snakemake(workdir, "-n", "ablation_lc")
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    n_ds, n_ctx, n_b = len(cfg["datasets"]), len(cfg["contexts"]), len(cfg["budgets"])
+    counts = job_counts(out)
+    assert counts["eval_cell"] == n_ds * n_ctx * (1 + 2 * n_b)  # AR + L_A-only + λ=0.5 at γ fixed
+    assert counts["train"] == 2 and counts["table"] == 1 and "figure" not in counts
+
+
+def test_lint_and_format_are_clean(workdir):
+    _, out = snakemake(workdir, "--lint")
+    assert "Congratulations" in out, out
+    snakefmt = shutil.which("snakefmt")
+    if snakefmt:
+        proc = subprocess.run([snakefmt, "--check", "Snakefile", "workflow"], cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _touch_everything(workdir, configfile):
+    """Create every output of a dry run, then let `--touch` order their mtimes like a finished run."""
+    _, out = snakemake(workdir, "-n", "all", "--configfile", configfile)
+    for line in re.findall(r"^\s+output: (.+)$", out, re.M):
+        for path in line.split(", "):
+            path = workdir / path.strip()
+            if path.suffix:  # a file
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+            else:  # a directory() output
+                path.mkdir(parents=True, exist_ok=True)
+    snakemake(workdir, "--touch", "all", "-c1", "--configfile", configfile)
+    _, out = snakemake(workdir, "-n", "all", "--configfile", configfile)
+    assert "Nothing to be done" in out, out[-2000:]
+
+
+def _edit(path: Path):
+    path.write_text(path.read_text() + "# edited\n")
+    later = time.time() + 10
+    os.utime(path, (later, later))
+
+
+@pytest.mark.parametrize("module", ["paper", "training"])
+def test_src_edits_rerun_only_their_stage(workdir, module):
+    _touch_everything(workdir, "config/ci.yaml")
+    _edit(workdir / f"src/budgetdraft/{module}.py")
+    counts = job_counts(snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml")[1])
+    if module == "paper":  # formatting of tables/figures: never the grid
+        assert counts == {"table": 7, "figure": 3, "all": 1, "total": 11}, counts
+    else:  # retrains every variant and reruns their cells, not the ar/sd cells nor the targets
+        assert counts["train"] == 4 and "targets" not in counts and "export_model" not in counts
+        assert 0 < counts["eval_cell"] < 80
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c["datasets"].update(xx={"source": "wikitext", "name": "X"}), "['datasets']['xx']['source']"),
+        (lambda c: c.update(budgets=[0, 32]), "['budgets'][0]"),
+        (lambda c: c["gammas"].update({"128": [0, 3]}), "['gammas']['128'][0]"),
+        (lambda c: c["contexts"].update({"256": 9000}), "contexts.256 = 9000"),
+        (lambda c: c["collapse"].update(dataset="wikitext"), "collapse.dataset = 'wikitext'"),
+        (lambda c: c["comparison"].update(contexts=["1M"]), "context '1M'"),
+    ],
+    ids=["unknown-dataset-source", "budget-0", "gamma-0", "context-too-long", "unknown-dataset-key", "unknown-context"],
+)
+def test_bad_config_fails_naming_the_key(workdir, edit, message):
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    edit(cfg)
+    (workdir / "bad.yaml").write_text(yaml.safe_dump(cfg))
+    code, out = snakemake(workdir, "-n", "all", "--configfile", "bad.yaml", check=False)
+    assert code != 0
+    assert message in out, out[-2000:]
+    assert "Job stats" not in out  # rejected before planning any job
