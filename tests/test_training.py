@@ -183,9 +183,11 @@ def test_hparams_defaults_variants_and_typos():
     assert hp["chunk_size"] == 8 and hp["lambda_c"] == 0.5
     assert training.resolve_hparams({}, "la_only")["lambda_c"] == 0.0
     assert training.resolve_hparams({}, "lambda1.0")["lambda_c"] == 1.0
-    assert training.resolve_hparams({"lambda_c": 1.0}, "lambda0.5")["lambda_c"] == 0.5
     single = training.resolve_hparams({}, "single_budget")
     assert (single["budgets"], single["budget_weights"], single["lambda_c"]) == ([1024], [1.0], 0.5)
+    # the pipeline's --hparams already hold the config's variant overrides (budgets scaled to the run): they win
+    scaled = training.resolve_hparams({"budgets": [128], "budget_weights": [1.0]}, "single_budget")
+    assert (scaled["budgets"], scaled["lambda_c"]) == ([128], 0.5)
     with pytest.raises(ValueError, match="unknown hparams"):
         training.resolve_hparams({"learning_rate": 1e-4})
     with pytest.raises(ValueError, match="unknown variant"):
@@ -232,8 +234,13 @@ def test_final_directory_is_a_loadable_checkpoint(pair, tmp_path):
     from transformers import AutoModelForCausalLM
 
     _, drafter_dir, targets = pair
-    out = training.train(str(drafter_dir), targets, tmp_path / "d", {**HP, "steps": 2, "heldout": 2},
-                         "single_budget", progress=False)
+    hp = {k: v for k, v in HP.items() if k not in ("budgets", "budget_weights")}
+    (tmp_path / "hp.json").write_text(json.dumps({**hp, "steps": 2, "heldout": 2}))
+    (tmp_path / "d").mkdir()  # Snakemake creates the output's folder before the job runs
+    cli(["train", "--init", str(drafter_dir), "--targets", str(targets), "--out", str(tmp_path / "d"),
+         "--hparams", str(tmp_path / "hp.json"), "--variant", "single_budget"])
+    out = tmp_path / "d"
+    assert {"config.json", "model.safetensors", "loss_log.csv", "hparams.json"} <= {p.name for p in out.iterdir()}
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.config.num_hidden_layers == 2
     evals = pd.read_csv(out / "eval_log.csv")

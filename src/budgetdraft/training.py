@@ -84,16 +84,19 @@ def variant_overrides(variant: str | None) -> dict:
 
 
 def resolve_hparams(hparams: dict | None = None, variant: str | None = None) -> dict:
-    """DEFAULTS <- hparams <- the variant's overrides, checked."""
+    """DEFAULTS <- the variant's paper overrides <- hparams, checked.
+
+    The pipeline hands over `training:` already merged with the config's variant overrides (which scale the
+    budgets to the run), so explicit hparams win; the built-in variants only fill keys hparams leave out."""
     hparams = dict(hparams or {})
     unknown = sorted(set(hparams) - set(DEFAULTS))
     if unknown:
         raise ValueError(f"unknown hparams key(s) {unknown}; known: {', '.join(DEFAULTS)}")
-    hp = {**DEFAULTS, **hparams}
-    for key, value in variant_overrides(variant).items():
+    overrides = variant_overrides(variant)
+    for key, value in overrides.items():
         if key in hparams and hparams[key] != value:
-            print(f"variant {variant}: {key} = {value} (hparams said {hparams[key]})")
-        hp[key] = value
+            print(f"variant {variant}: hparams {key} = {hparams[key]} (the paper's variant has {value})")
+    hp = {**DEFAULTS, **overrides, **hparams}
     hp["budgets"] = [int(b) for b in hp["budgets"]]
     hp["budget_weights"] = [float(w) for w in hp["budget_weights"]]
     if len(hp["budgets"]) != len(hp["budget_weights"]) or not hp["budgets"]:
