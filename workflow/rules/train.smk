@@ -1,8 +1,10 @@
 rule train:
     """One drafter variant: the untrained drafter trained with L_A + lambda_c * L_C (config `training` + overrides).
 
-    The model file is the marker output: resumable checkpoints in results/drafters/{variant}/checkpoints/
-    survive a failed or interrupted job, so re-running resumes.
+    No --variant flag: the config's merged --hparams are the whole truth (training.py's built-in variant
+    values are the paper's, e.g. single_budget B=1024, which would override a scaled config).
+    Training works in results/drafters/{variant}.tmp/ (checkpoints/ there) and renames it when done: a failed
+    or interrupted job keeps its checkpoints, and re-running resumes.
     """
     input:
         init="results/models/drafter_untrained",
@@ -29,7 +31,7 @@ rule train:
         hparams=lambda wc: variant_hparams(wc.variant),
     shell:
         "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {params.out}"
-        " --hparams {params.hparams:q} --variant {wildcards.variant} > {log} 2>&1"
+        " --hparams {params.hparams:q} > {log} 2>&1"
 
 
 rule train_eagle3:
