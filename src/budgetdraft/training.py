@@ -13,7 +13,7 @@ One step (batch 1) on sequence x = input_ids[n] (P prefix + C continuation token
 Which sequence and which budget a step uses are pure functions of (seed, step), so a run killed and restarted
 from its last checkpoint reproduces an uninterrupted run bit for bit (CPU).
 
-Files (docs/architecture.md): the run works in ``OUT.tmp/`` (``loss_log.csv``, ``eval_log.csv``,
+Files (docs/architecture.md): the run works in ``OUT.tmp/`` (``loss_log.csv``, ``eval_log.csv`` if heldout > 0,
 ``checkpoints/step_N/{model.safetensors,state.pt,hparams.json}``) and renames it to ``OUT/`` once the final
 Hugging Face checkpoint (model + config + tokenizer) is written, so ``OUT/`` never exists half-written.
 """
@@ -389,7 +389,7 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
     (work / "hparams.json").write_text(json.dumps({**hp, "variant": variant, "init": init,
                                                    "targets": str(targets_file)}, indent=1))
     log_file, log = _open_log(work / "loss_log.csv", LOG_COLUMNS, start)
-    eval_file, eval_log = _open_log(work / "eval_log.csv", EVAL_COLUMNS, start + 1)
+    eval_file, eval_log = _open_log(work / "eval_log.csv", EVAL_COLUMNS, start + 1) if heldout else (None, None)
     if start == 0:
         _log_heldout(drafter, heldout, hp, 0, eval_log, eval_file)
 
@@ -404,13 +404,13 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
             save_checkpoint(work, done, drafter, optimizer, scheduler, identity)
             _log_heldout(drafter, heldout, hp, done, eval_log, eval_file)
         if stop_after is not None and done >= stop_after and done < hp["steps"]:
-            log_file.close()
-            eval_file.close()
+            for f in (log_file, eval_file):
+                f and f.close()
             return None
     bar.close()
     _log_heldout(drafter, heldout, hp, hp["steps"], eval_log, eval_file)
-    log_file.close()
-    eval_file.close()
+    for f in (log_file, eval_file):
+        f and f.close()
 
     drafter.save_pretrained(work, safe_serialization=True)
     _copy_tokenizer(init, work)
