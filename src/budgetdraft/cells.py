@@ -1,0 +1,127 @@
+"""One evaluation grid cell = (label, dataset, context, budget, γ) → one parquet file of per-sample rows.
+
+The models are loaded once; one warm-up generation is discarded, then every prompt of the dataset × context is
+decoded ``repeats`` times. Every run generates exactly ``max_new_tokens`` tokens (EOS does not stop it, as in
+the paper), so all methods of a cell row decode the same tokens and aggregation can check losslessness.
+The file is written atomically: a killed or failed cell leaves no file, and re-running the target redoes it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.models import load_model
+
+CELL_COLUMNS = [
+    "label", "method", "dataset", "context", "budget", "gamma", "policy", "sample", "doc_id", "repeat",
+    "prompt_tokens", "new_tokens", "verifier_prefill_s", "drafter_prefill_s", "decode_s", "total_s", "tok_per_s",
+    "drafted", "accepted", "acceptance", "tau", "verifier_forwards", "accept_by_position", "peak_mem_mb", "device",
+    "output_ids", "config",
+]
+METHODS = ("ar", "sd", "triforce", "eagle3")
+NO_EOS: list[int] = []  # fixed-length generations
+
+
+def make_decoder(args, verifier):
+    """A function prompt_ids -> Generation for the cell's method."""
+    if args.method == "ar":
+        return lambda ids: autoregressive(verifier, ids, args.max_new_tokens, eos_token_id=NO_EOS)
+    if args.gamma < 1:
+        raise ValueError(f"--gamma must be >= 1 for method {args.method!r}, got {args.gamma}")
+    if not args.drafter:
+        raise ValueError(f"method {args.method!r} needs --drafter")
+    extra = json.loads(args.extra) if args.extra else {}
+    if args.method == "sd":
+        drafter_model = load_model(args.drafter, args.device, args.drafter_dtype)
+
+        def new_drafter():
+            return SparseDrafter(drafter_model, args.budget, args.policy, args.chunk_size, args.score_window)
+    else:
+        # A baseline module provides drafter_factory(verifier, args, extra) -> () -> a fresh drafter per run.
+        baseline = importlib.import_module(f"budgetdraft.baselines.{args.method}")
+        new_drafter = baseline.drafter_factory(verifier, args, extra)
+    return lambda ids: speculative(new_drafter(), verifier, ids, args.max_new_tokens, args.gamma,
+                                   eos_token_id=NO_EOS)
+
+
+def device_name(device: str) -> str:
+    dev = torch.device(device)
+    return f"cuda:{torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else "cpu"
+
+
+def run_cell(args) -> pd.DataFrame:
+    if args.method not in METHODS:
+        raise ValueError(f"--method {args.method!r} is not one of {', '.join(METHODS)}")
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    prompts = pd.read_parquet(args.prompts)
+    if prompts.empty:
+        raise ValueError(f"no prompts in {args.prompts}")
+    verifier = load_model(args.verifier, args.device, args.verifier_dtype)
+    decode = make_decoder(args, verifier)
+    config = json.dumps({k: v for k, v in sorted(vars(args).items())})
+    for _ in range(args.warmup):
+        decode(list(prompts.iloc[0]["input_ids"]))
+    rows = []
+    for sample in prompts.itertuples():
+        ids = [int(t) for t in sample.input_ids]
+        for repeat in range(args.repeats):
+            gen = decode(ids)
+            stats = gen.stats.as_dict()
+            print(f"sample {sample.sample} repeat {repeat}: {stats['tok_per_s']:.2f} tok/s, "
+                  f"acceptance {stats['acceptance']:.3f}, tau {stats['tau']:.2f}", file=sys.stderr)
+            rows.append({
+                "label": args.label, "method": args.method, "dataset": args.dataset, "context": args.context,
+                "budget": args.budget, "gamma": args.gamma, "policy": args.policy, "sample": int(sample.sample),
+                "doc_id": str(sample.doc_id), "repeat": repeat, "device": device_name(args.device),
+                "output_ids": gen.tokens, "config": config,
+                **{k: stats[k] for k in CELL_COLUMNS if k in stats},
+            })
+    return pd.DataFrame(rows, columns=CELL_COLUMNS)
+
+
+def write_atomically(frame: pd.DataFrame, out: str | Path) -> None:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+    os.replace(tmp, out)
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("--label", required=True, help="row label in the tables: ar, sd, lambda0.5, ...")
+    parser.add_argument("--method", required=True, help="decoding algorithm: " + ", ".join(METHODS))
+    parser.add_argument("--verifier", required=True)
+    parser.add_argument("--drafter", help="drafter model (sd, triforce) or EAGLE-3 head directory (eagle3)")
+    parser.add_argument("--prompts", required=True, help="prompts parquet of one dataset x context")
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--context", required=True)
+    parser.add_argument("--budget", type=int, default=0, help="drafter KV budget B in tokens (0 for AR)")
+    parser.add_argument("--gamma", type=int, default=0, help="draft length γ (0 for AR)")
+    parser.add_argument("--policy", default="topk_chunks")
+    parser.add_argument("--chunk-size", type=int, default=8)
+    parser.add_argument("--score-window", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--verifier-dtype", default="float32")
+    parser.add_argument("--drafter-dtype", default="float32")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--extra", default="", help="JSON of method-specific settings (triforce, eagle3)")
+    parser.add_argument("--out", required=True)
+
+
+def run(args) -> None:
+    torch.set_num_threads(args.threads)
+    write_atomically(run_cell(args), args.out)

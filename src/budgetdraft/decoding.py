@@ -1,0 +1,274 @@
+"""Greedy decoding: AR with a full cache, and speculative decoding with a sparse drafter (Algorithm 2).
+
+Speculative decoding is lossless: every emitted token is the verifier's own greedy choice given everything
+before it, so the output equals ``autoregressive(...)`` token for token (up to float ties between a batched
+verify and single-token steps, ~1e-6 in the logits).
+
+Cache invariants of ``speculative``, with ``out`` the tokens emitted so far:
+  verifier cache = prompt + out[:-1]                 (out[-1] is fed at the next verify)
+  drafter cache  = sparse(prompt) + out[:-len(pending)]   (pending: emitted but not yet seen by the drafter)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import torch
+
+from budgetdraft.kvcache import (POLICIES, PreallocatedCache, check_budget, gathered_kv, keep_indices, needs_scores,
+                                 num_layers, prefill)
+from budgetdraft.metrics import DecodeStats, Stopwatch, peak_memory_mb, reset_peak_memory
+
+
+@dataclass
+class Generation:
+    tokens: list[int]
+    stats: DecodeStats
+
+
+def _positions(start: int, length: int, device) -> torch.Tensor:
+    return torch.arange(start, start + length, device=device)[None]  # [1, q]
+
+
+def _ids(tokens: list[int], device) -> torch.Tensor:
+    return torch.tensor([tokens], dtype=torch.long, device=device)  # [1, q]
+
+
+def check_request(model, prompt_len: int, max_new_tokens: int) -> None:
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if prompt_len < 1:
+        raise ValueError("prompt is empty")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if limit and prompt_len + max_new_tokens > limit:
+        raise ValueError(
+            f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} exceeds the verifier's "
+            f"max_position_embeddings {limit}"
+        )
+
+
+def _eos_ids(model, eos_token_id) -> set[int]:
+    eos = model.generation_config.eos_token_id if eos_token_id is None else eos_token_id
+    if eos is None:
+        return set()
+    return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
+
+
+def _finish(out: list[int], max_new_tokens: int, eos: set[int]) -> tuple[list[int], bool]:
+    """Cut ``out`` after the first EOS or at ``max_new_tokens``; True when generation is over."""
+    for i, tok in enumerate(out[:max_new_tokens]):
+        if tok in eos:
+            return out[: i + 1], True
+    return out[:max_new_tokens], len(out) >= max_new_tokens
+
+
+class Verifier:
+    """The big model on a full, pre-allocated cache."""
+
+    def __init__(self, model, prefill_chunk: int | None = None):
+        self.model = model
+        self.prefill_chunk = prefill_chunk
+        self.device = model.device
+
+    def prefill(self, prompt: torch.Tensor, capacity: int) -> int:
+        """Prefill the prompt [1, P]; returns the greedy first new token."""
+        self.cache = PreallocatedCache(num_layers(self.model), capacity)
+        logits, _ = prefill(self.model, prompt, self.cache, chunk_len=self.prefill_chunk)
+        self.length = prompt.shape[1]
+        return int(logits.argmax(-1))
+
+    @torch.no_grad()
+    def step(self, tokens: list[int], **kwargs):
+        """Feed ``tokens`` (real positions continue the cache); returns the model output (logits [1, q, V])."""
+        out = self.model(input_ids=_ids(tokens, self.device), past_key_values=self.cache,
+                         position_ids=_positions(self.length, len(tokens), self.device), use_cache=True, **kwargs)
+        self.length += len(tokens)
+        return out
+
+    def rollback(self, length: int) -> None:
+        self.cache.truncate(length)
+        self.length = length
+
+
+class SparseDrafter:
+    """The paper's drafter: a small causal LM whose prefix cache is cut to a budget of B tokens by a policy."""
+
+    def __init__(self, model, budget: int, policy: str = "topk_chunks", chunk_size: int = 8,
+                 score_window: int = 32, prefill_chunk: int | None = None):
+        check_budget(budget, chunk_size)
+        if policy not in POLICIES:
+            raise ValueError(f"unknown sparse policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        self.model, self.budget, self.policy = model, budget, policy
+        self.chunk_size, self.score_window, self.prefill_chunk = chunk_size, score_window, prefill_chunk
+        self.device = model.device
+
+    def prefill(self, prompt: torch.Tensor, capacity: int) -> None:
+        """Prefill the full prompt once, then keep only the policy's positions (explicit real positions later)."""
+        prompt_len = prompt.shape[1]
+        full = PreallocatedCache(num_layers(self.model), prompt_len)
+        window = self.score_window if needs_scores(self.policy) else 0
+        _, scores = prefill(self.model, prompt, full, chunk_len=self.prefill_chunk, score_window=window)
+        idx = keep_indices(self.policy, scores, prompt_len, self.budget, self.chunk_size, num_layers(self.model))
+        kept = [len(i) for i in idx]
+        if len(set(kept)) != 1:  # layers may keep different positions but always the same number of them
+            raise AssertionError(f"layers keep different numbers of positions: {kept}")
+        self.cache = PreallocatedCache.from_kv(gathered_kv(full, idx), kept[0] + capacity)
+        self.position = prompt_len  # real position of the next token fed
+
+    @torch.no_grad()
+    def draft(self, pending: list[int], gamma: int) -> list[int]:
+        """Feed the ``pending`` tokens, then propose ``gamma`` greedy tokens; the drafter cache ends up holding
+        pending + the first gamma − 1 drafts."""
+        self.start = self.cache.get_seq_length()
+        drafts, feed = [], pending
+        for _ in range(gamma):
+            logits = self.model(input_ids=_ids(feed, self.device), past_key_values=self.cache,
+                                position_ids=_positions(self.position, len(feed), self.device), use_cache=True,
+                                logits_to_keep=1).logits
+            self.position += len(feed)
+            feed = [int(logits[0, -1].argmax())]
+            drafts.append(feed[0])
+        return drafts
+
+    def rollback(self, kept_new: int) -> None:
+        """Keep only the first ``kept_new`` tokens fed during the last ``draft``."""
+        dropped = self.cache.get_seq_length() - (self.start + kept_new)
+        self.cache.truncate(self.start + kept_new)
+        self.position -= dropped
+
+    def after_verify(self, verifier_output, accepted: int) -> None:
+        """Hook for drafters that read the verifier (EAGLE-3); the sparse drafter needs nothing."""
+
+
+@torch.no_grad()
+def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *, eos_token_id=None,
+                   prefill_chunk: int | None = None) -> Generation:
+    """Greedy AR decoding on a full pre-allocated cache."""
+    check_request(verifier_model, len(prompt_ids), max_new_tokens)
+    device, eos = verifier_model.device, _eos_ids(verifier_model, eos_token_id)
+    stats = DecodeStats(prompt_tokens=len(prompt_ids))
+    verifier = Verifier(verifier_model, prefill_chunk)
+    reset_peak_memory(device)
+    with Stopwatch(device) as total:
+        with Stopwatch(device) as t:
+            out = [verifier.prefill(_ids(prompt_ids, device), len(prompt_ids) + max_new_tokens)]
+        stats.verifier_prefill_s = t.seconds
+        out, done = _finish(out, max_new_tokens, eos)
+        while not done:
+            logits = verifier.step([out[-1]], logits_to_keep=1).logits
+            stats.verifier_forwards += 1
+            out, done = _finish(out + [int(logits[0, -1].argmax())], max_new_tokens, eos)
+    return _close(out, stats, total.seconds, device)
+
+
+@torch.no_grad()
+def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: int, gamma: int, *,
+                eos_token_id=None, prefill_chunk: int | None = None) -> Generation:
+    """Greedy speculative decoding: ``drafter`` proposes γ tokens, the verifier checks them in one forward on
+    its full cache, the longest agreeing prefix is kept plus the verifier's own next token (the bonus)."""
+    if gamma < 1:
+        raise ValueError(f"gamma (draft length) must be >= 1, got {gamma}")
+    check_request(verifier_model, len(prompt_ids), max_new_tokens)
+    if hasattr(drafter, "model"):
+        from budgetdraft.models import check_pair
+
+        check_pair(drafter.model, verifier_model)
+    device, eos = verifier_model.device, _eos_ids(verifier_model, eos_token_id)
+    stats = DecodeStats(prompt_tokens=len(prompt_ids))
+    verifier = Verifier(verifier_model, prefill_chunk)
+    prompt = _ids(prompt_ids, device)
+    capacity = len(prompt_ids) + max_new_tokens + gamma + 1
+    reset_peak_memory(device)
+    with Stopwatch(device) as total:
+        with Stopwatch(device) as t:
+            out = [verifier.prefill(prompt, capacity)]
+        stats.verifier_prefill_s = t.seconds
+        with Stopwatch(device) as t:
+            drafter.prefill(prompt.to(drafter.device), max_new_tokens + gamma + 1)
+        stats.drafter_prefill_s = t.seconds
+        out, done = _finish(out, max_new_tokens, eos)
+        pending = [out[-1]]
+        while not done:
+            g = min(gamma, max_new_tokens - len(out) - 1)  # never draft past the last token still wanted
+            drafts = drafter.draft(pending, g) if g > 0 else []
+            base = verifier.length
+            vout = verifier.step([out[-1]] + drafts, output_hidden_states=getattr(drafter, "needs_hidden", False))
+            choice = vout.logits[0].argmax(-1).tolist()  # verifier's greedy token after each fed position
+            k = 0
+            while k < len(drafts) and drafts[k] == choice[k]:
+                k += 1
+            stats.record_round(len(drafts), k)
+            verifier.rollback(base + 1 + k)
+            drafter.after_verify(vout, k)
+            if g > 0:
+                if k < g:
+                    drafter.rollback(len(pending) + k)
+                    pending = [choice[k]]
+                else:  # every draft accepted: the drafter has not yet seen the last draft
+                    pending = [drafts[-1], choice[k]]
+            else:
+                pending = pending + [choice[k]]
+            out, done = _finish(out + drafts[:k] + [choice[k]], max_new_tokens, eos)
+    return _close(out, stats, total.seconds, device)
+
+
+def _close(out: list[int], stats: DecodeStats, total_s: float, device) -> Generation:
+    stats.new_tokens = len(out)
+    stats.total_s = total_s
+    stats.decode_s = total_s - stats.verifier_prefill_s - stats.drafter_prefill_s
+    stats.peak_mem_mb = peak_memory_mb(device)
+    return Generation(out, stats)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Command line: decode one prompt and print the text and the metrics
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("--verifier", default="embedded:smollm2", help="verifier model spec")
+    parser.add_argument("--drafter", default="embedded:smollm2:layers=4", help="drafter model spec (sd)")
+    parser.add_argument("--method", choices=["ar", "sd"], default="sd")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", help="file holding the prompt text")
+    parser.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--gamma", type=int, default=5, help="draft length γ")
+    parser.add_argument("--budget", type=int, default=256, help="drafter KV budget B (tokens of the prompt kept)")
+    parser.add_argument("--policy", default="topk_chunks", help="topk_chunks | streaming | full")
+    parser.add_argument("--chunk-size", type=int, default=8)
+    parser.add_argument("--score-window", type=int, default=32, help="last prefill queries that score chunks")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--verifier-dtype", default="float32")
+    parser.add_argument("--drafter-dtype", default="float32")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+
+
+def run(args) -> None:
+    from budgetdraft.models import load_model, load_tokenizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    text = args.prompt if args.prompt is not None else None
+    if args.prompt_file:
+        with open(args.prompt_file, encoding="utf-8") as f:
+            text = f.read()
+    if text is None:
+        text = "Once upon a time"
+    tokenizer = load_tokenizer(args.verifier)
+    if args.chat:
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            return_dict=False)
+    else:
+        ids = tokenizer(text)["input_ids"]
+    verifier = load_model(args.verifier, args.device, args.verifier_dtype)
+    if args.method == "ar":
+        gen = autoregressive(verifier, ids, args.max_new_tokens)
+    else:
+        drafter_model = load_model(args.drafter, args.device, args.drafter_dtype)
+        drafter = SparseDrafter(drafter_model, args.budget, args.policy, args.chunk_size, args.score_window)
+        gen = speculative(drafter, verifier, ids, args.max_new_tokens, args.gamma)
+    print(tokenizer.decode(gen.tokens, skip_special_tokens=True))
+    print(json.dumps({k: v for k, v in gen.stats.as_dict().items()
+                      if k not in ("reached_by_position", "accepted_by_position")}, indent=1))
