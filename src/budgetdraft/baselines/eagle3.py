@@ -43,7 +43,8 @@ from budgetdraft.kvcache import PreallocatedCache
 
 HEAD_FILE, CONFIG_FILE = "head.safetensors", "eagle3.json"
 HPARAMS = {"steps": 100, "lr": 1.0e-3, "weight_decay": 0.0, "warmup_steps": 10, "grad_clip": 1.0, "ttt_steps": 7,
-           "step_decay": 0.8, "layer_ids": None, "seed": 0, "dtype": "float32", "device": "cpu", "threads": 1,
+           "step_decay": 0.8, "layer_ids": None, "seed": 0, "dtype": "float32", "verifier_dtype": "float32",
+           "device": "cpu", "threads": 1,
            "feature_cache_mb": 2048, "log_every": 10}
 
 
@@ -227,7 +228,7 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
         torch.set_num_threads(int(hp["threads"]))
     torch.manual_seed(int(hp["seed"]))
     device = hp["device"]
-    verifier = load_model(verifier_spec, device, "float32").eval()
+    verifier = load_model(verifier_spec, device, hp["verifier_dtype"]).eval()
     for prm in verifier.parameters():
         prm.requires_grad_(False)
     data = load_targets(targets_file)
