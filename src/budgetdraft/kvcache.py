@@ -224,18 +224,23 @@ def check_budget(budget: int, chunk_size: int) -> None:
 
 
 def topk_chunks(scores: torch.Tensor, prefix_len: int, budget: int, chunk_size: int) -> torch.Tensor:
-    """TopKChunks: split [0, P) into chunks of ``chunk_size`` (the last may be shorter), score each chunk by the
-    summed attention of its tokens, keep the top ⌊B/s⌋ chunks in original order. B ≥ P keeps everything."""
+    """TopKChunks: split [0, P) into chunks of ``chunk_size``, score each chunk by the summed attention of its
+    tokens, keep ⌊B/s⌋ chunks in original order. B ≥ P keeps everything.
+
+    When P is not a multiple of s, the trailing partial chunk (the P mod s most recent tokens) is always one of
+    the kept chunks, so every layer keeps exactly the same number of tokens (≤ B) and the caches of all layers
+    stay one length.
+    """
     if budget >= prefix_len:
         return torch.arange(prefix_len, device=scores.device)
-    n_chunks = math.ceil(prefix_len / chunk_size)
-    padded = torch.zeros(n_chunks * chunk_size, device=scores.device, dtype=torch.float32)
-    padded[:prefix_len] = scores[:prefix_len].float()
-    chunk_scores = padded.view(n_chunks, chunk_size).sum(dim=1)
-    keep = min(budget // chunk_size, n_chunks)
-    chunks = torch.topk(chunk_scores, keep).indices.sort().values
+    n_full, tail = divmod(prefix_len, chunk_size)
+    keep = budget // chunk_size
+    if keep == 0:
+        return torch.arange(0, device=scores.device)
+    chunk_scores = scores[: n_full * chunk_size].float().view(n_full, chunk_size).sum(dim=1)
+    chunks = torch.topk(chunk_scores, keep - (tail > 0)).indices.sort().values
     idx = (chunks[:, None] * chunk_size + torch.arange(chunk_size, device=scores.device)).flatten()
-    return idx[idx < prefix_len]
+    return torch.cat([idx, torch.arange(n_full * chunk_size, prefix_len, device=scores.device)])
 
 
 def streaming(prefix_len: int, budget: int, sinks: int = 4) -> torch.Tensor:

@@ -1,0 +1,154 @@
+"""Speculative decoding is lossless: its output equals the verifier's own greedy output, token for token."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.models import EMBEDDED, EmbeddedGGUF, check_pair, embedded_gguf, load_model
+from conftest import shakespeare_text, tiny_llama
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_llama(seed=0, layers=3), tiny_llama(seed=1, layers=1)  # verifier, (unrelated) drafter
+
+
+@pytest.fixture(scope="module")
+def prompt():
+    torch.manual_seed(2)
+    return torch.randint(0, 96, (45,)).tolist()
+
+
+@pytest.mark.parametrize("policy", ["topk_chunks", "streaming", "full"])
+@pytest.mark.parametrize("budget", [4, 16, 45, 1000])  # B < chunk, B < P, B = P, B ≥ P
+@pytest.mark.parametrize("gamma", [1, 3, 5, 8])
+def test_sd_equals_ar_on_random_weights(pair, prompt, policy, budget, gamma):
+    verifier, drafter = pair
+    ar = autoregressive(verifier, prompt, 30, eos_token_id=[])
+    sd = speculative(SparseDrafter(drafter, budget, policy, 8, 8), verifier, prompt, 30, gamma, eos_token_id=[])
+    assert sd.tokens == ar.tokens
+    assert sd.stats.new_tokens == 30
+    assert 0 <= sd.stats.accepted <= sd.stats.drafted
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5, 8])
+def test_sd_stops_at_eos_like_ar(pair, prompt, gamma):
+    verifier, drafter = pair
+    free = autoregressive(verifier, prompt, 30, eos_token_id=[])
+    eos = free.tokens[12]  # a token AR emits mid-way: both must stop right after its first occurrence
+    ar = autoregressive(verifier, prompt, 30, eos_token_id=eos)
+    assert ar.tokens[-1] == eos and len(ar.tokens) <= 13
+    sd = speculative(SparseDrafter(drafter, 16), verifier, prompt, 30, gamma, eos_token_id=eos)
+    assert sd.tokens == ar.tokens
+
+
+@pytest.mark.parametrize("gamma", [1, 4, 7])
+def test_self_drafting_accepts_everything(pair, prompt, gamma):
+    verifier, _ = pair
+    sd = speculative(SparseDrafter(verifier, 10_000, "full"), verifier, prompt, 33, gamma, eos_token_id=[])
+    assert sd.stats.acceptance == 1.0
+    full_rounds = (33 - 1) // (gamma + 1)
+    assert sd.stats.verifier_forwards <= full_rounds + 1 + (33 - 1) % (gamma + 1)
+    assert sd.stats.accept_by_position[:gamma] == [1.0] * gamma
+
+
+def test_metrics_are_consistent(pair, prompt):
+    verifier, drafter = pair
+    sd = speculative(SparseDrafter(drafter, 16), verifier, prompt, 20, 4, eos_token_id=[]).stats
+    assert sd.total_s >= sd.verifier_prefill_s + sd.drafter_prefill_s
+    assert sd.decode_s >= 0 and sd.peak_mem_mb > 0
+    assert sd.tau == pytest.approx(20 / sd.verifier_forwards)
+    assert sd.tok_per_s == pytest.approx(20 / sd.total_s)
+
+
+# ---- bad input: a clear ValueError naming the value ----------------------------------------------------------
+
+def test_gamma_below_one_is_rejected(pair, prompt):
+    with pytest.raises(ValueError, match="gamma"):
+        speculative(SparseDrafter(pair[1], 16), pair[0], prompt, 10, 0)
+
+
+@pytest.mark.parametrize("budget,chunk,match", [(0, 8, "budget"), (-1, 8, "budget"), (16, 0, "chunk_size")])
+def test_bad_budget_or_chunk_is_rejected(pair, budget, chunk, match):
+    with pytest.raises(ValueError, match=match):
+        SparseDrafter(pair[1], budget, "topk_chunks", chunk)
+
+
+def test_prompt_longer_than_the_verifier_allows_is_rejected(pair):
+    with pytest.raises(ValueError, match="max_position_embeddings 512"):
+        autoregressive(pair[0], [1] * 500, 20)
+
+
+def test_different_vocabularies_are_rejected(pair, prompt):
+    other = tiny_llama(seed=3, vocab=100)
+    with pytest.raises(ValueError, match="vocab_size 100 differs from verifier vocab_size 96"):
+        check_pair(other, pair[0])
+    with pytest.raises(ValueError, match="vocab_size"):
+        speculative(SparseDrafter(other, 16), pair[0], prompt, 5, 2)
+
+
+def test_missing_model_files_are_named(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="no config.json"):
+        load_model(str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="unknown embedded model"):
+        load_model("embedded:gpt5")
+    monkeypatch.setitem(EMBEDDED, "ghost", EmbeddedGGUF(("not-installed-pkg",), "x.gguf", "0", "x.gguf"))
+    with pytest.raises(ValueError, match="'not-installed-pkg' is not installed"):
+        embedded_gguf("ghost")
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "budgetdraft", "decode", "--verifier", str(tmp_path / "nope")],
+                         capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "error: model directory not found" in run.stderr and "Traceback" not in run.stderr
+
+
+# ---- the real embedded model pair (SmolLM2-135M-Instruct verifier, its 4-layer cut as drafter) ---------------
+
+@pytest.fixture(scope="module")
+def real_prompt(real_pair):
+    _, _, tokenizer = real_pair
+    return tokenizer(shakespeare_text()[30000:45000])["input_ids"][:300]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("budget", [4, 64, 400])
+@pytest.mark.parametrize("gamma", [1, 3, 5, 8])
+def test_sd_equals_ar_on_the_real_model(real_pair, real_prompt, budget, gamma):
+    verifier, drafter, _ = real_pair
+    ar = autoregressive(verifier, real_prompt, 24, eos_token_id=[])
+    sd = speculative(SparseDrafter(drafter, budget), verifier, real_prompt, 24, gamma, eos_token_id=[])
+    assert sd.tokens == ar.tokens
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("policy", ["streaming", "full"])
+def test_other_policies_are_lossless_on_the_real_model(real_pair, real_prompt, policy):
+    verifier, drafter, _ = real_pair
+    ar = autoregressive(verifier, real_prompt, 24, eos_token_id=[])
+    sd = speculative(SparseDrafter(drafter, 64, policy), verifier, real_prompt, 24, 5, eos_token_id=[])
+    assert sd.tokens == ar.tokens
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("gamma", [3, 5])
+def test_real_chat_prompt_that_ends_with_eos(real_pair, gamma):
+    verifier, drafter, tokenizer = real_pair
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                        add_generation_prompt=True, return_dict=False)
+    ar = autoregressive(verifier, ids, 60)
+    assert ar.tokens[-1] == tokenizer.eos_token_id and len(ar.tokens) < 60  # the instruct model stops by itself
+    sd = speculative(SparseDrafter(drafter, 16), verifier, ids, 60, gamma)
+    assert sd.tokens == ar.tokens
+
+
+@pytest.mark.real
+def test_self_drafting_on_the_real_model(real_pair, real_prompt):
+    verifier, _, _ = real_pair
+    sd = speculative(SparseDrafter(verifier, 64), verifier, real_prompt, 24, 5, eos_token_id=[])
+    assert sd.tokens == autoregressive(verifier, real_prompt, 24, eos_token_id=[]).tokens
+    assert sd.stats.tau > 2  # a sparse copy of the verifier still agrees with it most of the time
