@@ -125,7 +125,8 @@ def cells(tmp_path_factory):
 def build_text(cells, artifact, tmp_path, settings=SETTINGS, keys=None):
     paths = [p for k, p in cells.items() if keys is None or keys(k)]
     out = tmp_path / f"{artifact}.tex"
-    assert paper.build(artifact, paths, settings, out) == [out]
+    assert paper.build(artifact, paths, settings, out) == [out, paper.sources_path(out)]
+    assert paper.trace_file(out)  # the recorded cells and settings re-derive every number of the table
     return out.read_text()
 
 

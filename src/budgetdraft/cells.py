@@ -33,9 +33,9 @@ NO_EOS: list[int] = []  # fixed-length generations
 
 
 def make_decoder(args, verifier):
-    """A function prompt_ids -> Generation for the cell's method."""
+    """A function (prompt_ids, new_tokens) -> Generation for the cell's method."""
     if args.method == "ar":
-        return lambda ids: autoregressive(verifier, ids, args.max_new_tokens, eos_token_id=NO_EOS)
+        return lambda ids, n: autoregressive(verifier, ids, n, eos_token_id=NO_EOS)
     if args.gamma < 1:
         raise ValueError(f"--gamma must be >= 1 for method {args.method!r}, got {args.gamma}")
     if not args.drafter:
@@ -50,8 +50,7 @@ def make_decoder(args, verifier):
         # A baseline module provides drafter_factory(verifier, args, extra) -> () -> a fresh drafter per run.
         baseline = importlib.import_module(f"budgetdraft.baselines.{args.method}")
         new_drafter = baseline.drafter_factory(verifier, args, extra)
-    return lambda ids: speculative(new_drafter(), verifier, ids, args.max_new_tokens, args.gamma,
-                                   eos_token_id=NO_EOS)
+    return lambda ids, n: speculative(new_drafter(), verifier, ids, n, args.gamma, eos_token_id=NO_EOS)
 
 
 def device_name(device: str) -> str:
@@ -70,13 +69,13 @@ def run_cell(args) -> pd.DataFrame:
     verifier = load_model(args.verifier, args.device, args.verifier_dtype)
     decode = make_decoder(args, verifier)
     config = json.dumps({k: v for k, v in sorted(vars(args).items())})
-    for _ in range(args.warmup):
-        decode(list(prompts.iloc[0]["input_ids"]))
+    for _ in range(args.warmup):  # discarded: first-call costs (allocator, kernels, lazy imports)
+        decode(list(prompts.iloc[0]["input_ids"]), args.warmup_tokens or args.max_new_tokens)
     rows = []
     for sample in prompts.itertuples():
         ids = [int(t) for t in sample.input_ids]
         for repeat in range(args.repeats):
-            gen = decode(ids)
+            gen = decode(ids, args.max_new_tokens)
             stats = gen.stats.as_dict()
             print(f"sample {sample.sample} repeat {repeat}: {stats['tok_per_s']:.2f} tok/s, "
                   f"acceptance {stats['acceptance']:.3f}, tau {stats['tau']:.2f}", file=sys.stderr)
@@ -112,7 +111,9 @@ def configure_parser(parser) -> None:
     parser.add_argument("--chunk-size", type=int, default=8)
     parser.add_argument("--score-window", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=1, help="discarded warm-up generations")
+    parser.add_argument("--warmup-tokens", type=int, default=0,
+                        help="new tokens of a warm-up generation (0 = --max-new-tokens)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--verifier-dtype", default="float32")

@@ -227,8 +227,13 @@ class Settings:
 
 
 def parse_settings(text_or_path) -> Settings:
+    return Settings(settings_dict(text_or_path))
+
+
+def settings_dict(text_or_path) -> dict:
+    """The settings as a plain dict, from a dict, a JSON string or a JSON file."""
     if isinstance(text_or_path, dict):
-        return Settings(text_or_path)
+        return text_or_path
     text = str(text_or_path)
     if not text.lstrip().startswith("{") and Path(text).is_file():
         text = Path(text).read_text()
@@ -238,7 +243,7 @@ def parse_settings(text_or_path) -> Settings:
         raise ValueError(f"--settings is neither JSON nor a JSON file: {err}") from None
     if not isinstance(raw, dict):
         raise ValueError("--settings must be a JSON object")
-    return Settings(raw)
+    return raw
 
 
 # ------------------------------------------------------------------------------------------ formatting
@@ -554,6 +559,10 @@ def build(artifact: str, cells, settings, out) -> list[Path]:
     if artifact in TABLE_BUILDERS:
         table = TABLE_BUILDERS[artifact](grid, s)
         atomic_write_text(out, "\n".join(table.lines) + "\n")
+        if not isinstance(cells, (Grid, pd.DataFrame)) and not isinstance(settings, Settings):  # provenance: which cells and settings made the table
+            sources = {"settings": settings_dict(settings), "cells": [str(c) for c in cells]}
+            atomic_write_text(sources_path(out), json.dumps(sources, indent=1) + "\n")
+            return [out, sources_path(out)]
         return [out]
     from budgetdraft import figures
     return figures.FIGURE_BUILDERS[artifact](grid, s, out)
@@ -585,6 +594,20 @@ def trace(table_path, cells, settings) -> list[tuple[str, str]]:
     if wrong:
         raise ValueError(f"{table_path}: numbers not derived from the cells (found, derived, source): {wrong[:5]}")
     return expected
+
+
+def sources_path(table_path) -> Path:
+    table_path = Path(table_path)
+    return table_path.with_name(table_path.stem + ".sources.json")
+
+
+def trace_file(table_path) -> list[tuple[str, str]]:
+    """``trace`` a generated table against the cells and settings recorded next to it by ``build``."""
+    recorded = sources_path(table_path)
+    if not recorded.is_file():
+        raise ValueError(f"{table_path}: no provenance file {recorded}")
+    sources = json.loads(recorded.read_text())
+    return trace(table_path, sources["cells"], sources["settings"])
 
 
 # ------------------------------------------------------------------------------------------------- CLI

@@ -12,6 +12,8 @@ CONTEXTS = list(config["contexts"])
 BUDGETS = list(config["budgets"])
 VARIANTS = list(config["variants"])  # trained drafters = cell labels
 BASELINES = list(config["baselines"].get("enabled", []))
+# TriForce and EAGLE-3 do not use the drafter budget B: one cell (at the largest B) per context is enough.
+BASELINE_BUDGET = max(config["budgets"])
 METHOD = {"ar": "ar", "sd": "sd", "triforce": "triforce", "eagle3": "eagle3"}
 METHOD.update({variant: "sd" for variant in VARIANTS})
 TABLES = [
@@ -164,12 +166,12 @@ def artifact_cells(artifact):
         "ablation_lc": ar_cells() + cells_at(["la_only", "lambda0.5"]),
         "lambda": ar_cells() + cells_at(["lambda0.5", "lambda1.0"]),
         "comparison": ar_cells([cmp["dataset"]], cmp["contexts"])
-        + cells_at(
-            ["sd", *BASELINES, "lambda0.5"],
-            [cmp["dataset"]],
-            cmp["contexts"],
-            cmp["gamma"],
-        ),
+        + cells_at(["sd", "lambda0.5"], [cmp["dataset"]], cmp["contexts"], cmp["gamma"])
+        + [
+            cell(label, cmp["dataset"], c, BASELINE_BUDGET, cmp["gamma"])
+            for label in BASELINES
+            for c in cmp["contexts"]
+        ],
         "single_budget": ar_cells([single["dataset"]], [single["context"]])
         + cells_at(
             ["single_budget", "lambda0.5"],
@@ -276,6 +278,7 @@ def paper_settings():
                 "gamma": cmp["gamma"],
                 "drafter_sizes": cmp.get("drafter_sizes", {}),
                 "baselines": BASELINES,
+                "budgets": {label: BASELINE_BUDGET for label in BASELINES},
             },
             "single_budget": config["single_budget"],
         }

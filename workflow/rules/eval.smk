@@ -31,6 +31,7 @@ rule eval_cell:
         score_window=config["score_window"],
         max_new_tokens=config["max_new_tokens"],
         warmup=config["warmup"],
+        warmup_tokens=config["warmup_tokens"],
         repeats=config["repeats"],
         device=config["device"],
         verifier_dtype=config["verifier_dtype"],
@@ -41,7 +42,8 @@ rule eval_cell:
         " --dataset {wildcards.dataset} --context {wildcards.context}"
         " --budget {wildcards.budget} --gamma {wildcards.gamma} --policy {params.policy}"
         " --chunk-size {params.chunk_size} --score-window {params.score_window}"
-        " --max-new-tokens {params.max_new_tokens} --warmup {params.warmup} --repeats {params.repeats}"
+        " --max-new-tokens {params.max_new_tokens} --warmup {params.warmup}"
+        " --warmup-tokens {params.warmup_tokens} --repeats {params.repeats}"
         " --device {params.device} --verifier-dtype {params.verifier_dtype}"
         " --drafter-dtype {params.drafter_dtype} --threads {threads} {params.extra}"
         " --out {output} > {log} 2>&1"

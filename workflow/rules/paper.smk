@@ -4,7 +4,8 @@ rule table:
         cells=lambda wc: artifact_cells(wc.artifact),
         code=SRC["paper"],
     output:
-        "results/tables/{artifact}.tex",
+        tex="results/tables/{artifact}.tex",
+        sources="results/tables/{artifact}.sources.json",  # provenance: the cells + settings, see `trace_file`
     log:
         "logs/tables/{artifact}.log",
     wildcard_constraints:
@@ -14,7 +15,7 @@ rule table:
     params:
         settings=paper_settings(),
     shell:
-        "python -m budgetdraft paper --artifact {wildcards.artifact} --out {output}"
+        "python -m budgetdraft paper --artifact {wildcards.artifact} --out {output.tex}"
         " --settings {params.settings:q} --cells {input.cells} > {log} 2>&1"
 
 
