@@ -241,6 +241,14 @@ def test_lossless_violation_detected(cells, tmp_path):
         paper.load_cells([cells[("ar", "d1", "1K", 0, 0)]] * 2)
 
 
+def test_lossless_warn_mode_reports_and_builds(cells, tmp_path, capsys):
+    bad = write_cell(tmp_path / "bad", "lambda0.5", "d2", "1K", 64, 2, corrupt_sample=1)
+    paths = [p for k, p in cells.items() if k != ("lambda0.5", "d2", "1K", 64, 2)] + [bad]
+    paper.build("vram", paths, {**SETTINGS, "lossless_check": "warn"}, tmp_path / "x.tex")
+    assert "warning: lossless check failed" in capsys.readouterr().err
+    assert (tmp_path / "x.tex").is_file()
+
+
 def test_trace_maps_every_number_to_cells(cells, tmp_path):
     out = tmp_path / "main.tex"
     paper.build("main", list(cells.values()), SETTINGS, out)

@@ -93,10 +93,12 @@ def load_cells(paths) -> pd.DataFrame:
     return df
 
 
-def check_lossless(df: pd.DataFrame) -> None:
+def check_lossless(df: pd.DataFrame, mode: str = "error") -> None:
     """Every row's output_ids must equal the AR output of its (dataset, context, sample).
 
-    Without an AR cell for that (dataset, context), the first cell (sorted by key) is the reference."""
+    Without an AR cell for that (dataset, context), the first cell (sorted by key) is the reference.
+    ``mode="warn"`` reports mismatches on stderr instead of failing: with an fp16 verifier a batched verify and a
+    single-token step can round a near-tie differently, so rare flips are not a decoding bug there."""
     ids = df["output_ids"].map(lambda a: np.asarray(a, dtype=np.int64).tobytes())
     for (dataset, context), group in df.groupby(["dataset", "context"], sort=True):
         keys = sorted({tuple(k) for k in group[KEY].itertuples(index=False)})
@@ -118,17 +120,20 @@ def check_lossless(df: pd.DataFrame) -> None:
             diff = np.flatnonzero(got[:n] != want[:n])
             where = f"first difference at token {diff[0]}" if len(diff) else f"lengths {len(got)} vs {len(want)}"
             key = tuple(row[KEY])
-            raise ValueError(
-                f"lossless check failed: cell {cell_name(key)} sample {row['sample']} repeat {row['repeat']} "
-                f"generated different output_ids than {cell_name(ref_key)} ({where})")
+            message = (f"lossless check failed: cell {cell_name(key)} sample {row['sample']} repeat "
+                       f"{row['repeat']} generated different output_ids than {cell_name(ref_key)} ({where}); "
+                       f"{int(bad.sum())} row(s) of {dataset}/{context} differ")
+            if mode != "warn":
+                raise ValueError(message)
+            print(f"budgetdraft paper: warning: {message}", file=sys.stderr)
 
 
 class Grid:
     """Measured cells, indexed by (label, dataset, context, budget, gamma), with the paper's metrics."""
 
-    def __init__(self, df: pd.DataFrame, check: bool = True):
+    def __init__(self, df: pd.DataFrame, check: bool = True, lossless: str = "error"):
         if check:
-            check_lossless(df)
+            check_lossless(df, lossless)
         if "device" in df.columns and df["device"].nunique() > 1:
             print(f"budgetdraft paper: warning: cells come from several devices: {sorted(df['device'].unique())}",
                   file=sys.stderr)
@@ -554,7 +559,8 @@ def build(artifact: str, cells, settings, out) -> list[Path]:
     if artifact not in ARTIFACTS:
         raise ValueError(f"unknown artifact {artifact!r}; choose from {sorted(ARTIFACTS)}")
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
-    grid = cells if isinstance(cells, Grid) else Grid(cells if isinstance(cells, pd.DataFrame) else load_cells(cells))
+    grid = cells if isinstance(cells, Grid) else Grid(
+        cells if isinstance(cells, pd.DataFrame) else load_cells(cells), lossless=s.raw.get("lossless_check", "error"))
     out = Path(out)
     if artifact in TABLE_BUILDERS:
         table = TABLE_BUILDERS[artifact](grid, s)
@@ -581,7 +587,7 @@ def trace(table_path, cells, settings) -> list[tuple[str, str]]:
     if artifact is None:
         raise ValueError(f"{table_path}: no known table \\label")
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
-    grid = cells if isinstance(cells, Grid) else Grid(load_cells(cells))
+    grid = cells if isinstance(cells, Grid) else Grid(load_cells(cells), lossless=s.raw.get("lossless_check", "error"))
     table = TABLE_BUILDERS[artifact](grid, s)
     expected = [(v, src) for v, src in table.sources if v != "--"]  # in order of appearance
     bodies = re.findall(r"\\begin\{tabular\}.*?\\end\{tabular\}", text, flags=re.S)

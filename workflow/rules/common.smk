@@ -281,6 +281,7 @@ def paper_settings():
                 "budgets": {label: BASELINE_BUDGET for label in BASELINES},
             },
             "single_budget": config["single_budget"],
+            "lossless_check": config["lossless_check"],
         }
     )
 

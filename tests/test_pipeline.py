@@ -1,0 +1,72 @@
+"""The whole pipeline, for real, on config/ci.yaml: models -> data -> targets -> train -> grid -> every artifact."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from budgetdraft import paper
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLES = ["main", "comparison", "ablation_lc", "lambda", "single_budget", "vram_gamma", "vram"]
+FIGURES = ["collapse", "gamma_sensitivity", "errorbar"]
+
+
+def snakemake(workdir, *args):
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", "config/ci.yaml", "--cores", "2", *args]
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+
+
+def planned_jobs(plan: str) -> dict[str, int]:
+    """Snakemake's 'Job stats' table of a dry run, as {rule: count}."""
+    table = plan.split("Job stats:")[1].split("\n\n")[0].splitlines()[3:]
+    return {rule: int(count) for rule, count in (line.split() for line in table) if rule != "total"}
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("pipeline")
+    for name in ("Snakefile", "workflow", "config", "profiles", "src", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    run = snakemake(work, "all")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return work
+
+
+@pytest.mark.pipeline
+def test_every_artifact_is_produced(pipeline_run):
+    for name in TABLES:
+        text = (pipeline_run / "results/tables" / f"{name}.tex").read_text()
+        assert "\\begin{tabular}" in text and "\\label{tab:" in text
+    for name in FIGURES:
+        for ext in ("pdf", "png"):
+            assert (pipeline_run / "results/figures" / f"{name}.{ext}").stat().st_size > 1000
+
+
+@pytest.mark.pipeline
+def test_every_table_number_traces_to_a_cell_file(pipeline_run, monkeypatch):
+    monkeypatch.chdir(pipeline_run)  # the provenance files name cells relative to the workflow directory
+    for name in TABLES:
+        traced = paper.trace_file(f"results/tables/{name}.tex")
+        assert traced, name
+        assert all(src for _, src in traced)
+
+
+@pytest.mark.pipeline
+def test_comparison_has_the_baselines(pipeline_run):
+    text = (pipeline_run / "results/tables/comparison.tex").read_text()
+    assert "TriForce" in text and "EAGLE-3" in text
+
+
+@pytest.mark.pipeline
+def test_a_deleted_cell_reruns_alone_with_its_tables(pipeline_run):
+    assert "Nothing to be done" in snakemake(pipeline_run, "-n", "all").stdout
+    cell = next((pipeline_run / "results/cells/lambda0.5").rglob("*.parquet"))
+    cell.unlink()
+    jobs = planned_jobs(snakemake(pipeline_run, "-n", "main").stdout)
+    assert jobs == {"eval_cell": 1, "table": 1, "main": 1}, jobs  # no data, targets, training or other cells
+    run = snakemake(pipeline_run, "main")
+    assert run.returncode == 0 and cell.is_file(), run.stderr[-2000:]
