@@ -32,6 +32,7 @@ include: "workflow/rules/targets.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/paper.smk"
+include: "workflow/rules/warm.smk"
 
 
 rule all:

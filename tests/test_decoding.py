@@ -57,6 +57,7 @@ def test_self_drafting_accepts_everything(pair, prompt, gamma):
 
 def test_metrics_are_consistent(pair, prompt):
     verifier, drafter = pair
+    assert autoregressive(verifier, prompt, 12, eos_token_id=[]).stats.tau == 1.0
     sd = speculative(SparseDrafter(drafter, 16), verifier, prompt, 20, 4, eos_token_id=[]).stats
     assert sd.total_s >= sd.verifier_prefill_s + sd.drafter_prefill_s
     assert sd.decode_s >= 0 and sd.peak_mem_mb > 0

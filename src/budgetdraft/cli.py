@@ -17,7 +17,9 @@ COMMANDS = {
     "eval-cell": ("budgetdraft.cells", "run one evaluation grid cell and write its parquet file"),
     "paper": ("budgetdraft.paper", "build one table or figure of the paper from cell files"),
     "train-eagle3": ("budgetdraft.baselines.eagle3", "train the EAGLE-3 draft head baseline"),
+    "warm": ("budgetdraft.warm", "serve pre-imported forks to the commands of a local pipeline run"),
 }
+WARM_COMMANDS = ("eval-cell",)  # short, numerous jobs whose start-up (imports) the warm process saves
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +36,12 @@ def main(argv: list[str] | None = None) -> None:
         build_parser().parse_args(argv)  # prints usage / the unknown-command error and exits
         return
     name, rest = argv[0], argv[1:]
+    if name in WARM_COMMANDS:
+        from budgetdraft.warm import delegate
+
+        status = delegate(argv)
+        if status is not None:
+            sys.exit(status)
     module = importlib.import_module(COMMANDS[name][0])
     parser = argparse.ArgumentParser(prog=f"budgetdraft {name}", description=COMMANDS[name][1])
     module.configure_parser(parser)

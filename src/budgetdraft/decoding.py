@@ -153,7 +153,7 @@ def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *
     with Stopwatch(device) as total:
         with Stopwatch(device) as t:
             out = [verifier.prefill(_ids(prompt_ids, device), len(prompt_ids) + max_new_tokens)]
-        stats.verifier_prefill_s = t.seconds
+        stats.verifier_prefill_s, stats.verifier_forwards = t.seconds, 1  # the prefill yields the first token
         out, done = _finish(out, max_new_tokens, eos)
         while not done:
             logits = verifier.step([out[-1]], logits_to_keep=1).logits
@@ -183,7 +183,7 @@ def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: 
     with Stopwatch(device) as total:
         with Stopwatch(device) as t:
             out = [verifier.prefill(prompt, capacity)]
-        stats.verifier_prefill_s = t.seconds
+        stats.verifier_prefill_s, stats.verifier_forwards = t.seconds, 1
         with Stopwatch(device) as t:
             drafter.prefill(prompt.to(drafter.device), max_new_tokens + gamma + 1)
         stats.drafter_prefill_s = t.seconds

@@ -77,7 +77,7 @@ class DecodeStats:
 
     @property
     def tau(self) -> float:
-        """Tokens produced per verifier forward (the bonus token included)."""
+        """Tokens produced per verifier forward, the prefill included (1 for AR; γ + 1 at most for SD)."""
         return self.new_tokens / self.verifier_forwards if self.verifier_forwards else float("nan")
 
     @property

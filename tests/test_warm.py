@@ -1,0 +1,54 @@
+"""Warm start: a cell run through the pre-imported process equals the same cell run in its own process."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import tiny_llama
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+@pytest.fixture
+def warm(tmp_path):
+    sock = tmp_path / "warm.sock"
+    env = {**os.environ, "PYTHONPATH": SRC}
+    server = subprocess.Popen([sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--idle", "60"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        if sock.exists():
+            break
+        time.sleep(0.1)
+    assert sock.exists(), "warm process did not start"
+    yield {**env, "BUDGETDRAFT_WARM": str(sock)}
+    server.terminate()
+    server.wait()
+
+
+def cell(tmp_path, env, out, method="sd"):
+    args = ["eval-cell", "--label", "x", "--method", method, "--verifier", str(tmp_path / "v"),
+            "--drafter", str(tmp_path / "d"), "--prompts", str(tmp_path / "p.parquet"), "--dataset", "d",
+            "--context", "c", "--budget", "16", "--gamma", "3", "--max-new-tokens", "8", "--repeats", "1",
+            "--out", str(out)]
+    return subprocess.run([sys.executable, "-m", "budgetdraft", *args], env=env, capture_output=True, text=True)
+
+
+def test_warm_cell_equals_cold_cell_and_errors_come_through(tmp_path, warm):
+    tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
+    tiny_llama(seed=1, layers=1).save_pretrained(tmp_path / "d")
+    pd.DataFrame({"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["x"],
+                  "input_ids": [list(range(40))]}).to_parquet(tmp_path / "p.parquet")
+    cold_env = {k: v for k, v in warm.items() if k != "BUDGETDRAFT_WARM"}
+    hot, cold = cell(tmp_path, warm, tmp_path / "hot.parquet"), cell(tmp_path, cold_env, tmp_path / "cold.parquet")
+    assert hot.returncode == 0 and cold.returncode == 0, hot.stderr + cold.stderr
+    assert "sample 0 repeat 0" in hot.stderr  # the child wrote to the client's stderr
+    a, b = pd.read_parquet(tmp_path / "hot.parquet"), pd.read_parquet(tmp_path / "cold.parquet")
+    assert list(a.output_ids[0]) == list(b.output_ids[0]) and a.drafted[0] == b.drafted[0]
+    bad = cell(tmp_path, warm, tmp_path / "bad.parquet", method="nope")
+    assert bad.returncode == 1 and "--method 'nope' is not one of" in bad.stderr
+    assert not (tmp_path / "bad.parquet").exists()

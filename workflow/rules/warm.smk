@@ -1,0 +1,47 @@
+# Warm start for local runs (src/budgetdraft/warm.py): one pre-imported process forks a child per grid cell, so
+# hundreds of short eval-cell jobs do not each pay seconds of imports. Jobs find it through BUDGETDRAFT_WARM and
+# run in their own process when it is absent (dry runs, cluster executors, warm_start: false).
+import os
+import signal
+import subprocess
+import sys
+import time
+
+WARM_SOCKET = os.path.abspath(".snakemake/budgetdraft-warm.sock")
+WARM = {}
+
+
+onstart:
+    if config["warm_start"] and workflow.local_exec:
+        os.makedirs("logs", exist_ok=True)
+        env = {
+            **os.environ,
+            "PYTHONPATH": "src" + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        }
+        WARM["process"] = subprocess.Popen(
+            [sys.executable, "-m", "budgetdraft", "warm", "--socket", WARM_SOCKET],
+            env=env,
+            stdout=open("logs/warm.log", "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        for _ in range(
+            600
+        ):  # the imports take a few seconds; jobs fall back to cold starts meanwhile
+            if os.path.exists(WARM_SOCKET) or WARM["process"].poll() is not None:
+                break
+            time.sleep(0.1)
+        os.environ["BUDGETDRAFT_WARM"] = WARM_SOCKET
+
+
+def stop_warm():
+    if "process" in WARM:
+        WARM["process"].send_signal(signal.SIGTERM)
+
+
+onsuccess:
+    stop_warm()
+
+
+onerror:
+    stop_warm()
