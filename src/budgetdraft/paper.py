@@ -237,18 +237,9 @@ def parse_settings(text_or_path) -> Settings:
 
 def settings_dict(text_or_path) -> dict:
     """The settings as a plain dict, from a dict, a JSON string or a JSON file."""
-    if isinstance(text_or_path, dict):
-        return text_or_path
-    text = str(text_or_path)
-    if not text.lstrip().startswith("{") and Path(text).is_file():
-        text = Path(text).read_text()
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"--settings is neither JSON nor a JSON file: {err}") from None
-    if not isinstance(raw, dict):
-        raise ValueError("--settings must be a JSON object")
-    return raw
+    from budgetdraft.cli import json_object
+
+    return json_object(text_or_path, "--settings")
 
 
 # ------------------------------------------------------------------------------------------ formatting

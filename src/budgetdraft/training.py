@@ -426,16 +426,9 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
 
 def read_hparams(value: str | None) -> dict:
     """--hparams: a JSON object given inline or as a file path."""
-    if not value:
-        return {}
-    text = value if value.lstrip().startswith("{") else Path(value).read_text()
-    try:
-        hparams = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"--hparams is not valid JSON: {err}") from None
-    if not isinstance(hparams, dict):
-        raise ValueError("--hparams must be a JSON object")
-    return hparams
+    from budgetdraft.cli import json_object
+
+    return json_object(value, "--hparams")
 
 
 def configure_parser(parser) -> None:
