@@ -69,8 +69,10 @@ def run_cell(args) -> pd.DataFrame:
     verifier = load_model(args.verifier, args.device, args.verifier_dtype)
     decode = make_decoder(args, verifier)
     config = json.dumps({k: v for k, v in sorted(vars(args).items())})
+    warm_prompt = list(prompts.iloc[0]["input_ids"])[-args.warmup_prompt_tokens:] if args.warmup_prompt_tokens else \
+        list(prompts.iloc[0]["input_ids"])
     for _ in range(args.warmup):  # discarded: first-call costs (allocator, kernels, lazy imports)
-        decode(list(prompts.iloc[0]["input_ids"]), args.warmup_tokens or args.max_new_tokens)
+        decode(warm_prompt, args.warmup_tokens or args.max_new_tokens)
     rows = []
     for sample in prompts.itertuples():
         ids = [int(t) for t in sample.input_ids]
@@ -114,6 +116,8 @@ def configure_parser(parser) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="discarded warm-up generations")
     parser.add_argument("--warmup-tokens", type=int, default=0,
                         help="new tokens of a warm-up generation (0 = --max-new-tokens)")
+    parser.add_argument("--warmup-prompt-tokens", type=int, default=0,
+                        help="warm up on the last N tokens of the first prompt (0 = the whole prompt)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--verifier-dtype", default="float32")

@@ -32,6 +32,7 @@ rule eval_cell:
         max_new_tokens=config["max_new_tokens"],
         warmup=config["warmup"],
         warmup_tokens=config["warmup_tokens"],
+        warmup_prompt_tokens=config["warmup_prompt_tokens"],
         repeats=config["repeats"],
         device=config["device"],
         verifier_dtype=config["verifier_dtype"],
@@ -43,7 +44,8 @@ rule eval_cell:
         " --budget {wildcards.budget} --gamma {wildcards.gamma} --policy {params.policy}"
         " --chunk-size {params.chunk_size} --score-window {params.score_window}"
         " --max-new-tokens {params.max_new_tokens} --warmup {params.warmup}"
-        " --warmup-tokens {params.warmup_tokens} --repeats {params.repeats}"
+        " --warmup-tokens {params.warmup_tokens}"
+        " --warmup-prompt-tokens {params.warmup_prompt_tokens} --repeats {params.repeats}"
         " --device {params.device} --verifier-dtype {params.verifier_dtype}"
         " --drafter-dtype {params.drafter_dtype} --threads {threads} {params.extra}"
         " --out {output} > {log} 2>&1"

@@ -14,10 +14,8 @@ WARM = {}
 onstart:
     if config["warm_start"] and workflow.local_exec:
         os.makedirs("logs", exist_ok=True)
-        env = {
-            **os.environ,
-            "PYTHONPATH": "src" + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        }
+        path = os.pathsep.join(["src", os.environ.get("PYTHONPATH", "")])
+        env = dict(os.environ, PYTHONPATH=path)
         WARM["process"] = subprocess.Popen(
             [sys.executable, "-m", "budgetdraft", "warm", "--socket", WARM_SOCKET],
             env=env,
@@ -25,13 +23,13 @@ onstart:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        for _ in range(
-            600
-        ):  # the imports take a few seconds; jobs fall back to cold starts meanwhile
+        # wait for its imports (a few seconds), or jobs would start before it listens and run cold
+        for _ in range(600):
             if os.path.exists(WARM_SOCKET) or WARM["process"].poll() is not None:
                 break
             time.sleep(0.1)
-        os.environ["BUDGETDRAFT_WARM"] = WARM_SOCKET
+        # read by the jobs' budgetdraft command line, not by this Snakefile
+        os.environ.update(BUDGETDRAFT_WARM=WARM_SOCKET)
 
 
 def stop_warm():
