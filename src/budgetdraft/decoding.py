@@ -250,12 +250,10 @@ def run(args) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    text = args.prompt if args.prompt is not None else None
+    text = args.prompt or "Once upon a time"
     if args.prompt_file:
         with open(args.prompt_file, encoding="utf-8") as f:
             text = f.read()
-    if text is None:
-        text = "Once upon a time"
     tokenizer = load_tokenizer(args.verifier)
     if args.chat:
         ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
