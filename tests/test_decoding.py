@@ -45,6 +45,29 @@ def test_sd_stops_at_eos_like_ar(pair, prompt, gamma):
     assert sd.tokens == ar.tokens
 
 
+class StrictDrafter(SparseDrafter):
+    """Fails if the decoder reports a verification or a rollback for a round the drafter did not draft."""
+
+    def draft(self, pending, gamma):
+        self.drafted = True
+        return super().draft(pending, gamma)
+
+    def after_verify(self, verifier_output, accepted):
+        assert getattr(self, "drafted", False), "after_verify without a draft"
+
+    def rollback(self, kept_new):
+        assert self.drafted, "rollback without a draft"
+        self.drafted = False
+        super().rollback(kept_new)
+
+
+@pytest.mark.parametrize("new_tokens", [1, 2, 3, 7])
+def test_short_generations_never_report_undrafted_rounds(pair, prompt, new_tokens):
+    verifier, drafter = pair
+    sd = speculative(StrictDrafter(drafter, 16), verifier, prompt, new_tokens, 5, eos_token_id=[])
+    assert sd.tokens == autoregressive(verifier, prompt, new_tokens, eos_token_id=[]).tokens
+
+
 @pytest.mark.parametrize("gamma", [1, 4, 7])
 def test_self_drafting_accepts_everything(pair, prompt, gamma):
     verifier, _ = pair

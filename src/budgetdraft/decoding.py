@@ -200,15 +200,13 @@ def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: 
                 k += 1
             stats.record_round(len(drafts), k)
             verifier.rollback(base + 1 + k)
-            drafter.after_verify(vout, k)
-            if g > 0:
+            if drafts:  # g = 0 only for the very last token: the drafter has no round to hear about
+                drafter.after_verify(vout, k)
                 if k < g:
                     drafter.rollback(len(pending) + k)
                     pending = [choice[k]]
                 else:  # every draft accepted: the drafter has not yet seen the last draft
                     pending = [drafts[-1], choice[k]]
-            else:
-                pending = pending + [choice[k]]
             out, done = _finish(out + drafts[:k] + [choice[k]], max_new_tokens, eos)
     return _close(out, stats, total.seconds, device)
 
