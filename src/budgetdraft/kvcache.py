@@ -123,6 +123,18 @@ def decoder_layers(model):
 # Attention scores of the last queries of a prefill
 
 
+def attention_queries(attn, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The queries [1, H, w, D] (after RoPE) that attention module ``attn`` computes from its inputs
+    ``hidden`` [1, w, hidden] and rotary ``(cos, sin)``: q_proj, the optional q_norm, then RoPE."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    q = attn.q_proj(hidden).view(1, hidden.shape[1], -1, attn.head_dim)
+    if getattr(attn, "q_norm", None) is not None:
+        q = attn.q_norm(q)
+    q = q.transpose(1, 2)
+    return apply_rotary_pos_emb(q, q, cos, sin)[0]
+
+
 class QueryCapture:
     """Keeps, per layer, the attention inputs of the last ``window`` prefill positions.
 
@@ -160,20 +172,12 @@ class QueryCapture:
     def scores(self, model, cache: Cache) -> list[torch.Tensor]:
         """Per layer, a [T] float32 tensor: attention weight each cached position receives, summed over the
         captured queries and over all heads (softmax(q·kᵀ/√d) with the causal mask)."""
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
         out = []
         for idx, layer in enumerate(decoder_layers(model)):
             attn = layer.self_attn
-            hidden = self.hidden[idx]  # [1, w, hidden]
-            w = hidden.shape[1]
             head_dim = attn.head_dim
-            q = attn.q_proj(hidden).view(1, w, -1, head_dim)
-            if getattr(attn, "q_norm", None) is not None:
-                q = attn.q_norm(q)
-            q = q.transpose(1, 2)  # [1, H, w, D]
-            cos, sin = self.rope[idx]
-            q, _ = apply_rotary_pos_emb(q, q, cos, sin)
+            q = attention_queries(attn, self.hidden[idx], *self.rope[idx])  # [1, H, w, D]
+            w = q.shape[2]
             keys, _ = layer_kv(cache, idx)  # [1, H_kv, T, D]
             t = keys.shape[-2]
             keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)

@@ -31,7 +31,8 @@ import math
 import torch
 
 from budgetdraft.baselines import PrefillTap
-from budgetdraft.kvcache import PreallocatedCache, decoder_layers, num_layers, prefill, streaming
+from budgetdraft.kvcache import (PreallocatedCache, attention_queries, decoder_layers, num_layers, prefill,
+                                 streaming)
 
 DEFAULTS = {"retrieval_budget": 256, "streaming_budget": 16, "sinks": 4, "chunk_size": 8, "gamma_inner": 1}
 
@@ -110,20 +111,13 @@ class TriForceDrafter:
 
     @torch.no_grad()
     def prefill(self, prompt: torch.Tensor, capacity: int) -> None:
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
         p = self.prompt_len = prompt.shape[1]
         full, query_in = self._full_verifier_cache(prompt)
         self.full_cache = full
         kv, self.kept = [], []
         for i, layer in enumerate(decoder_layers(self.verifier)):
             keys, values = full.layers[i].keys[:, :, :p], full.layers[i].values[:, :, :p]
-            attn = layer.self_attn
-            hidden, cos, sin = query_in[i]
-            q = attn.q_proj(hidden).view(1, 1, -1, attn.head_dim)
-            if getattr(attn, "q_norm", None) is not None:
-                q = attn.q_norm(q)
-            q, _ = apply_rotary_pos_emb(q.transpose(1, 2), q.transpose(1, 2), cos, sin)
+            q = attention_queries(layer.self_attn, *query_in[i])  # the last prompt token's, [1, H, 1, D]
             idx = retrieval_indices(keys, q, self.retrieval_budget, self.chunk_size)
             self.kept.append(idx)
             kv.append((_gather_heads(keys, idx), _gather_heads(values, idx)))
