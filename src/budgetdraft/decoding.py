@@ -27,11 +27,11 @@ class Generation:
     stats: DecodeStats
 
 
-def _positions(start: int, length: int, device) -> torch.Tensor:
+def position_range(start: int, length: int, device) -> torch.Tensor:
     return torch.arange(start, start + length, device=device)[None]  # [1, q]
 
 
-def _ids(tokens: list[int], device) -> torch.Tensor:
+def ids_tensor(tokens: list[int], device) -> torch.Tensor:
     return torch.tensor([tokens], dtype=torch.long, device=device)  # [1, q]
 
 
@@ -81,8 +81,8 @@ class Verifier:
     @torch.no_grad()
     def step(self, tokens: list[int], **kwargs):
         """Feed ``tokens`` (real positions continue the cache); returns the model output (logits [1, q, V])."""
-        out = self.model(input_ids=_ids(tokens, self.device), past_key_values=self.cache,
-                         position_ids=_positions(self.length, len(tokens), self.device), use_cache=True, **kwargs)
+        out = self.model(input_ids=ids_tensor(tokens, self.device), past_key_values=self.cache,
+                         position_ids=position_range(self.length, len(tokens), self.device), use_cache=True, **kwargs)
         self.length += len(tokens)
         return out
 
@@ -123,8 +123,8 @@ class SparseDrafter:
         self.start = self.cache.get_seq_length()
         drafts, feed = [], pending
         for _ in range(gamma):
-            logits = self.model(input_ids=_ids(feed, self.device), past_key_values=self.cache,
-                                position_ids=_positions(self.position, len(feed), self.device), use_cache=True,
+            logits = self.model(input_ids=ids_tensor(feed, self.device), past_key_values=self.cache,
+                                position_ids=position_range(self.position, len(feed), self.device), use_cache=True,
                                 logits_to_keep=1).logits
             self.position += len(feed)
             feed = [int(logits[0, -1].argmax())]
@@ -152,7 +152,7 @@ def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *
     reset_peak_memory(device)
     with Stopwatch(device) as total:
         with Stopwatch(device) as t:
-            out = [verifier.prefill(_ids(prompt_ids, device), len(prompt_ids) + max_new_tokens)]
+            out = [verifier.prefill(ids_tensor(prompt_ids, device), len(prompt_ids) + max_new_tokens)]
         stats.verifier_prefill_s, stats.verifier_forwards = t.seconds, 1  # the prefill yields the first token
         out, done = _finish(out, max_new_tokens, eos)
         while not done:
@@ -177,7 +177,7 @@ def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: 
     device, eos = verifier_model.device, _eos_ids(verifier_model, eos_token_id)
     stats = DecodeStats(prompt_tokens=len(prompt_ids))
     verifier = Verifier(verifier_model, prefill_chunk)
-    prompt = _ids(prompt_ids, device)
+    prompt = ids_tensor(prompt_ids, device)
     capacity = len(prompt_ids) + max_new_tokens + gamma + 1
     reset_peak_memory(device)
     with Stopwatch(device) as total:

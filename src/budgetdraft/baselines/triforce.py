@@ -31,18 +31,11 @@ import math
 import torch
 
 from budgetdraft.baselines import PrefillTap
+from budgetdraft.decoding import ids_tensor, position_range
 from budgetdraft.kvcache import (PreallocatedCache, attention_queries, decoder_layers, num_layers, prefill,
                                  streaming)
 
 DEFAULTS = {"retrieval_budget": 256, "streaming_budget": 16, "sinks": 4, "chunk_size": 8, "gamma_inner": 1}
-
-
-def _ids(tokens, device):
-    return torch.tensor([tokens], dtype=torch.long, device=device)
-
-
-def _pos(start, n, device):
-    return torch.arange(start, start + n, device=device)[None]
 
 
 def retrieval_indices(keys: torch.Tensor, query: torch.Tensor, budget: int, chunk_size: int) -> torch.Tensor:
@@ -163,8 +156,8 @@ class TriForceDrafter:
         feed, drafts = context[len(self.s_tokens):], []
         for _ in range(n):
             start = self.prompt_len + len(self.s_tokens)
-            logits = self.model(input_ids=_ids(feed, self.device), past_key_values=self.small,
-                                position_ids=_pos(start, len(feed), self.device), use_cache=True,
+            logits = self.model(input_ids=ids_tensor(feed, self.device), past_key_values=self.small,
+                                position_ids=position_range(start, len(feed), self.device), use_cache=True,
                                 logits_to_keep=1).logits
             self.small_forwards += 1
             self.s_tokens += feed
@@ -188,8 +181,8 @@ class TriForceDrafter:
             small = self._small_draft(self.committed + produced, g, not produced) if g > 0 else []
             base = self.retrieval.get_seq_length()
             fed = r_feed + small
-            logits = self.verifier(input_ids=_ids(fed, vdev), past_key_values=self.retrieval,
-                                   position_ids=_pos(r_pos, len(fed), vdev), use_cache=True,
+            logits = self.verifier(input_ids=ids_tensor(fed, vdev), past_key_values=self.retrieval,
+                                   position_ids=position_range(r_pos, len(fed), vdev), use_cache=True,
                                    logits_to_keep=len(small) + 1).logits
             self.retrieval_forwards += 1
             choice = logits[0].argmax(-1).tolist()
