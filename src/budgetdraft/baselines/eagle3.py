@@ -205,12 +205,6 @@ def ttt_loss(head, verifier, feats, input_ids, targets, prefix_len, ttt_steps, s
     return sum(losses) / weight_sum, accs
 
 
-def _lr_factor(step, warmup, steps):
-    if step < warmup:
-        return (step + 1) / warmup
-    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
-
-
 def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *, verbose: bool = True) -> dict:
     """Train an EAGLE-3 head and write ``out/head.safetensors`` + ``out/eagle3.json`` + ``out/loss_log.csv``."""
     from safetensors.torch import save_file
@@ -239,7 +233,9 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[hp["dtype"]]
     head = Eagle3Head(cfg).to(device=device, dtype=dtype)
     opt = torch.optim.AdamW(head.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, hp["warmup_steps"], hp["steps"]))
+    from budgetdraft.training import lr_factor  # the drafter's schedule: linear warm-up, then cosine
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, hp["warmup_steps"], hp["steps"]))
     n_seq = input_ids.shape[0]
     feat_mb = n_seq * input_ids.shape[1] * 3 * cfg["hidden_size"] * 4 / 2**20
     cache: dict[int, torch.Tensor] | None = {} if feat_mb <= hp["feature_cache_mb"] else None
