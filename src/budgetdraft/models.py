@@ -229,10 +229,6 @@ def check_pair(drafter, verifier) -> None:
         raise ValueError(f"drafter vocab_size {dv} differs from verifier vocab_size {vv}: they cannot share token ids")
 
 
-def max_positions(model) -> int:
-    return int(getattr(model.config, "max_position_embeddings", 0) or 0)
-
-
 def export(spec: str, out: str | Path) -> Path:
     """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
