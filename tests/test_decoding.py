@@ -52,7 +52,7 @@ class StrictDrafter(SparseDrafter):
         self.drafted = True
         return super().draft(pending, gamma)
 
-    def after_verify(self, verifier_output, accepted):
+    def after_verify(self, verifier_output, accepted, bonus):
         assert getattr(self, "drafted", False), "after_verify without a draft"
 
     def rollback(self, kept_new):

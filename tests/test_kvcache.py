@@ -117,3 +117,45 @@ def test_streaming_keeps_sinks_and_recent_window():
 def test_bad_sparse_settings_name_the_value(policy, budget, chunk, message):
     with pytest.raises(ValueError, match=message):
         keep_indices(policy, [torch.ones(20)], 20, budget, chunk, 1)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 8])
+def test_grouped_query_attention_equals_sdpa_with_repeated_kv_heads(model, ids, chunk):
+    """The verify / chunked-prefill path (several queries, a mask, 2 query heads per KV head) packs query heads
+    instead of repeating KV heads; logits and gradients equal transformers' own ``sdpa``."""
+    from budgetdraft import attention
+
+    outputs = {}
+    for impl in ("sdpa", attention.NAME):
+        model.set_attn_implementation(impl)
+        model.zero_grad()
+        cache = PreallocatedCache(2)
+        prefill(model, ids[:, :40], cache)
+        positions = torch.arange(40, 40 + chunk)[None]
+        logits = model(input_ids=ids[:, 40 : 40 + chunk], past_key_values=cache, position_ids=positions).logits
+        logits.square().sum().backward()
+        outputs[impl] = (logits.detach(), model.model.layers[0].self_attn.q_proj.weight.grad.clone())
+    model.zero_grad()
+    assert model.config._attn_implementation == attention.NAME
+    torch.testing.assert_close(outputs[attention.NAME], outputs["sdpa"], rtol=0, atol=1e-6)
+
+
+def test_grouped_query_attention_on_the_real_model(real_pair):
+    from budgetdraft import attention
+
+    verifier, _, _ = real_pair
+    torch.manual_seed(0)
+    ids = torch.randint(0, verifier.config.vocab_size, (1, 300))
+    logits = {}
+    try:
+        for impl in ("sdpa", attention.NAME):
+            verifier.set_attn_implementation(impl)
+            cache = PreallocatedCache(verifier.config.num_hidden_layers)
+            prefill(verifier, ids[:, :294], cache, chunk_len=100)  # chunked: several queries on a longer cache
+            with torch.no_grad():
+                logits[impl] = verifier(input_ids=ids[:, 294:], past_key_values=cache,
+                                        position_ids=torch.arange(294, 300)[None]).logits
+    finally:
+        verifier.set_attn_implementation(attention.NAME)
+    assert verifier.config.num_attention_heads == 3 * verifier.config.num_key_value_heads
+    torch.testing.assert_close(logits[attention.NAME], logits["sdpa"], rtol=0, atol=1e-4)

@@ -206,10 +206,12 @@ def load_model(spec: str, device: str = "cpu", dtype: str = "float32"):
     """The causal LM named by ``spec``, in eval mode on ``device``; ``trust_remote_code`` stays off."""
     from transformers import AutoModelForCausalLM
 
+    from budgetdraft import attention
+
     path = resolve(spec)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch_dtype(dtype), trust_remote_code=False, attn_implementation="sdpa"
+            path, dtype=torch_dtype(dtype), trust_remote_code=False, attn_implementation=attention.NAME
         )
     except OSError as err:
         raise ValueError(f"cannot load model {spec!r}: {err}") from None

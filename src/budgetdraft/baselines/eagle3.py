@@ -370,10 +370,9 @@ class Eagle3Drafter:
         """Nothing to do: the chain is dropped at the next ``draft``; real entries come from ``after_verify``."""
 
     @torch.no_grad()
-    def after_verify(self, verifier_output, accepted: int) -> None:
+    def after_verify(self, verifier_output, accepted: int, bonus: int) -> None:
         hs = verifier_output.hidden_states
         feats = torch.cat([hs[i + 1][:, : accepted + 1] for i in self.head.layer_ids], dim=-1).to(self.device)
-        bonus = int(verifier_output.logits[0, accepted].argmax())
         self.q_feats = torch.cat([self.q_feats, feats], dim=1)
         self.q_tokens += self.last_drafts[:accepted] + [bonus]
         self.last_drafts = []

@@ -202,8 +202,7 @@ class TriForceDrafter:
         """Nothing to do: both inner caches are re-synchronised from the emitted tokens (``after_verify``)."""
 
     @torch.no_grad()
-    def after_verify(self, verifier_output, accepted: int) -> None:
-        bonus = int(verifier_output.logits[0, accepted].argmax())
+    def after_verify(self, verifier_output, accepted: int, bonus: int) -> None:
         if not self.committed:
             raise AssertionError("after_verify before the first draft")
         self.committed += self.last_drafts[:accepted] + [bonus]
