@@ -32,17 +32,19 @@ FIGURES = {  # file stem under results/figures/ -> paper artifact name
 }
 
 # src/ modules each stage runs: declared as inputs so that editing one reruns exactly its stage.
+# every forward runs these
+MODEL_CODE = ["src/budgetdraft/kvcache.py", "src/budgetdraft/attention.py"]
 SRC = {
     "models": ["src/budgetdraft/models.py"],
     "data": ["src/budgetdraft/data.py"],
-    "targets": ["src/budgetdraft/targets.py", "src/budgetdraft/kvcache.py"],
-    "train": ["src/budgetdraft/training.py", "src/budgetdraft/kvcache.py"],
-    "eagle3": ["src/budgetdraft/baselines/eagle3.py", "src/budgetdraft/kvcache.py"],
+    "targets": ["src/budgetdraft/targets.py", *MODEL_CODE],
+    "train": ["src/budgetdraft/training.py", *MODEL_CODE],
+    "eagle3": ["src/budgetdraft/baselines/eagle3.py", *MODEL_CODE],
     "eval": [
         "src/budgetdraft/cells.py",
         "src/budgetdraft/decoding.py",
-        "src/budgetdraft/kvcache.py",
         "src/budgetdraft/models.py",
+        *MODEL_CODE,
     ],
     "paper": ["src/budgetdraft/paper.py"],
 }
