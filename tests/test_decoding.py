@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.decoding import SparseDrafter, Verifier, autoregressive, ids_tensor, speculative
 from budgetdraft.models import EMBEDDED, EmbeddedGGUF, check_pair, embedded_gguf, load_model
 from conftest import shakespeare_text, tiny_llama
 
@@ -66,6 +66,21 @@ def test_short_generations_never_report_undrafted_rounds(pair, prompt, new_token
     verifier, drafter = pair
     sd = speculative(StrictDrafter(drafter, 16), verifier, prompt, new_tokens, 5, eos_token_id=[])
     assert sd.tokens == autoregressive(verifier, prompt, new_tokens, eos_token_id=[]).tokens
+
+
+@pytest.mark.parametrize("agree", [0, 1, 3, 5])
+def test_verify_accepts_the_longest_agreeing_prefix_and_the_verifiers_bonus(pair, prompt, agree):
+    """``Verifier.verify`` runs the LM head lazily (first row, then the rest); its k and bonus equal those read
+    off the full logits of the same forward."""
+    verifier_model, _ = pair
+    v = Verifier(verifier_model)
+    last = v.prefill(ids_tensor(prompt, "cpu"), len(prompt) + 8)
+    greedy = autoregressive(verifier_model, prompt, 7, eos_token_id=[]).tokens  # greedy[0] == last
+    drafts = greedy[1 : 1 + agree] + [(t + 1) % 96 for t in greedy[1 + agree : 6]]  # first `agree` drafts right
+    out = v.hidden([last] + drafts)
+    full = verifier_model.lm_head(out.last_hidden_state)[0].argmax(-1).tolist()
+    assert full[:agree] == drafts[:agree] and (agree == 5 or full[agree] != drafts[agree])
+    assert v.verify(out.last_hidden_state, drafts) == (agree, full[agree])
 
 
 @pytest.mark.parametrize("gamma", [1, 4, 7])

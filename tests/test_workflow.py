@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake")
 pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")
 
-SRC_MODULES = ["models", "data", "targets", "training", "cells", "decoding", "kvcache", "paper", "figures",
-               "baselines/eagle3", "baselines/triforce"]  # fmt: skip
+SRC_MODULES = sorted(str(p.relative_to(ROOT / "src/budgetdraft").with_suffix(""))
+                     for p in (ROOT / "src/budgetdraft").rglob("*.py"))  # fmt: skip
 
 
 @pytest.fixture()
