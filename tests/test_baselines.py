@@ -125,7 +125,7 @@ def test_eagle3_inference_matches_training_time_test(tiny):
         chain = drafter.draft([prompt[p]], depth)  # real entry P−1 = (f_{P−1}, x_P), then the chain
         tokens = torch.tensor([prompt[: p + 1] + chain[:-1] + [0]])  # x_{P+1..} = the drafts fed to the chain
         feats = eagle3.verifier_features(verifier, tokens, head.layer_ids)
-        base, hs = eagle3.ttt_unroll(head, verifier, feats, tokens, p, depth)
+        base, hs, _ = eagle3.ttt_unroll(head, verifier, feats, tokens, p - depth, depth)
     col = (base == p - 1).nonzero().item()
     for j in range(depth):
         torch.testing.assert_close(drafter.chain_hidden[j][0, 0], hs[j][0, col], atol=1e-4, rtol=1e-4)

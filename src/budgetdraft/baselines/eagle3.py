@@ -14,8 +14,10 @@ draft token (position t+1+j) and attends to the real entries ≤ t and to its ow
 Training-time test (``train``): the head is unrolled ``ttt_steps`` times; step 0 runs on the verifier features
 of every position (teacher tokens), step j ≥ 1 feeds step j−1's output hidden states back as features with the
 tokens j positions ahead, attending causally to the step-0 keys and to its own keys of steps 1..j at the same
-position (EAGLE-3's diagonal mask). Loss: CE against the verifier's greedy targets of the targets file (only the
-continuation has targets; EAGLE-3 uses the target model's soft distribution), step j weighted ``step_decay``^j.
+position (EAGLE-3's diagonal mask), over the last ``ttt_window`` positions of the sequence. Loss: CE against the
+verifier's own greedy token at every position (its LM head on the same forward that gives the features; EAGLE-3
+uses the target model's soft distribution), on ``step0_positions`` random positions for step 0 and every
+unrolled position for steps j ≥ 1, step j weighted ``step_decay``^j.
 
 Drafting (``Eagle3Drafter``): ``needs_hidden = True``; ``after_verify`` takes the verifier's hidden states of the
 accepted positions as the next real entries. The prompt's hidden states come from the outer verifier's own
@@ -43,7 +45,7 @@ from budgetdraft.kvcache import PreallocatedCache
 
 HEAD_FILE, CONFIG_FILE = "head.safetensors", "eagle3.json"
 HPARAMS = {"steps": 100, "lr": 1.0e-3, "weight_decay": 0.0, "warmup_steps": 10, "grad_clip": 1.0, "ttt_steps": 7,
-           "step_decay": 0.8, "layer_ids": None, "seed": 0, "dtype": "float32", "verifier_dtype": "float32",
+           "step_decay": 0.8, "ttt_window": 64, "step0_positions": 128, "layer_ids": None, "seed": 0, "dtype": "float32", "verifier_dtype": "float32",
            "device": "cpu", "threads": 1,
            "feature_cache_mb": 2048, "log_every": 10}
 
@@ -137,23 +139,28 @@ def rope(verifier, positions: torch.Tensor, dtype):
     return verifier.model.rotary_emb(dummy, positions)
 
 
-def verifier_features(verifier, input_ids: torch.Tensor, layer_ids) -> torch.Tensor:
-    """[B, T, 3H]: outputs of the verifier's decoder layers ``layer_ids`` (no LM head is run)."""
-    hs = verifier.model(input_ids=input_ids, output_hidden_states=True, use_cache=False).hidden_states
-    return torch.cat([hs[i + 1] for i in layer_ids], dim=-1)
+def verifier_features(verifier, input_ids: torch.Tensor, layer_ids, greedy: bool = False):
+    """[B, T, 3H]: outputs of the verifier's decoder layers ``layer_ids``. With ``greedy``, also [B, T]: the
+    verifier's greedy token after every position (its LM head on the final hidden state, 256 rows at a time)."""
+    out = verifier.get_decoder()(input_ids=input_ids, output_hidden_states=True, use_cache=False)
+    feats = torch.cat([out.hidden_states[i + 1] for i in layer_ids], dim=-1)
+    if not greedy:
+        return feats
+    lm_head = verifier.get_output_embeddings()
+    return feats, torch.cat([lm_head(h).argmax(-1) for h in out.last_hidden_state.split(256, dim=1)], dim=1)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # Training with training-time test
 
 
-def ttt_unroll(head, verifier, feats, input_ids, prefix_len, ttt_steps):
-    """The training-time-test unroll. Returns (base positions [W], [h_0, ..., h_{k-1}] each [B, W, H]).
+def ttt_unroll(head, verifier, feats, input_ids, window_start, ttt_steps):
+    """The training-time-test unroll. Returns (base positions [W], [h_0, ..., h_{k-1}] each [B, W, H], and h_0 of
+    every real entry [B, T−1, H]).
 
     feats [B, T, 3H] verifier features, input_ids [B, T]. Step 0 runs on every real entry t = 0..T−2 (feature
-    f_t, token x_{t+1}); steps j ≥ 1 run on the window of base positions t ≥ prefix_len − ttt_steps (the only
-    ones whose predictions reach a target), with feature = h_{j−1}[t] and token x_{t+1+j} (clamped at the end;
-    such positions have no target)."""
+    f_t, token x_{t+1}); steps j ≥ 1 run on the window of base positions t ≥ window_start, with feature =
+    h_{j−1}[t] and token x_{t+1+j} (clamped at the end; such positions have no target)."""
     bsz, total = input_ids.shape
     embed = verifier.get_input_embeddings()
     dtype = head.fc.weight.dtype
@@ -163,7 +170,7 @@ def ttt_unroll(head, verifier, feats, input_ids, prefix_len, ttt_steps):
     hid = head.fc(feats[:, :n].to(dtype))
     q0, k0, v0 = head.qkv(embed(input_ids[:, 1:]).to(dtype), hid, cos, sin)
     out0 = head.finish(hid, F.scaled_dot_product_attention(q0, head.expand(k0), head.expand(v0), is_causal=True))
-    w0 = max(0, prefix_len - ttt_steps)
+    w0 = min(max(0, window_start), n - 1)
     base = torch.arange(w0, n, device=input_ids.device)  # [W]
     k0e, v0e = head.expand(k0), head.expand(v0)
     causal = torch.arange(n, device=input_ids.device)[None] <= base[:, None]  # [W, n]
@@ -181,26 +188,29 @@ def ttt_unroll(head, verifier, feats, input_ids, prefix_len, ttt_steps):
         p = torch.softmax(torch.cat([s0.float(), sd.float()], dim=-1), dim=-1).to(q.dtype)
         attn = torch.matmul(p[..., :n], v0e) + (p[..., n:, None] * torch.stack(diag_v, dim=-2)).sum(-2)
         hs.append(head.finish(hs[-1], attn))
-    return base, hs
+    return base, hs, out0
 
 
-def ttt_loss(head, verifier, feats, input_ids, targets, prefix_len, ttt_steps, step_decay):
+def ttt_loss(head, verifier, feats, input_ids, greedy, hp: dict, generator: torch.Generator | None = None):
     """Weighted CE of the unrolled head; returns (loss, per-step top-1 accuracy list).
 
-    targets [B, C] with targets[:, i] = the verifier's greedy token after reading x_{≤P+i}. A real entry t
-    predicts the token after x_{t+1} (target index t+1−P); step j at base t the token after x_{t+1+j}."""
+    greedy [B, T]: the verifier's greedy token after each position. Real entry t predicts greedy[t+1] (the token
+    after x_{t+1}); step j at base t predicts greedy[t+1+j]. Step 0 is scored on ``step0_positions`` entries drawn
+    from the whole sequence, steps j ≥ 1 on the last ``ttt_window`` base positions."""
     lm_head = verifier.get_output_embeddings()
-    base, hs = ttt_unroll(head, verifier, feats, input_ids, prefix_len, ttt_steps)
-    cont = targets.shape[1]
+    n = input_ids.shape[1] - 1
+    base, hs, out0 = ttt_unroll(head, verifier, feats, input_ids, n - hp["ttt_window"], hp["ttt_steps"])
+    pick = torch.randperm(n, generator=generator)[: hp["step0_positions"]].sort().values.to(base.device)
+    scored = [(out0[:, pick], greedy[:, pick + 1])]
+    for j, h in enumerate(hs[1:], start=1):
+        idx = base + 1 + j
+        scored.append((h[:, idx <= n], greedy[:, idx[idx <= n]]))
     losses, accs, weight_sum = [], [], 0.0
-    for j, h in enumerate(hs):
-        idx = base + 1 + j - prefix_len
-        valid = (idx >= 0) & (idx < cont)
-        if valid.any():
-            logits = lm_head(head.norm(h[:, valid]).to(lm_head.weight.dtype)).float()  # [B, v, V]
-            tgt = targets[:, idx[valid]]
-            losses.append((step_decay ** j) * F.cross_entropy(logits.flatten(0, 1), tgt.flatten()))
-            weight_sum += step_decay ** j
+    for j, (h, tgt) in enumerate(scored):
+        if tgt.numel():
+            logits = lm_head(head.norm(h).to(lm_head.weight.dtype)).float()  # [B, v, V]
+            losses.append((hp["step_decay"] ** j) * F.cross_entropy(logits.flatten(0, 1), tgt.flatten()))
+            weight_sum += hp["step_decay"] ** j
             accs.append(float((logits.argmax(-1) == tgt).float().mean()))
     return sum(losses) / weight_sum, accs
 
@@ -216,8 +226,9 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     if unknown:
         raise ValueError(f"unknown train-eagle3 hparams {sorted(unknown)}; known: {sorted(HPARAMS)}")
     hp = {**HPARAMS, **(hparams or {})}
-    if hp["steps"] < 1 or hp["ttt_steps"] < 1:
-        raise ValueError("steps and ttt_steps must be >= 1")
+    for key in ("steps", "ttt_steps", "ttt_window", "step0_positions"):
+        if hp[key] < 1:
+            raise ValueError(f"train-eagle3 hparam {key} must be >= 1, got {hp[key]}")
     if hp["threads"]:
         torch.set_num_threads(int(hp["threads"]))
     torch.manual_seed(int(hp["seed"]))
@@ -226,9 +237,9 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     for prm in verifier.parameters():
         prm.requires_grad_(False)
     data = load_targets(targets_file)
-    input_ids, targets, p = data["input_ids"].to(device), data["targets"].to(device), data["prefix_len"]
+    input_ids = data["input_ids"].to(device)  # the targets are recomputed at every position (ttt_loss)
     if data["verifier"] and verbose:
-        print(f"targets from verifier {data['verifier']}")
+        print(f"sequences from the targets of verifier {data['verifier']}")
     cfg = head_config(verifier, hp["layer_ids"])
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[hp["dtype"]]
     head = Eagle3Head(cfg).to(device=device, dtype=dtype)
@@ -238,8 +249,9 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, hp["warmup_steps"], hp["steps"]))
     n_seq = input_ids.shape[0]
     feat_mb = n_seq * input_ids.shape[1] * 3 * cfg["hidden_size"] * 4 / 2**20
-    cache: dict[int, torch.Tensor] | None = {} if feat_mb <= hp["feature_cache_mb"] else None
-    order = torch.randperm(n_seq, generator=torch.Generator().manual_seed(int(hp["seed"])))
+    cache: dict[int, tuple] | None = {} if feat_mb <= hp["feature_cache_mb"] else None
+    generator = torch.Generator().manual_seed(int(hp["seed"]))
+    order = torch.randperm(n_seq, generator=generator)
     out = Path(out)
     work = out.with_name(out.name + ".tmp")
     if work.exists():
@@ -250,14 +262,13 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     for step in range(hp["steps"]):
         i = int(order[step % n_seq])
         if cache is not None and i in cache:
-            feats = cache[i]
+            feats, greedy = cache[i]
         else:
             with torch.no_grad():
-                feats = verifier_features(verifier, input_ids[i : i + 1], cfg["layer_ids"])
+                feats, greedy = verifier_features(verifier, input_ids[i : i + 1], cfg["layer_ids"], greedy=True)
             if cache is not None:
-                cache[i] = feats
-        loss, accs = ttt_loss(head, verifier, feats, input_ids[i : i + 1], targets[i : i + 1], p, hp["ttt_steps"],
-                              hp["step_decay"])
+                cache[i] = feats, greedy
+        loss, accs = ttt_loss(head, verifier, feats, input_ids[i : i + 1], greedy, hp, generator)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), hp["grad_clip"])
