@@ -79,17 +79,10 @@ class Verifier:
         return int(logits.argmax(-1))
 
     @torch.no_grad()
-    def step(self, tokens: list[int], **kwargs):
-        """Feed ``tokens`` (real positions continue the cache); returns the model output (logits [1, q, V])."""
-        out = self.model(input_ids=ids_tensor(tokens, self.device), past_key_values=self.cache,
-                         position_ids=position_range(self.length, len(tokens), self.device), use_cache=True, **kwargs)
-        self.length += len(tokens)
-        return out
-
-    @torch.no_grad()
     def hidden(self, tokens: list[int], output_hidden_states: bool = False):
-        """Like ``step`` without the LM head: the decoder's output (``last_hidden_state`` [1, q, H], the optional
-        per-layer ``hidden_states``, ``past_key_values``); ``verify`` applies the head to the rows it needs."""
+        """Feed ``tokens`` (real positions continue the cache) through the decoder, without the LM head: returns
+        ``last_hidden_state`` [1, q, H], the optional per-layer ``hidden_states`` and ``past_key_values``;
+        ``greedy`` / ``verify`` apply the head to the rows they need."""
         out = self.model.get_decoder()(input_ids=ids_tensor(tokens, self.device), past_key_values=self.cache,
                                        position_ids=position_range(self.length, len(tokens), self.device),
                                        use_cache=True, output_hidden_states=output_hidden_states)
@@ -186,9 +179,9 @@ def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *
         stats.verifier_prefill_s, stats.verifier_forwards = t.seconds, 1  # the prefill yields the first token
         out, done = _finish(out, max_new_tokens, eos)
         while not done:
-            logits = verifier.step([out[-1]], logits_to_keep=1).logits
+            token = verifier.greedy(verifier.hidden([out[-1]]).last_hidden_state)[0]
             stats.verifier_forwards += 1
-            out, done = _finish(out + [int(logits[0, -1].argmax())], max_new_tokens, eos)
+            out, done = _finish(out + [token], max_new_tokens, eos)
     return _close(out, stats, total.seconds, device)
 
 

@@ -32,7 +32,7 @@ FIGURES = {  # file stem under results/figures/ -> paper artifact name
 }
 
 # src/ modules each stage runs: declared as inputs so that editing one reruns exactly its stage.
-# every forward runs these
+# MODEL_CODE: every model forward runs these.
 MODEL_CODE = ["src/budgetdraft/kvcache.py", "src/budgetdraft/attention.py"]
 SRC = {
     "models": ["src/budgetdraft/models.py"],

@@ -45,9 +45,9 @@ from budgetdraft.kvcache import PreallocatedCache
 
 HEAD_FILE, CONFIG_FILE = "head.safetensors", "eagle3.json"
 HPARAMS = {"steps": 100, "lr": 1.0e-3, "weight_decay": 0.0, "warmup_steps": 10, "grad_clip": 1.0, "ttt_steps": 7,
-           "step_decay": 0.8, "ttt_window": 64, "step0_positions": 128, "layer_ids": None, "seed": 0, "dtype": "float32", "verifier_dtype": "float32",
-           "device": "cpu", "threads": 1,
-           "feature_cache_mb": 2048, "log_every": 10}
+           "step_decay": 0.8, "ttt_window": 64, "step0_positions": 128, "layer_ids": None, "seed": 0,
+           "dtype": "float32", "verifier_dtype": "float32", "device": "cpu", "threads": 1, "feature_cache_mb": 2048,
+           "log_every": 10}
 
 
 def default_layer_ids(num_layers: int) -> list[int]:
