@@ -25,7 +25,8 @@ from budgetdraft.models import load_model
 CELL_COLUMNS = [
     "label", "method", "dataset", "context", "budget", "gamma", "policy", "sample", "doc_id", "repeat",
     "prompt_tokens", "new_tokens", "verifier_prefill_s", "drafter_prefill_s", "decode_s", "total_s", "tok_per_s",
-    "drafted", "accepted", "acceptance", "tau", "verifier_forwards", "accept_by_position", "peak_mem_mb", "device",
+    "drafted", "accepted", "acceptance", "tau", "verifier_forwards", "accept_by_position", "peak_mem_mb", "mem_kind",
+    "peak_tensor_mb", "drafter_kv_mb", "verifier_kv_mb", "draft_s", "draft_steps", "verify_s", "device",
     "output_ids", "config",
 ]
 METHODS = ("ar", "sd", "triforce", "eagle3")

@@ -11,6 +11,7 @@ Cache invariants of ``speculative``, with ``out`` the tokens emitted so far:
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 
@@ -18,7 +19,8 @@ import torch
 
 from budgetdraft.kvcache import (POLICIES, PreallocatedCache, check_budget, gathered_kv, keep_indices, needs_scores,
                                  num_layers, prefill)
-from budgetdraft.metrics import DecodeStats, Stopwatch, peak_memory_mb, reset_peak_memory
+from budgetdraft.metrics import (DecodeStats, Stopwatch, cache_bytes, module_tensors, peak_memory, reset_peak_memory,
+                                 storage_bytes)
 
 
 @dataclass
@@ -113,6 +115,9 @@ class Verifier:
         self.cache.truncate(length)
         self.length = length
 
+    def kv_bytes(self) -> int:
+        return cache_bytes(self.cache)
+
 
 class SparseDrafter:
     """The paper's drafter: a small causal LM whose prefix cache is cut to a budget of B tokens by a policy."""
@@ -163,6 +168,36 @@ class SparseDrafter:
     def after_verify(self, verifier_output, accepted: int, bonus: int) -> None:
         """Hook for drafters that read the verifier's decoder output (EAGLE-3, TriForce); this one needs nothing."""
 
+    def kv_bytes(self) -> int:
+        """Allocated bytes of the sparse cache (the full prefill cache it was cut from is freed in ``prefill``)."""
+        return cache_bytes(self.cache)
+
+    def weight_tensors(self):
+        return module_tensors(self.model)
+
+
+def weight_bytes(verifier_model, drafter=None) -> int:
+    """Bytes of the verifier's weights and of those the drafter reports (``weight_tensors``, optional); a storage
+    both use (self-drafting, EAGLE-3's borrowed embedding and LM head) counts once."""
+    extra = drafter.weight_tensors() if hasattr(drafter, "weight_tensors") else ()
+    return storage_bytes(itertools.chain(module_tensors(verifier_model), extra))
+
+
+def drafter_kv_bytes(drafter) -> int:
+    """The drafter's KV cache bytes (``kv_bytes``, optional: 0 for a drafter without one)."""
+    return drafter.kv_bytes() if hasattr(drafter, "kv_bytes") else 0
+
+
+def timed_draft(drafter, pending: list[int], g: int, stats: DecodeStats, device) -> list[int]:
+    """``drafter.draft(pending, g)`` (nothing when g = 0), its seconds and steps added to ``stats``."""
+    if g == 0:
+        return []
+    with Stopwatch(device) as t:
+        drafts = drafter.draft(pending, g)
+    stats.draft_s += t.seconds
+    stats.draft_steps += len(drafts)
+    return drafts
+
 
 @torch.no_grad()
 def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *, eos_token_id=None,
@@ -172,15 +207,20 @@ def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *
     device, eos = verifier_model.device, _eos_ids(verifier_model, eos_token_id)
     stats = DecodeStats(prompt_tokens=len(prompt_ids))
     verifier = Verifier(verifier_model, prefill_chunk)
+    weights = weight_bytes(verifier_model)
     reset_peak_memory(device)
     with Stopwatch(device) as total:
         with Stopwatch(device) as t:
             out = [verifier.prefill(ids_tensor(prompt_ids, device), len(prompt_ids) + max_new_tokens)]
         stats.verifier_prefill_s, stats.verifier_forwards = t.seconds, 1  # the prefill yields the first token
+        stats.record_memory(weights, verifier.kv_bytes())
         out, done = _finish(out, max_new_tokens, eos)
         while not done:
-            token = verifier.greedy(verifier.hidden([out[-1]]).last_hidden_state)[0]
+            with Stopwatch(device) as t:
+                token = verifier.greedy(verifier.hidden([out[-1]]).last_hidden_state)[0]
+            stats.verify_s += t.seconds
             stats.verifier_forwards += 1
+            stats.record_memory(weights, verifier.kv_bytes())
             out, done = _finish(out + [token], max_new_tokens, eos)
     return _close(out, stats, total.seconds, device)
 
@@ -202,6 +242,7 @@ def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: 
     verifier = Verifier(verifier_model, prefill_chunk)
     prompt = ids_tensor(prompt_ids, device)
     capacity = len(prompt_ids) + max_new_tokens + gamma + 1
+    weights = weight_bytes(verifier_model, drafter)
     reset_peak_memory(device)
     with Stopwatch(device) as total:
         with Stopwatch(device) as t:
@@ -210,14 +251,18 @@ def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: 
         with Stopwatch(device) as t:
             drafter.prefill(prompt.to(drafter.device), max_new_tokens + gamma + 1)
         stats.drafter_prefill_s = t.seconds
+        stats.record_memory(weights, verifier.kv_bytes(), drafter_kv_bytes(drafter))
         out, done = _finish(out, max_new_tokens, eos)
         pending = [out[-1]]
         while not done:
             g = min(gamma, max_new_tokens - len(out) - 1)  # never draft past the last token still wanted
-            drafts = drafter.draft(pending, g) if g > 0 else []
+            drafts = timed_draft(drafter, pending, g, stats, device)
             base = verifier.length
-            vout = verifier.hidden([out[-1]] + drafts, output_hidden_states=getattr(drafter, "needs_hidden", False))
-            k, bonus = verifier.verify(vout.last_hidden_state, drafts)
+            with Stopwatch(device) as t:
+                vout = verifier.hidden([out[-1]] + drafts,
+                                       output_hidden_states=getattr(drafter, "needs_hidden", False))
+                k, bonus = verifier.verify(vout.last_hidden_state, drafts)
+            stats.verify_s += t.seconds
             stats.record_round(len(drafts), k)
             verifier.rollback(base + 1 + k)
             if drafts:  # g = 0 only for the very last token: the drafter has no round to hear about
@@ -227,6 +272,7 @@ def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: 
                     pending = [bonus]
                 else:  # every draft accepted: the drafter has not yet seen the last draft
                     pending = [drafts[-1], bonus]
+            stats.record_memory(weights, verifier.kv_bytes(), drafter_kv_bytes(drafter))
             out, done = _finish(out + drafts[:k] + [bonus], max_new_tokens, eos)
     return _close(out, stats, total.seconds, device)
 
@@ -235,7 +281,7 @@ def _close(out: list[int], stats: DecodeStats, total_s: float, device) -> Genera
     stats.new_tokens = len(out)
     stats.total_s = total_s
     stats.decode_s = total_s - stats.verifier_prefill_s - stats.drafter_prefill_s
-    stats.peak_mem_mb = peak_memory_mb(device)
+    stats.peak_mem_mb, stats.mem_kind = peak_memory(device, stats.peak_tensor_mb)
     return Generation(out, stats)
 
 

@@ -42,6 +42,7 @@ from torch import nn
 
 from budgetdraft.baselines import PrefillTap
 from budgetdraft.kvcache import PreallocatedCache
+from budgetdraft.metrics import cache_bytes, module_tensors
 
 HEAD_FILE, CONFIG_FILE = "head.safetensors", "eagle3.json"
 HPARAMS = {"steps": 100, "lr": 1.0e-3, "weight_decay": 0.0, "warmup_steps": 10, "grad_clip": 1.0, "ttt_steps": 7,
@@ -387,6 +388,12 @@ class Eagle3Drafter:
         self.q_feats = torch.cat([self.q_feats, feats], dim=1)
         self.q_tokens += self.last_drafts[:accepted] + [bonus]
         self.last_drafts = []
+
+    def kv_bytes(self) -> int:
+        return cache_bytes(self.cache)  # the head's one-layer cache
+
+    def weight_tensors(self):
+        return module_tensors(self.head)  # its embedding and LM head are the verifier's, counted with it
 
 
 def drafter_factory(verifier, args, extra: dict):

@@ -34,6 +34,7 @@ from budgetdraft.baselines import PrefillTap
 from budgetdraft.decoding import ids_tensor, position_range
 from budgetdraft.kvcache import (PreallocatedCache, attention_queries, decoder_layers, num_layers, prefill,
                                  streaming)
+from budgetdraft.metrics import cache_bytes, module_tensors
 
 DEFAULTS = {"retrieval_budget": 256, "streaming_budget": 16, "sinks": 4, "chunk_size": 8, "gamma_inner": 1}
 
@@ -107,6 +108,7 @@ class TriForceDrafter:
         p = self.prompt_len = prompt.shape[1]
         full, query_in = self._full_verifier_cache(prompt)
         self.full_cache = full
+        self.owns_full = self.tap is None or full is not self.tap.cache  # else it is the verifier's own cache
         kv, self.kept = [], []
         for i, layer in enumerate(decoder_layers(self.verifier)):
             keys, values = full.layers[i].keys[:, :, :p], full.layers[i].values[:, :, :p]
@@ -216,6 +218,15 @@ class TriForceDrafter:
         for layer, src in zip(self.retrieval.layers, full.layers):
             layer.update(src.keys[:, :, start:end], src.values[:, :, start:end])
         self.copied = end - self.prompt_len
+
+    def kv_bytes(self) -> int:
+        """The retrieval and StreamingLLM caches, and the full prefix cache when it had to prefill one itself (the
+        one read through the tap is the verifier's cache, counted as the verifier's)."""
+        caches = [self.retrieval, self.small] + ([self.full_cache] if self.owns_full else [])
+        return sum(cache_bytes(c) for c in caches)
+
+    def weight_tensors(self):
+        return module_tensors(self.model)  # the small drafter; the retrieval level runs the verifier's weights
 
     def inner_stats(self) -> dict:
         return {"inner_drafted": self.inner_drafted, "inner_accepted": self.inner_accepted,
