@@ -18,6 +18,7 @@ COMMANDS = {
     "train": ("budgetdraft.training", "train a drafter with L_A + lambda * L_C"),
     "eval-cell": ("budgetdraft.cells", "run one evaluation grid cell and write its parquet file"),
     "paper": ("budgetdraft.paper", "build one table or figure of the paper from cell files"),
+    "claims": ("budgetdraft.claims", "report which of the paper's findings hold in this run, with bootstrap intervals"),
     "train-eagle3": ("budgetdraft.baselines.eagle3", "train the EAGLE-3 draft head baseline"),
     "warm": ("budgetdraft.warm", "serve pre-imported forks to the commands of a local pipeline run"),
 }

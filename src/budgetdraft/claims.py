@@ -1,0 +1,692 @@
+"""Which of the paper's findings hold in this run: each claim, its figure in the paper, this run's figure with a 95 %
+interval, and a verdict, all computed from measured grid cells.
+
+`python -m budgetdraft claims --settings JSON --cells FILE [FILE ...] --out results/claims.md`
+writes `claims.md` and `claims.json` (same stem).
+
+Cells are loaded with `paper.load_cells` and indexed by `paper.Grid` (lossless check as in `paper`). A prompt is a
+(dataset, sample); every statistic below is a function of per-prompt sums, so it can be recomputed with each prompt
+weighted by its multiplicity in a resample. γ_f = settings `gamma_fixed`; "pooled" sums over datasets and budgets
+(and contexts where said), using only the (dataset, context, budget) places where every arm of the finding has a
+cell; contexts are ordered as settings `contexts` lists them (shortest first). Labels: SD = `sd` (base drafter,
+sparse cache), BD = `lambda0.5` (BudgetDraft), L_A only = `la_only`, λ = 1.0 = `lambda1.0`, single-budget =
+`single_budget`.
+
+  acceptance acc(S)   100 · Σ accepted / Σ drafted over the rows of the cells S (%)
+  speedup sp(S)       mean over the prompts of S of AR per-prompt time / method per-prompt time, per-prompt time =
+                      mean `total_s` over repeats (`paper.Grid.sample_speedups`; AR = label `ar` of the same
+                      dataset and context)
+  mean memory m(S, x) mean of column x over the rows of S
+  F1 collapse         acc(SD at the longest context) − acc(SD at the shortest), pooled at γ_f; paper: < 0
+  F2 recovery         per context: acc(BD) − acc(SD) (and acc(BD) / acc(SD)), pooled at γ_f; paper: > 0
+  F3 robustness       spread(L) = mean over contexts of [max over B − min over B of acc(L at context, B)] (pooled
+                      over datasets); F3 = spread(BD) − spread(SD) at γ_f; paper: < 0.  Diagnostic
+                      F3-SD = acc(SD at the largest B) − acc(SD at the smallest B), pooled at γ_f: an interval holding
+                      0 means the budget costs SD nothing, and F3/F4 cannot show
+  F4 L_C matters      acc(BD) − acc(L_A only) at the smaller half of the budgets (at least one), pooled at γ_f;
+                      paper: > 0
+  F5 multi-budget     acc(BD) − acc(single-budget) at the budgets other than settings `single_budget.trained_budget`,
+                      on settings `single_budget` dataset / context / γ; paper: > 0
+  F6 λ = 1.0          acc(λ = 1.0) / acc(BD), pooled at γ_f; equivalence margin [0.9, 1.1]
+  F7 speedup          per context: sp of the BD (B, γ) with the highest point speedup (pooled over datasets; chosen
+                      once on the point estimate, the interval does not include that choice); paper: > 1.
+                      Prediction (1 − α^(γ+1)) / ((1 − α)(γc + 1)) with α = acc / 100 of that cell and
+                      c = (Σ draft_s / Σ draft_steps) / (Σ AR verify_s / Σ AR (new_tokens − 1)) over its datasets
+  F8a peak memory     m(BD, peak_mem_mb) / m(SD, peak_mem_mb) at γ_f; equivalence margin [0.95, 1.05]
+  F8b-B drafter cache m(SD+BD at the largest B, drafter_kv_mb) / m(SD+BD at the smallest B, ...) at γ_f; paper: > 1
+  F8b-ctx             max over B of [max over contexts / min over contexts of m(SD+BD at context, B, drafter_kv_mb)]
+                      at γ_f; equivalence margin [0.9, 1.1]
+
+Interval: a paired bootstrap over prompts: 2000 resamples of the prompts with replacement, stratified by dataset,
+seed 0; every statistic (both arms of a contrast alike) is recomputed on the same multiplicity matrix, whose row 0 is
+all ones (the point estimate). Percentile interval taken conservatively: the order statistics at or just outside the
+2.5th and 97.5th percentiles (numpy 'lower' / 'higher'); resamples where a statistic is undefined (0/0) are dropped.
+Memory figures barely vary across prompts, so their interval is close to the point value; the same rule applies.
+
+Verdict: holds when the interval lies entirely on the paper's side of the reference (0, or 1 for ratios; a bound
+within 1e-9 of it excludes nothing); does not hold when entirely on the other side; not resolved otherwise.
+Equivalence claims (F6, F8a, F8b-ctx): holds when the interval lies inside the margin, does not hold when entirely
+outside it, not resolved otherwise. not run: the cells the finding needs are absent; not measured: the cells lack the
+column it needs. A finding that does not hold or is not resolved gets a one-line 'why' derived from the cells where
+they show one; a possible reason they cannot show is labelled '(not measured)'.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from budgetdraft.paper import (AR, BD, LA_ONLY, LAMBDA1, SD, SINGLE, Grid, Settings, atomic_write_text,
+                               load_cells, parse_settings)
+
+RESAMPLES, SEED = 2000, 0
+ROW = ["sample", "repeat"]
+MEASURED_COLUMNS = ["decode_s", "new_tokens", "verifier_forwards", "peak_tensor_mb", "drafter_kv_mb", "verifier_kv_mb",
+                    "mem_kind", "draft_s", "draft_steps", "verify_s"]  # read when a cell has them
+HOLDS, FAILS, OPEN, NOT_RUN, NOT_MEASURED = "holds", "does not hold", "not resolved", "not run", "not measured"
+DIAGNOSTIC = "diagnostic"
+UNMET = (FAILS, OPEN)  # verdicts that get a 'why' when the cells show one
+PAPER_BEST_SPEEDUP = {"4K": 6.55, "8K": 4.46, "16K": 2.10}
+
+
+# ----------------------------------------------------------------------------------------------- cells
+
+
+def load_claim_cells(paths) -> pd.DataFrame:
+    """`paper.load_cells` plus the measured columns a cell has (`MEASURED_COLUMNS`; NaN where a cell lacks one)."""
+    df = load_cells(paths)
+    extras = []
+    for path in map(Path, paths):  # load_cells keeps file and row order
+        names = pq.read_schema(path).names
+        extras.append(pd.read_parquet(path, columns=ROW + [c for c in MEASURED_COLUMNS if c in names]))
+    extra = pd.concat(extras, ignore_index=True).reindex(columns=ROW + MEASURED_COLUMNS)
+    if len(extra) != len(df) or not (extra["sample"].astype(int).to_numpy() == df["sample"].to_numpy()).all():
+        raise ValueError("cell files changed while being read")
+    return pd.concat([df, extra[[c for c in MEASURED_COLUMNS if c not in df.columns]]], axis=1)
+
+
+# ------------------------------------------------------------------------------------------- bootstrap
+
+
+def multiplicities(strata, n_prompts: int, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+    """(resamples, n_prompts) counts: each row draws, within every stratum (array of prompt columns), as many
+    prompts as it has, with replacement."""
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((resamples, n_prompts))
+    for columns in strata:
+        n = len(columns)
+        draws = rng.integers(0, n, size=(resamples, n)) + n * np.arange(resamples)[:, None]
+        counts[:, columns] = np.bincount(draws.ravel(), minlength=resamples * n).reshape(resamples, n)
+    return counts
+
+
+def ratio(num, den):
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    return np.divide(num, den, out=np.full(np.broadcast(num, den).shape, np.nan), where=den != 0)
+
+
+class Evidence:
+    """The cells, their prompts, and the weights (row 0: all ones; rows 1..: bootstrap multiplicities)."""
+
+    def __init__(self, df: pd.DataFrame, settings: Settings, resamples: int = RESAMPLES, seed: int = SEED):
+        self.s = settings
+        self.datasets, self.contexts = list(settings.datasets), settings.contexts
+        self.budgets, self.gamma = sorted(settings.budgets), int(settings.get("gamma_fixed"))
+        df = df[df["dataset"].isin(self.datasets)].reset_index(drop=True)
+        if df.empty:
+            raise ValueError(f"no cell is of a dataset in settings datasets {self.datasets}")
+        self.prompts = sorted({(d, int(s)) for d, s in zip(df["dataset"], df["sample"])},
+                              key=lambda p: (self.datasets.index(p[0]), p[1]))
+        self.column = {p: i for i, p in enumerate(self.prompts)}
+        df["prompt"] = [self.column[(d, int(s))] for d, s in zip(df["dataset"], df["sample"])]
+        self.grid = Grid(df, lossless=settings.raw.get("lossless_check", "error"))
+        strata = [np.array([i for i, p in enumerate(self.prompts) if p[0] == d]) for d in self.datasets]
+        strata = [s for s in strata if len(s)]
+        self.weights = np.vstack([np.ones(len(self.prompts)),
+                                  multiplicities(strata, len(self.prompts), resamples, seed)])
+        self._vectors = {}
+
+    # cells
+    def keys(self, label, gamma=None, contexts=None, budgets=None, datasets=None) -> list[tuple]:
+        budgets = [0] if label == AR else self.budgets if budgets is None else budgets
+        return sorted(k for k in self.grid.rows if k[0] == label and k[1] in (datasets or self.datasets)
+                      and (contexts is None or k[2] in contexts) and k[3] in budgets
+                      and (gamma is None or k[4] == gamma))
+
+    def places(self, labels, gamma, contexts=None, budgets=None, datasets=None) -> list[tuple]:
+        """(dataset, context, budget) where every label has a cell at gamma."""
+        sets = [{k[1:4] for k in self.keys(label, gamma, contexts, budgets, datasets)} for label in labels]
+        return sorted(set.intersection(*sets))
+
+    def rows(self, keys) -> pd.DataFrame:
+        return pd.concat([self.grid.rows[k] for k in keys]) if keys else self.grid.df.iloc[:0]
+
+    def measured(self, keys, column) -> bool:
+        return bool(keys) and self.rows(keys)[column].notna().any()
+
+    # per-prompt sums, and statistics over the weights
+    def vector(self, key, column) -> np.ndarray:
+        """Per prompt: Σ column over the cell's rows; column 'n:x' counts the rows where x is measured."""
+        if (key, column) not in self._vectors:
+            rows = self.grid.rows[key]
+            values = rows[column[2:]].notna() if column.startswith("n:") else rows[column].fillna(0)
+            self._vectors[key, column] = np.bincount(rows["prompt"], weights=values.astype(float),
+                                                     minlength=len(self.prompts))
+        return self._vectors[key, column]
+
+    def weighted(self, keys, column) -> np.ndarray:
+        return self.weights @ sum((self.vector(k, column) for k in keys), np.zeros(len(self.prompts)))
+
+    def acceptance(self, keys) -> np.ndarray:
+        return 100.0 * ratio(self.weighted(keys, "accepted"), self.weighted(keys, "drafted"))
+
+    def mean(self, keys, column) -> np.ndarray:
+        return ratio(self.weighted(keys, column), self.weighted(keys, "n:" + column))
+
+    def speedup(self, keys) -> np.ndarray:
+        """Mean over the prompts of the cells (one per dataset) of the per-prompt speedup vs AR."""
+        value, present = np.zeros(len(self.prompts)), np.zeros(len(self.prompts))
+        for key in keys:
+            per_sample = self.grid.sample_speedups(key)
+            columns = [self.column[(key[1], int(s))] for s in per_sample.index]
+            value[columns], present[columns] = per_sample.to_numpy(), 1.0
+        return ratio(self.weights @ value, self.weights @ present)
+
+    def prompt_count(self, keys) -> int:
+        return int(np.count_nonzero(sum((self.vector(k, "n:sample") for k in keys), np.zeros(len(self.prompts)))))
+
+    def drafted(self, arms: dict) -> dict:
+        return {arm: int(sum(self.vector(k, "drafted").sum() for k in keys)) for arm, keys in arms.items()}
+
+
+def estimate(stat) -> tuple[float, float, float]:
+    """(point, low, high): row 0, and the conservative 95 % percentile interval of the other rows."""
+    stat = np.asarray(stat, dtype=float)
+    boot = stat[1:][~np.isnan(stat[1:])]
+    if not len(boot):
+        return float(stat[0]), math.nan, math.nan
+    return (float(stat[0]), float(np.percentile(boot, 2.5, method="lower")),
+            float(np.percentile(boot, 97.5, method="higher")))
+
+
+# -------------------------------------------------------------------------------------------- verdicts
+
+
+def directional(low, high, side: str, reference: float = 0.0) -> str:
+    """side '>' or '<': the paper's side of the reference; a bound within rounding (1e-9) of it does not exclude it."""
+    if math.isnan(low) or math.isnan(high):
+        return OPEN
+    tol = 1e-9 * max(1.0, abs(reference))
+    above, below = low > reference + tol, high < reference - tol
+    if side == ">":
+        return HOLDS if above else FAILS if below else OPEN
+    return HOLDS if below else FAILS if above else OPEN
+
+
+def equivalent(low, high, margin) -> str:
+    if math.isnan(low) or math.isnan(high):
+        return OPEN
+    if margin[0] <= low and high <= margin[1]:
+        return HOLDS
+    return FAILS if high < margin[0] or low > margin[1] else OPEN
+
+
+@dataclass
+class Finding:
+    id: str
+    claim: str
+    paper: str
+    value: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    verdict: str = NOT_RUN
+    why: str = ""
+    prompts: int = 0
+    drafted: dict = field(default_factory=dict)
+    unit: str = ""
+    detail: str = ""
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def measure(self, ev: Evidence, stat, arms: dict) -> Finding:
+        self.value, self.ci_low, self.ci_high = estimate(stat)
+        self.prompts = ev.prompt_count([k for keys in arms.values() for k in keys])
+        self.drafted = ev.drafted(arms)
+        return self
+
+    def judge(self, side: str, reference: float = 0.0) -> Finding:
+        self.verdict = directional(self.ci_low, self.ci_high, side, reference)
+        return self
+
+    def judge_within(self, margin) -> Finding:
+        self.verdict = equivalent(self.ci_low, self.ci_high, margin)
+        return self
+
+    def absent(self, why: str, verdict: str = NOT_RUN) -> Finding:
+        self.verdict, self.why = verdict, why
+        return self
+
+
+def pct(x) -> str:
+    return f"{x:.2f} %"
+
+
+def interval(stat, fmt=pct) -> str:
+    value, low, high = estimate(stat)
+    return f"{fmt(value)} [{fmt(low)}, {fmt(high)}]"
+
+
+# -------------------------------------------------------------------------------------------- findings
+
+
+def at(label, places, gamma) -> list[tuple]:
+    return [(label, d, c, b, gamma) for d, c, b in places]
+
+
+def no_cells(labels, where: str) -> str:
+    return f"no cells of {' and '.join(labels)} {where}"
+
+
+def sd_context_change(ev: Evidence, short, long):
+    """acc(SD at long) − acc(SD at short), on the (dataset, budget) places with SD cells at both; and the arms."""
+    both = set.intersection(*[{(d, b) for d, _, b in ev.places([SD], ev.gamma, [c])} for c in (short, long)])
+    arms = {f"sd {c}": [(SD, d, c, b, ev.gamma) for d, b in sorted(both)] for c in (short, long)}
+    return ev.acceptance(arms[f"sd {long}"]) - ev.acceptance(arms[f"sd {short}"]), arms
+
+
+def collapse(ev: Evidence) -> list[Finding]:
+    f = Finding("F1", "SD acceptance falls as context grows (sparse-KV drafter collapses at long context)",
+                "GS B=256: 55.42 % (4K) → 0.30 % (8K) → 0.51 % (16K)", unit="pp")
+    if len(ev.contexts) < 2:
+        return [f.absent("needs two contexts")]
+    short, long = ev.contexts[0], ev.contexts[-1]
+    change, arms = sd_context_change(ev, short, long)
+    if not arms[f"sd {short}"]:
+        return [f.absent(no_cells([SD], f"at γ={ev.gamma} at both {short} and {long}"))]
+    f.measure(ev, change, arms).judge("<")
+    f.detail = "acc_SD " + "; ".join(f"{c} {interval(ev.acceptance(ev.keys(SD, ev.gamma, [c])))}"
+                                     for c in ev.contexts if ev.keys(SD, ev.gamma, [c]))
+    if f.verdict in UNMET:
+        acc_short, acc_long = (ev.acceptance(arms[f"sd {c}"])[0] for c in (short, long))
+        f.why = f"SD accepts {acc_long:.2f} % at {long} vs {acc_short:.2f} % at {short}"
+        if acc_long >= acc_short:
+            f.why = (f"no fall with context: {f.why}; a possible reason (not measured): every context lies within "
+                     "the positions the drafter's layers were pretrained on")
+    return [f]
+
+
+def recovery(ev: Evidence) -> list[Finding]:
+    out = []
+    shortest = ev.contexts[0]
+    for context in ev.contexts:
+        f = Finding(f"F2/{context}", "BudgetDraft recovers the acceptance SD loses at this context",
+                    "e.g. 8K GS: 75 % vs 0.14 % (SD)", unit="pp")
+        places = ev.places([SD, BD], ev.gamma, [context])
+        if not places:
+            out.append(f.absent(no_cells([SD, BD], f"at {context}, γ={ev.gamma}")))
+            continue
+        arms = {SD: at(SD, places, ev.gamma), BD: at(BD, places, ev.gamma)}
+        bd, sd = ev.acceptance(arms[BD]), ev.acceptance(arms[SD])
+        f.measure(ev, bd - sd, arms).judge(">")
+        _, low, high = estimate(ratio(bd, sd))
+        f.extra = {"ratio": float(ratio(bd[0], sd[0])), "ratio_ci": [low, high]}
+        f.detail = f"BD {pct(bd[0])} vs SD {pct(sd[0])}; ratio {interval(ratio(bd, sd), lambda x: f'{x:.2f}')}"
+        if f.verdict in UNMET and context != shortest and not sd_fell(ev, context, shortest):
+            f.why = (f"SD keeps {sd[0]:.2f} % at {context} (no fall from {shortest}): there is no collapse for "
+                     f"BudgetDraft to recover from")
+        elif f.verdict == FAILS:
+            f.why = f"the trained drafter accepts less than the base drafter at {context}: {bd[0]:.2f} vs {sd[0]:.2f} %"
+        out.append(f)
+    return out
+
+
+def sd_fell(ev: Evidence, context, shortest) -> bool:
+    """Whether SD's acceptance at `context` is below that at `shortest` (interval of the change below 0)."""
+    change, arms = sd_context_change(ev, shortest, context)
+    return bool(arms[f"sd {context}"]) and estimate(change)[2] < 0
+
+
+def sd_budget_gap(ev: Evidence) -> Finding:
+    small, large = ev.budgets[0], ev.budgets[-1]
+    f = Finding("F3-SD", f"diagnostic: SD acceptance at B={large} minus at B={small} (does the budget cost SD?)",
+                "SD's acceptance depends on B", unit="pp")
+    both = set.intersection(*[{(d, c) for d, c, _ in ev.places([SD], ev.gamma, budgets=[b])} for b in (small, large)])
+    if len(ev.budgets) < 2 or not both:
+        return f.absent(no_cells([SD], f"at both B={small} and B={large}, γ={ev.gamma}"))
+    arms = {f"sd B={b}": [(SD, d, c, b, ev.gamma) for d, c in sorted(both)] for b in (large, small)}
+    f.measure(ev, ev.acceptance(arms[f"sd B={large}"]) - ev.acceptance(arms[f"sd B={small}"]), arms)
+    f.verdict = DIAGNOSTIC
+    if f.ci_low <= 0 <= f.ci_high:
+        bound = max(abs(f.ci_low), abs(f.ci_high))
+        f.note = (f"SD acceptance at the smallest budget equals full-budget acceptance within ±{bound:.2f} pp: "
+                  "budget costs this drafter nothing, so F3/F4 cannot show here")
+    return f
+
+
+def spread(ev: Evidence, label, places) -> np.ndarray:
+    """Mean over contexts of (max − min over budgets) of the pooled-over-datasets acceptance."""
+    per_context = []
+    for context in sorted({c for _, c, _ in places}):
+        budgets = sorted({b for _, c, b in places if c == context})
+        if len(budgets) > 1:
+            acc = np.column_stack([ev.acceptance([(label, d, c, b2, ev.gamma) for d, c, b2 in places
+                                                  if c == context and b2 == b]) for b in budgets])
+            per_context.append(acc.max(axis=1) - acc.min(axis=1))
+    return np.mean(per_context, axis=0)
+
+
+def budget_robustness(ev: Evidence, gap: Finding) -> list[Finding]:
+    f = Finding("F3", "BudgetDraft's acceptance varies less across KV budgets than SD's (spread BD − spread SD)",
+                "BudgetDraft flat across B, SD not (Tables main / ablation)", unit="pp")
+    places = ev.places([SD, BD], ev.gamma)
+    if not any(len({b for _, c2, b in places if c2 == c}) > 1 for c in ev.contexts):
+        return [f.absent(no_cells([SD, BD], f"at two budgets of one context, γ={ev.gamma}"))]
+    arms = {SD: at(SD, places, ev.gamma), BD: at(BD, places, ev.gamma)}
+    bd, sd = spread(ev, BD, places), spread(ev, SD, places)
+    f.measure(ev, bd - sd, arms).judge("<")
+    f.detail = f"spread BD {bd[0]:.2f} pp vs SD {sd[0]:.2f} pp"
+    explain_by_budget_gap(f, gap)
+    return [f]
+
+
+def explain_by_budget_gap(f: Finding, gap: Finding) -> None:
+    if gap.note:
+        if f.verdict == HOLDS:
+            f.note = gap.note
+        else:
+            f.why = gap.note
+
+
+def consistency_loss(ev: Evidence, gap: Finding) -> list[Finding]:
+    small = ev.budgets[:max(1, len(ev.budgets) // 2)]
+    f = Finding("F4", f"the consistency loss L_C raises acceptance at small budgets (B ∈ {small}; BD − L_A only)",
+                "GS 4K B=1024: 57.54 % (L_A) → 91.62 % (L_A + 0.5 L_C)", unit="pp")
+    places = ev.places([LA_ONLY, BD], ev.gamma, budgets=small)
+    if not places:
+        return [f.absent(no_cells([LA_ONLY, BD], f"at B ∈ {small}, γ={ev.gamma}"))]
+    arms = {LA_ONLY: at(LA_ONLY, places, ev.gamma), BD: at(BD, places, ev.gamma)}
+    bd, la = ev.acceptance(arms[BD]), ev.acceptance(arms[LA_ONLY])
+    f.measure(ev, bd - la, arms).judge(">")
+    f.detail = f"BD {pct(bd[0])} vs L_A only {pct(la[0])}"
+    if f.verdict in UNMET:
+        f.why = f"L_A only accepts {la[0]:.2f} % vs {bd[0]:.2f} % with {lambda_c(ev, BD, 0.5):g} L_C at B ∈ {small}"
+    explain_by_budget_gap(f, gap)
+    return [f]
+
+
+def lambda_c(ev: Evidence, label, default: float) -> float:
+    """λ of a trained variant: settings `variants[label].lambda_c` when given, else the label's own value."""
+    return float(((ev.s.raw.get("variants") or {}).get(label) or {}).get("lambda_c", default))
+
+
+def multi_budget(ev: Evidence) -> list[Finding]:
+    dataset, context = ev.s.get("single_budget.dataset"), str(ev.s.get("single_budget.context"))
+    gamma, trained = int(ev.s.get("single_budget.gamma")), int(ev.s.get("single_budget.trained_budget"))
+    others = [b for b in ev.budgets if b != trained]
+    f = Finding("F5", f"multi-budget training beats a drafter trained at B={trained} alone, at the other budgets",
+                "LWM 16K γ=20 B=2048: 34.17 % vs 14.61 % (single-budget)", unit="pp")
+    places = ev.places([SINGLE, BD], gamma, [context], others, [dataset])
+    if not places:
+        return [f.absent(no_cells([SINGLE, BD], f"at {dataset} {context} γ={gamma}, B ∈ {others}"))]
+    arms = {SINGLE: at(SINGLE, places, gamma), BD: at(BD, places, gamma)}
+    bd, single = ev.acceptance(arms[BD]), ev.acceptance(arms[SINGLE])
+    f.measure(ev, bd - single, arms).judge(">")
+    f.detail = f"{dataset} {context} γ={gamma}: BD {pct(bd[0])} vs single-budget {pct(single[0])}"
+    if f.verdict in UNMET:
+        home = ev.keys(SINGLE, gamma, [context], [trained], [dataset])
+        f.why = (f"the single-budget drafter accepts {single[0]:.2f} % away from its trained budget vs {bd[0]:.2f} % "
+                 f"for BudgetDraft" + (f" ({ev.acceptance(home)[0]:.2f} % at B={trained})" if home else ""))
+    return [f]
+
+
+def lambda_one(ev: Evidence) -> list[Finding]:
+    one_c, half_c = lambda_c(ev, LAMBDA1, 1.0), lambda_c(ev, BD, 0.5)
+    f = Finding("F6", f"λ = {one_c:g} gives acceptance very close to λ = {half_c:g} (ratio in [0.9, 1.1])",
+                "λ=1.0 vs 0.5, 16K GS B=256: 18.72 % vs 18.81 %", unit="ratio")
+    places = ev.places([LAMBDA1, BD], ev.gamma)
+    if not places:
+        return [f.absent(no_cells([LAMBDA1, BD], f"at γ={ev.gamma}"))]
+    arms = {LAMBDA1: at(LAMBDA1, places, ev.gamma), BD: at(BD, places, ev.gamma)}
+    one, half = ev.acceptance(arms[LAMBDA1]), ev.acceptance(arms[BD])
+    f.measure(ev, ratio(one, half), arms).judge_within((0.9, 1.1))
+    f.detail = f"λ={one_c:g} {pct(one[0])} vs λ={half_c:g} {pct(half[0])}"
+    if f.verdict in UNMET:
+        f.why = f"λ = {one_c:g} accepts {one[0]:.2f} % vs {half[0]:.2f} % for λ = {half_c:g}"
+    return [f]
+
+
+def paper_speedup(ev: Evidence, context) -> str:
+    if context in PAPER_BEST_SPEEDUP:
+        return f"{PAPER_BEST_SPEEDUP[context]:.2f}× best at {context}"
+    listed = ", ".join(f"{v:.2f}× ({c})" for c, v in PAPER_BEST_SPEEDUP.items())
+    if len(ev.contexts) == len(PAPER_BEST_SPEEDUP):
+        paper_context = list(PAPER_BEST_SPEEDUP)[ev.contexts.index(context)]
+        return f"{PAPER_BEST_SPEEDUP[paper_context]:.2f}× best at {paper_context} (same place in the context list)"
+    return "best " + listed
+
+
+def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
+    if alpha >= 1.0:
+        return (gamma + 1) / (gamma * c + 1)
+    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+
+
+def draft_cost(ev: Evidence, keys, ar_keys) -> float | None:
+    """c: seconds per drafter forward ÷ seconds per AR decode step (ratios of sums); None if not measured."""
+    if not (all(ev.measured(keys, col) for col in ("draft_s", "draft_steps"))
+            and all(ev.measured(ar_keys, col) for col in ("verify_s", "new_tokens"))):
+        return None
+    rows, ar = ev.rows(keys), ev.rows(ar_keys)
+    return float(ratio(rows["draft_s"].sum(), rows["draft_steps"].sum())
+                 / ratio(ar["verify_s"].sum(), (ar["new_tokens"] - 1).sum()))
+
+
+def speedup(ev: Evidence) -> list[Finding]:
+    out = []
+    for context in ev.contexts:
+        f = Finding(f"F7/{context}", "BudgetDraft decodes faster than AR (best speedup over B × γ)",
+                    paper_speedup(ev, context), unit="x")
+        datasets = [d for d in ev.datasets if ev.grid.has((AR, d, context, 0, 0))]
+        candidates = sorted({k[3:] for k in ev.keys(BD, contexts=[context], datasets=datasets)
+                             if all(ev.grid.has((BD, d, context) + k[3:]) for d in datasets)})
+        if not datasets or not candidates:
+            out.append(f.absent(no_cells([AR, BD], f"at {context} for the same datasets")))
+            continue
+        cells = {bg: [(BD, d, context) + bg for d in datasets] for bg in candidates}
+        best = max(candidates, key=lambda bg: ev.speedup(cells[bg])[0])
+        arms = {BD: cells[best], AR: [(AR, d, context, 0, 0) for d in datasets]}
+        f.measure(ev, ev.speedup(arms[BD]), arms).judge(">", 1.0)
+        budget, gamma = best
+        alpha = ev.acceptance(arms[BD])[0] / 100.0
+        c = draft_cost(ev, arms[BD], arms[AR])
+        predicted = None if c is None or math.isnan(alpha) else predicted_speedup(alpha, gamma, c)
+        f.extra = {"budget": budget, "gamma": gamma, "alpha": alpha, "c": c, "predicted": predicted,
+                   "measured_over_predicted": None if predicted is None else f.value / predicted}
+        f.detail = (f"B={budget}, γ={gamma}, α={alpha:.3f}; predicted "
+                    + ("not measured" if predicted is None else f"{predicted:.2f}× (c={c:.3f}), measured ÷ predicted "
+                                                                f"{f.value / predicted:.2f}"))
+        f.note = "cell chosen once on the point estimate; the interval does not include that choice"
+        if f.verdict in UNMET:
+            f.why = slow_reason(ev, arms[AR], f.value, alpha, gamma, c, predicted)
+        out.append(f)
+    return out
+
+
+def slow_reason(ev: Evidence, ar_keys, measured, alpha, gamma, c, predicted) -> str:
+    parts = []
+    if predicted is not None:
+        parts.append(f"α={alpha:.3f}, γ={gamma}, c={c:.3f} predict {predicted:.2f}×"
+                     + (": a drafted token costs more than acceptance saves" if predicted < 1 else
+                        f"; measured is {measured / predicted:.2f} of that, the rest going to time outside the "
+                        "drafter and verifier forwards"))
+    if ev.measured(ar_keys, "decode_s"):
+        ar = ev.rows(ar_keys)
+        share = float((ar["total_s"] - ar["decode_s"]).sum() / ar["total_s"].sum())
+        parts.append(f"prefill is {100 * share:.1f} % of AR's total time, so a method with the same prefill can be at "
+                     f"most {1 / share:.2f}× faster" if share > 0 else "AR spends no time outside decoding")
+    return "; ".join(parts) or "speedup below 1"
+
+
+def mem_kinds(ev: Evidence, keys) -> str:
+    kinds = sorted(ev.rows(keys)["mem_kind"].dropna().astype(str).unique())
+    return ", ".join(kinds) if kinds else "mem_kind not recorded"
+
+
+def memory(ev: Evidence) -> list[Finding]:
+    fa = Finding("F8a", "BudgetDraft's peak memory ≈ SD's (ratio of mean peak_mem_mb in [0.95, 1.05])",
+                 "same drafter, same sparse cache: equal peak VRAM (Table vram)", unit="ratio")
+    fb = Finding("F8b-B", "the drafter cache grows with B (mean drafter_kv_mb at the largest B ÷ at the smallest)",
+                 "drafter cache is O(B)", unit="ratio")
+    fc = Finding("F8b-ctx", "at fixed B the drafter cache does not grow with context (max ÷ min over contexts, worst "
+                 "B, in [0.9, 1.1])", "drafter cache independent of context length", unit="ratio")
+    places = ev.places([SD, BD], ev.gamma)
+    if not places:
+        return [f.absent(no_cells([SD, BD], f"at γ={ev.gamma}")) for f in (fa, fb, fc)]
+    arms = {SD: at(SD, places, ev.gamma), BD: at(BD, places, ev.gamma)}
+    bd, sd = ev.mean(arms[BD], "peak_mem_mb"), ev.mean(arms[SD], "peak_mem_mb")
+    fa.measure(ev, ratio(bd, sd), arms).judge_within((0.95, 1.05))
+    fa.detail = f"BD {bd[0]:.1f} MB vs SD {sd[0]:.1f} MB (peak_mem_mb: {mem_kinds(ev, arms[SD] + arms[BD])})"
+    if fa.verdict in UNMET:
+        fa.why = f"BudgetDraft's peak is {bd[0]:.1f} MB vs SD's {sd[0]:.1f} MB"
+    keys = arms[SD] + arms[BD]
+    if not ev.measured(keys, "drafter_kv_mb"):
+        return [fa] + [f.absent("cells have no drafter_kv_mb", NOT_MEASURED) for f in (fb, fc)]
+    return [fa, cache_growth(ev, fb, keys), cache_flatness(ev, fc, keys)]
+
+
+def cache_growth(ev: Evidence, f: Finding, keys) -> Finding:
+    small, large = min(k[3] for k in keys), max(k[3] for k in keys)
+    if small == large:
+        return f.absent("drafter_kv_mb measured at one budget only")
+    arms = {f"sd+{BD} B={b}": [k for k in keys if k[3] == b] for b in (large, small)}
+    big, little = (ev.mean(arms[f"sd+{BD} B={b}"], "drafter_kv_mb") for b in (large, small))
+    f.measure(ev, ratio(big, little), arms).judge(">", 1.0)
+    f.detail = f"{big[0]:.2f} MB at B={large} vs {little[0]:.2f} MB at B={small}"
+    if f.verdict in UNMET:
+        f.why = f"the drafter cache is {big[0]:.2f} MB at B={large} and {little[0]:.2f} MB at B={small}"
+    return f
+
+
+def cache_flatness(ev: Evidence, f: Finding, keys) -> Finding:
+    per_budget = {}
+    for budget in sorted({k[3] for k in keys}):
+        contexts = [c for c in ev.contexts if any(k[2] == c and k[3] == budget for k in keys)]
+        if len(contexts) > 1:
+            mb = np.column_stack([ev.mean([k for k in keys if k[2] == c and k[3] == budget], "drafter_kv_mb")
+                                  for c in contexts])
+            per_budget[budget] = (contexts, mb)
+    if not per_budget:
+        return f.absent("drafter_kv_mb not measured at two contexts of one budget")
+    worst = np.max([ratio(mb.max(axis=1), mb.min(axis=1)) for _, mb in per_budget.values()], axis=0)
+    f.measure(ev, worst, {f"sd+{BD}": [k for k in keys if k[3] in per_budget]}).judge_within((0.9, 1.1))
+    budget = max(per_budget, key=lambda b: ratio(per_budget[b][1][0].max(), per_budget[b][1][0].min()))
+    contexts, mb = per_budget[budget]
+    f.detail = f"worst B={budget}: " + ", ".join(f"{c} {v:.2f} MB" for c, v in zip(contexts, mb[0]))
+    if f.verdict in UNMET:
+        f.why = f"at B={budget} the drafter cache goes from {mb[0].min():.2f} to {mb[0].max():.2f} MB across contexts"
+    return f
+
+
+def findings(ev: Evidence) -> list[Finding]:
+    gap = sd_budget_gap(ev)
+    return (collapse(ev) + recovery(ev) + [gap] + budget_robustness(ev, gap) + consistency_loss(ev, gap)
+            + multi_budget(ev) + lambda_one(ev) + speedup(ev) + memory(ev))
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def show(value, unit: str) -> str:
+    if value is None or not math.isfinite(value):
+        return "--" if value is None or math.isnan(value) else ("∞" if value > 0 else "-∞")
+    return {"pp": f"{value:+.2f} pp", "x": f"{value:.2f}×", "ratio": f"{value:.3f}"}.get(unit, f"{value:.2f}")
+
+
+def finding_row(f: Finding) -> str:
+    run = show(f.value, f.unit) + (f"; {f.detail}" if f.detail else "") if f.value is not None else "--"
+    ci = f"[{show(f.ci_low, f.unit)}, {show(f.ci_high, f.unit)}]" if f.value is not None else "--"
+    drafted = ", ".join(f"{arm} {n:,}" for arm, n in f.drafted.items()) or "--"
+    cells = [f.id, f.claim, f.paper, run, ci, f"**{f.verdict}**", str(f.prompts) if f.value is not None else "--",
+             drafted]
+    return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+
+def evidence_rows(ev: Evidence) -> list[str]:
+    lines = ["| label | cells | drafted tokens per cell (min / median / max) | samples × repeats per cell |",
+             "|---|---|---|---|"]
+    by_label = {}
+    for key in sorted(ev.grid.rows):
+        by_label.setdefault(key[0], []).append(key)
+    for label, keys in by_label.items():
+        drafted = np.array([int(ev.grid.rows[k]["drafted"].sum()) for k in keys])
+        shapes = sorted({f"{ev.grid.rows[k]['sample'].nunique()} × {ev.grid.rows[k]['repeat'].nunique()}"
+                         for k in keys})
+        lines.append(f"| {label} | {len(keys)} | {drafted.min():,} / {np.median(drafted):,.0f} / {drafted.max():,} | "
+                     f"{', '.join(shapes)} |")
+    return lines
+
+
+def header(ev: Evidence, n_files: int, seed: int) -> dict:
+    per_dataset = {d: sum(p[0] == d for p in ev.prompts) for d in ev.datasets}
+    gammas = sorted({k[4] for k in ev.grid.rows if k[0] != AR})
+    variants = ev.s.raw.get("variants") or {}
+    return {"cells": len(ev.grid.rows), "files": n_files, "prompts_per_dataset": per_dataset,
+            "contexts": ev.contexts, "budgets": ev.budgets, "gammas": gammas, "gamma_fixed": ev.gamma,
+            "variants": variants, "resamples": len(ev.weights) - 1, "seed": seed}
+
+
+VERDICT_RULE = ("**holds** when the 95 % interval lies entirely on the side the paper claims (excludes 0, or 1 for "
+                "ratios); **does not hold** when it lies entirely on the other side; **not resolved** otherwise. "
+                "Equivalence claims (F6, F8a, F8b-ctx): **holds** when the interval lies inside the margin, **does not "
+                "hold** when entirely outside it, else **not resolved**. **not run**: the cells the finding needs are "
+                "absent; **not measured**: the cells lack the column it needs; F3-SD is a diagnostic, not a claim "
+                "(no verdict). F8 figures barely vary across prompts: "
+                "their interval is close to the point value, and the same rule is applied to it.")
+
+
+def markdown(head: dict, found: list[Finding], ev: Evidence) -> str:
+    variants = "; ".join(f"{label}: λ_C={v.get('lambda_c', '?')}, B∈{v.get('budgets', '?')}"
+                         for label, v in head["variants"].items()) or "not given"
+    lines = ["# Which of the paper's findings hold in this run", "",
+             f"- Cells read: {head['cells']} ({head['files']} files); prompts per dataset: "
+             + ", ".join(f"{d} {n}" for d, n in head["prompts_per_dataset"].items()) + " (prompt = (dataset, sample))",
+             f"- Contexts (shortest first): {', '.join(head['contexts'])}; budgets: {head['budgets']}; "
+             f"γ: {head['gammas']} (γ_fixed = {head['gamma_fixed']}); variants: {variants}",
+             f"- 95 % paired bootstrap over prompts: {head['resamples']} resamples stratified by dataset, seed "
+             f"{head['seed']}; both arms of a contrast use the same resample; percentile interval.",
+             f"- Verdict rule: {VERDICT_RULE}", "",
+             "## Findings", "",
+             "| id | the paper's claim | paper | this run | 95 % interval | verdict | prompts | drafted tokens per arm |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [finding_row(f) for f in found]
+    lines += ["", "## Why, and notes", ""]
+    lines += [f"- **{f.id}** ({f.verdict}): " + "; note: ".join(filter(None, (f.why, f.note)))
+              for f in found if f.why or f.note]
+    lines += ["", "## Evidence behind each number", ""] + evidence_rows(ev)
+    return "\n".join(lines) + "\n"
+
+
+def plain(value):
+    """JSON-safe: NaN / inf -> None, numpy scalars -> Python."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, (np.integer, np.floating)):
+        value = value.item()
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def build(cells, settings, out, resamples: int = RESAMPLES, seed: int = SEED) -> list[Path]:
+    """Write the claims report (.md) and its .json from cell files; return both paths."""
+    s = settings if isinstance(settings, Settings) else parse_settings(settings)
+    ev = Evidence(load_claim_cells(cells), s, resamples, seed)
+    found, head = findings(ev), header(ev, len(cells), seed)
+    out = Path(out)
+    json_path = out.with_suffix(".json")
+    atomic_write_text(out, markdown(head, found, ev))
+    atomic_write_text(json_path, json.dumps(plain({"header": head, "verdict_rule": VERDICT_RULE,
+                                                   "findings": [asdict(f) for f in found]}), indent=1) + "\n")
+    return [out, json_path]
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("--settings", required=True,
+                        help="JSON object (or a JSON file), as for `budgetdraft paper`; optional variants "
+                             "{label: {lambda_c, budgets}}")
+    parser.add_argument("--cells", required=True, nargs="+", help="cell parquet files")
+    parser.add_argument("--out", required=True, type=Path, help="claims .md; the .json goes next to it")
+
+
+def run(args) -> None:
+    for path in build(args.cells, args.settings, args.out):
+        print(path)

@@ -1,0 +1,247 @@
+"""The claims report (`budgetdraft.claims`) on synthetic cells.
+
+The cells below are TEST FIXTURES with hand-chosen values (not measurements): the acceptance of every row follows
+an `accept(label, dataset, context, budget, sample)` function of each test, times follow `SPEED`, memory `PEAK_MB`
+and `KV_MB`. Settings deliberately differ from the paper's (2 datasets, contexts 0.5K/1K, budgets 32/64).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+
+from budgetdraft import claims, cli, paper  # noqa: E402
+
+SETTINGS = {
+    "datasets": {"d1": "DS-One", "d2": "DS-Two"},
+    "contexts": ["0.5K", "1K"],
+    "budgets": [32, 64],
+    "gammas": {"0.5K": [2, 4], "1K": [2]},
+    "gamma_fixed": 2,
+    "collapse": {"dataset": "d1", "gamma": 2},
+    "comparison": {"dataset": "d2", "contexts": ["0.5K", "1K"], "gamma": 2, "drafter_sizes": {}},
+    "single_budget": {"dataset": "d2", "context": "1K", "gamma": 2, "trained_budget": 32},
+    "lossless_check": "error",
+}
+LABELS = ["sd", "lambda0.5", "la_only", "lambda1.0", "single_budget"]
+SAMPLES, REPEATS, NEW_TOKENS, DRAFTED = range(6), [0, 1], 16, 50
+SPEED = {"ar": 1.0, "sd": 1.2, "lambda0.5": 2.0, "la_only": 1.5, "lambda1.0": 1.9, "single_budget": 1.4}
+MEASURED = ["decode_s", "new_tokens", "verifier_forwards", "peak_tensor_mb", "drafter_kv_mb", "verifier_kv_mb",
+            "mem_kind", "draft_s", "draft_steps", "verify_s"]
+
+
+def ar_time(sample):
+    return 2.0 + 0.5 * sample
+
+
+def PEAK_MB(context):
+    return 1000.0 if context == "0.5K" else 1500.0
+
+
+def KV_MB(budget):
+    return 0.25 * budget
+
+
+def wiggle(sample):  # per-prompt noise: 0, +0.04, -0.04, ... (sums to 0 over the samples)
+    return 0.04 * ((sample % 3) - 1)
+
+
+def paper_like(label, dataset, context, budget, sample):
+    """Every finding of the paper, built in: SD collapses with context and small B; BudgetDraft does not."""
+    base = {"sd": (0.6 if context == "0.5K" else 0.1) * (0.5 if budget == 32 else 1.0),
+            "lambda0.5": 0.8, "lambda1.0": 0.78, "la_only": 0.5,
+            "single_budget": 0.7 if budget == SETTINGS["single_budget"]["trained_budget"] else 0.3}[label]
+    return base + wiggle(sample)
+
+
+def reversed_sd_bd(label, dataset, context, budget, sample):
+    swap = {"sd": "lambda0.5", "lambda0.5": "sd"}.get(label, label)
+    return paper_like(swap, dataset, context, budget, sample)
+
+
+def equal_sd_bd(label, dataset, context, budget, sample):
+    """BudgetDraft = SD on average, but each prompt differs by ±0.1 (in opposite directions)."""
+    if label not in ("sd", "lambda0.5"):
+        return paper_like(label, dataset, context, budget, sample)
+    e = 0.1 if (sample + (dataset == "d2")) % 2 else -0.1
+    return 0.5 + (e if label == "lambda0.5" else -e)
+
+
+def write_cell(root: Path, accept, label, dataset, context, budget, gamma, measured=True) -> Path:
+    rows = []
+    for s in SAMPLES:
+        for r in REPEATS:
+            total = ar_time(s) / SPEED[label] * (0.98 if r == 0 else 1.02)
+            drafted = 0 if label == "ar" else DRAFTED
+            steps = 0 if label == "ar" else gamma * 5
+            row = dict(label=label, dataset=dataset, context=context, budget=budget, gamma=gamma, sample=s, repeat=r,
+                       total_s=total, tok_per_s=NEW_TOKENS / total, drafted=drafted,
+                       accepted=round(accept(label, dataset, context, budget, s) * drafted) if drafted else 0,
+                       peak_mem_mb=PEAK_MB(context) + (0.5 if r else -0.5),
+                       output_ids=np.arange(NEW_TOKENS, dtype=np.int32) + 100 * s)
+            if measured:
+                row.update(decode_s=total - 0.5, new_tokens=NEW_TOKENS, verifier_forwards=5,
+                           peak_tensor_mb=PEAK_MB(context) - 10, drafter_kv_mb=0.0 if label == "ar" else KV_MB(budget),
+                           verifier_kv_mb=10.0, mem_kind="cuda_max_allocated", draft_s=0.01 * steps,
+                           draft_steps=steps, verify_s=0.1 * (NEW_TOKENS - 1 if label == "ar" else 5))
+            rows.append(row)
+    path = root / label / dataset / context / f"B{budget}_g{gamma}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def write_grid(root: Path, accept=paper_like, labels=LABELS, measured=True) -> dict:
+    """AR + every label at every dataset x context x budget at gamma_fixed, plus SD/BudgetDraft's gamma sweep."""
+    out = {}
+    for d in SETTINGS["datasets"]:
+        for c in SETTINGS["contexts"]:
+            out["ar", d, c, 0, 0] = write_cell(root, accept, "ar", d, c, 0, 0, measured)
+            for b in SETTINGS["budgets"]:
+                for label in labels:
+                    for g in SETTINGS["gammas"][c] if label in ("sd", "lambda0.5") else [SETTINGS["gamma_fixed"]]:
+                        out[label, d, c, b, g] = write_cell(root, accept, label, d, c, b, g, measured)
+    return out
+
+
+def by_id(paths, settings=SETTINGS, **kw) -> dict:
+    ev = claims.Evidence(claims.load_claim_cells(list(paths)), paper.parse_settings(settings), **kw)
+    return {f.id: f for f in claims.findings(ev)}
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    return write_grid(tmp_path_factory.mktemp("paper_like"))
+
+
+def test_paper_like_grid_holds_everywhere(grid):
+    found = by_id(grid.values())
+    for fid in ["F1", "F2/0.5K", "F2/1K", "F3", "F4", "F5", "F6", "F7/0.5K", "F7/1K", "F8a", "F8b-B", "F8b-ctx"]:
+        assert found[fid].verdict == "holds", (fid, found[fid])
+    assert found["F3-SD"].verdict == "diagnostic" and found["F3-SD"].ci_low > 0 and not found["F3-SD"].note
+    f2 = found["F2/1K"]
+    # SD at 1K: 0.1 * (0.5 at B=32, 1.0 at B=64) + wiggle (0 on average) -> 7.5 %; BudgetDraft 80 %
+    assert f2.value == pytest.approx(80.0 - 7.5, abs=0.5) and f2.ci_low > 0
+    assert f2.prompts == 12 and f2.drafted == {"sd": 2 * 2 * 6 * 2 * DRAFTED, "lambda0.5": 2 * 2 * 6 * 2 * DRAFTED}
+
+
+def test_speedup_matches_paper_grid_and_prediction(grid):
+    f = by_id(grid.values())["F7/0.5K"]
+    key = [("lambda0.5", d, "0.5K", f.extra["budget"], f.extra["gamma"]) for d in SETTINGS["datasets"]]
+    ar = [grid["ar", d, "0.5K", 0, 0] for d in SETTINGS["datasets"]]
+    g = paper.Grid(paper.load_cells([grid[k] for k in key] + ar))
+    assert f.value == pytest.approx(np.mean([g.speedup(k) for k in key]))  # equal prompts per dataset
+    # c = (0.01 s per drafter forward) / (0.1 s per AR step); alpha from the cell
+    alpha, gamma = f.extra["alpha"], f.extra["gamma"]
+    assert f.extra["c"] == pytest.approx(0.1)
+    assert f.extra["predicted"] == pytest.approx((1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * 0.1 + 1)))
+    assert "interval does not include that choice" in f.note
+
+
+def test_bd_beats_sd_holds_reversed_does_not_hold_equal_not_resolved(grid, tmp_path):
+    assert by_id(grid.values())["F2/1K"].verdict == "holds"
+    reversed_paths = write_grid(tmp_path / "reversed", reversed_sd_bd, ["sd", "lambda0.5"])
+    out = claims.build(list(reversed_paths.values()), SETTINGS, tmp_path / "reversed.md")
+    found = {f["id"]: f for f in json.loads(out[1].read_text())["findings"]}
+    assert found["F2/1K"]["verdict"] == found["F2/0.5K"]["verdict"] == "does not hold"
+    assert found["F2/1K"]["ci_high"] < 0 and found["F2/1K"]["why"]
+    text = out[0].read_text()
+    assert "| F2/1K |" in text and "**does not hold**" in text and "- **F2/1K** (does not hold):" in text
+    equal = by_id(write_grid(tmp_path / "equal", equal_sd_bd, ["sd", "lambda0.5"]).values())
+    for context in SETTINGS["contexts"]:
+        f = equal[f"F2/{context}"]
+        assert f.value == pytest.approx(0.0, abs=1e-9) and f.ci_low < 0 < f.ci_high and f.verdict == "not resolved"
+
+
+def test_report_moves_with_the_cells(tmp_path):
+    paths = write_grid(tmp_path, labels=["sd", "lambda0.5"])
+    before = by_id(paths.values())
+    path = paths["lambda0.5", "d1", "1K", 32, 2]
+    df = pd.read_parquet(path)
+    df.loc[df["sample"] == 0, "accepted"] = 0  # prompt (d1, 0) now accepts nothing at this cell
+    df.to_parquet(path)
+    after = by_id(paths.values())
+    assert after["F2/1K"].value < before["F2/1K"].value
+    assert (after["F2/1K"].ci_low, after["F2/1K"].ci_high) != (before["F2/1K"].ci_low, before["F2/1K"].ci_high)
+    assert after["F2/0.5K"].value == before["F2/0.5K"].value  # another context: untouched
+    assert after["F2/1K"].drafted == before["F2/1K"].drafted
+
+
+def test_bootstrap_is_reproducible_stratified_and_paired(grid, tmp_path):
+    a, b = claims.build(list(grid.values()), SETTINGS, tmp_path / "a.md"), claims.build(
+        list(grid.values()), SETTINGS, tmp_path / "b.md")
+    assert a[1].read_text() == b[1].read_text() and a[0].read_text() == b[0].read_text()
+
+    m = claims.multiplicities([np.array([0, 1, 2]), np.array([3, 4])], 5, resamples=100, seed=0)
+    assert (m[:, :3].sum(axis=1) == 3).all() and (m[:, 3:].sum(axis=1) == 2).all()  # stratified by dataset
+
+    # BudgetDraft = SD + 10 pp on every prompt, prompts very different: the paired difference is exactly 10 pp in
+    # every resample, while each arm alone (and an unpaired difference) varies a lot.
+    def offset(label, dataset, context, budget, sample):
+        return 0.1 * (sample + 1) + (0.1 if label == "lambda0.5" else 0.0)
+
+    paths = list(write_grid(tmp_path / "offset", offset, ["sd", "lambda0.5"]).values())
+    df, settings = claims.load_claim_cells(paths), paper.parse_settings(SETTINGS)
+    ev, ev_other = claims.Evidence(df, settings), claims.Evidence(df, settings, seed=1)
+    sd, bd = ev.keys("sd", 2, ["1K"]), ev.keys("lambda0.5", 2, ["1K"])
+    paired = claims.estimate(ev.acceptance(bd) - ev.acceptance(sd))
+    unpaired = claims.estimate(ev.acceptance(bd) - ev_other.acceptance(sd))
+    assert paired == pytest.approx((10.0, 10.0, 10.0))
+    assert claims.estimate(ev.acceptance(sd)) == claims.estimate(claims.Evidence(df, settings).acceptance(sd))
+    assert claims.estimate(ev.acceptance(sd)) != claims.estimate(ev_other.acceptance(sd))  # another seed
+    assert claims.estimate(ev.acceptance(sd))[2] - claims.estimate(ev.acceptance(sd))[1] > 10
+    assert unpaired[2] - unpaired[1] > 10
+
+
+def test_missing_variants_not_run_others_computed(tmp_path):
+    found = by_id(write_grid(tmp_path, labels=["sd", "lambda0.5"]).values())
+    for fid in ("F4", "F5", "F6"):
+        assert found[fid].verdict == "not run" and found[fid].value is None and found[fid].why.startswith("no cells")
+    for fid in ("F1", "F2/1K", "F3", "F7/1K", "F8a", "F8b-B"):
+        assert found[fid].verdict == "holds", fid
+
+
+def test_unmeasured_columns_are_reported_not_measured(tmp_path):
+    found = by_id(write_grid(tmp_path, labels=["sd", "lambda0.5"], measured=False).values())
+    assert found["F8b-B"].verdict == found["F8b-ctx"].verdict == "not measured"
+    assert found["F7/1K"].extra["predicted"] is None and "predicted not measured" in found["F7/1K"].detail
+    assert "mem_kind not recorded" in found["F8a"].detail and found["F8a"].verdict == "holds"
+
+
+def test_budget_that_costs_sd_nothing_is_named(tmp_path):
+    def flat_sd(label, dataset, context, budget, sample):
+        return 0.5 + wiggle(sample) if label == "sd" else paper_like(label, dataset, context, budget, sample)
+
+    found = by_id(write_grid(tmp_path, flat_sd, ["sd", "lambda0.5", "la_only"]).values())
+    assert found["F3-SD"].ci_low <= 0 <= found["F3-SD"].ci_high
+    assert "budget costs this drafter nothing, so F3/F4 cannot show here" in found["F3"].why
+    assert found["F3"].verdict != "holds"
+
+
+def test_cli_writes_report_and_rejects_bad_settings(grid, tmp_path, capsys):
+    out = tmp_path / "claims.md"
+    settings = {**SETTINGS, "variants": {"lambda0.5": {"lambda_c": 0.5, "budgets": [32, 64]},
+                                         "lambda1.0": {"lambda_c": 1.0, "budgets": [32, 64]}}}
+    cli.main(["claims", "--settings", json.dumps(settings), "--cells", *map(str, grid.values()), "--out", str(out)])
+    assert capsys.readouterr().out.split() == [str(out), str(tmp_path / "claims.json")]
+    text = out.read_text()
+    assert "Verdict rule" in text and "## Evidence behind each number" in text
+    assert "variants: lambda0.5: λ_C=0.5, B∈[32, 64]" in text
+    assert "| F6 | λ = 1 gives acceptance very close to λ = 0.5" in text
+    assert "| lambda0.5 | 12 | 600 / 600 / 600 | 6 × 2 |" in text
+    data = json.loads((tmp_path / "claims.json").read_text())
+    assert {"id", "claim", "paper", "value", "ci_low", "ci_high", "verdict", "why", "prompts", "drafted"} <= set(
+        data["findings"][0])
+    assert data["header"]["prompts_per_dataset"] == {"d1": 6, "d2": 6}
+    bad = {k: v for k, v in SETTINGS.items() if k != "gamma_fixed"}
+    with pytest.raises(SystemExit, match="gamma_fixed"):
+        cli.main(["claims", "--settings", json.dumps(bad), "--cells", *map(str, grid.values()), "--out", str(out)])
+    with pytest.raises(ValueError, match="no cell is of a dataset"):
+        claims.build(list(grid.values()), {**SETTINGS, "datasets": {"d9": "None"}}, out)
