@@ -2,6 +2,7 @@
 
     snakemake --cores 1 results/tables/main.tex      # one artifact (and only the cells it needs)
     snakemake ablation_lc                             # a named target (profiles/default sets cores)
+    snakemake claims                                  # which of the paper's findings hold here (results/claims.md)
     snakemake all --configfile config/paper.yaml      # the paper's scale (target before --configfile)
 
 Stages (workflow/rules/): models -> data -> targets -> train -> eval (one job per grid cell) -> paper.
@@ -39,6 +40,7 @@ rule all:
     default_target: True
     input:
         artifact_files(TABLES + list(FIGURES.values())),
+        "results/claims.md",
     localrule: True
 
 

@@ -31,6 +31,8 @@ SETTINGS = {
     "comparison": {"dataset": "d2", "contexts": ["0.5K", "1K"], "gamma": 2,
                    "drafter_sizes": {"sd": "1M", "triforce": "1M+9M", "eagle3": "head", "lambda0.5": "1M"}},
     "single_budget": {"dataset": "d2", "context": "1K", "gamma": 4, "trained_budget": 32},
+    "variants": {"la_only": {"lambda_c": 0.0}, "lambda0.5": {"lambda_c": 0.5}, "lambda1.0": {"lambda_c": 1.0},
+                 "single_budget": {"lambda_c": 0.5}},
 }
 SWEEP = {"0.5K": [2, 4, 6], "1K": [2, 4]}
 SAMPLES, REPEATS, NEW_TOKENS = [0, 1, 2], [0, 1], 16
@@ -89,7 +91,8 @@ def write_cell(root: Path, label, dataset, context, budget, gamma, method=None, 
                 tok_per_s=NEW_TOKENS / total, drafted=drafted, accepted=accepted, verifier_forwards=5,
                 acceptance=accepted / drafted if drafted else float("nan"), tau=2.0,
                 accept_by_position=[0.5] * gamma, peak_mem_mb=PEAK_GB(label, dataset, context, budget, gamma) * 1024
-                + (-1.0 if r == 0 else 1.0), device="cpu", output_ids=np.asarray(ids, dtype=np.int32),
+                + (-1.0 if r == 0 else 1.0), mem_kind="cuda_max_allocated", device="cpu",
+                output_ids=np.asarray(ids, dtype=np.int32),
                 config="{}"))
     path = root / label / dataset / context / f"B{budget}_g{gamma}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -69,7 +69,7 @@ def expected_cells(cfg: dict) -> int:
     return len(cells)
 
 
-@pytest.mark.parametrize("name, cells", [("config", 233), ("ci", 84), ("paper", 693)])
+@pytest.mark.parametrize("name, cells", [("config", 257), ("ci", 84), ("paper", 693)])
 def test_dry_run_plans_every_cell(workdir, name, cells):
     cfg = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
     assert expected_cells(cfg) == cells
@@ -77,7 +77,8 @@ def test_dry_run_plans_every_cell(workdir, name, cells):
     _, out = snakemake(workdir, "-n", "all", "--configfile", f"config/{name}.yaml")
     counts = job_counts(out)
     assert counts["eval_cell"] == cells, counts
-    assert counts["train"] == 4 and counts["table"] == 7 and counts["figure"] == 3
+    assert counts["train"] == 4 and counts["table"] == 7 and counts["figure"] == 3 and counts["claims"] == 1
+    assert counts.get("train_base", 0) == ("base_drafter" in cfg)  # the paper's llama-68m is used untouched
     assert counts["prepare_prompts"] == len(cfg["datasets"]) * len(cfg["contexts"])
     assert counts.get("train_eagle3", 0) == ("eagle3" in cfg["baselines"]["enabled"])
     assert time.time() - start < 60
@@ -133,10 +134,11 @@ def test_src_edits_rerun_only_their_stage(workdir, module):
     _touch_everything(workdir, "config/ci.yaml")
     _edit(workdir / f"src/budgetdraft/{module}.py")
     counts = job_counts(snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml", *NO_PROFILE)[1])
-    if module == "paper":  # formatting of tables/figures: never the grid
-        assert counts == {"table": 7, "figure": 3, "all": 1, "total": 11}, counts
-    else:  # retrains every variant and reruns their cells, not the ar/sd cells nor the targets
-        assert counts["train"] == 4 and "targets" not in counts and "export_model" not in counts
+    if module == "paper":  # formatting of tables/figures (and the claims report): never the grid
+        assert counts == {"table": 7, "figure": 3, "claims": 1, "all": 1, "total": 12}, counts
+    else:  # retrains the base drafter and every variant and reruns their cells, not the AR cells nor the targets
+        assert counts["train"] == 4 and counts["train_base"] == 1
+        assert "targets" not in counts and "export_model" not in counts
         assert 0 < counts["eval_cell"] < 84
 
 

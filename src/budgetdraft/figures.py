@@ -34,10 +34,11 @@ def fig_collapse(grid: Grid, s: Settings, out: Path) -> list[Path]:
     """Acceptance of SD (sparse/full) vs context length, one line per budget (the largest labelled 'full')."""
     dataset, gamma = s.get("collapse.dataset"), int(s.get("collapse.gamma"))
     contexts, budgets = s.contexts, sorted(s.budgets)
+    lengths = [int(n) for n in s.raw.get("context_tokens", {}).values()]  # "full" is fewer tokens than every prompt
     fig, ax = plt.subplots(figsize=(4.8, 3.2))
     for budget in budgets:
         acc = [grid.acceptance(grid.need(SD, dataset, c, budget, gamma)) for c in contexts]
-        label = f"full ({budget})" if budget == budgets[-1] else f"$B={budget}$"
+        label = f"full = {budget} tokens" if budget == budgets[-1] else f"$B={budget}$"
         ax.plot(range(len(contexts)), acc, marker="o", label=label)
     ax.set_xticks(range(len(contexts)), contexts)
     ax.set_xlabel("Context length")
@@ -45,7 +46,8 @@ def fig_collapse(grid: Grid, s: Settings, out: Path) -> list[Path]:
     ax.set_title(f"SD (sparse/full), {s.datasets.get(dataset, dataset)}, $\\gamma={gamma}$")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(title="KV budget")
+    ax.legend(title=f"KV budget (prompts: {min(lengths)}–{max(lengths)} tokens)" if lengths else "KV budget",
+              fontsize=7, title_fontsize=7)
     return save(fig, out)
 
 

@@ -76,7 +76,8 @@ def load_cells(paths) -> pd.DataFrame:
         missing = [c for c in NEEDED_COLUMNS if c not in names]
         if missing:
             raise ValueError(f"{path}: missing cell columns {missing}")
-        df = pd.read_parquet(path, columns=NEEDED_COLUMNS + (["device"] if "device" in names else []))
+        optional = [c for c in ("device", "mem_kind") if c in names]
+        df = pd.read_parquet(path, columns=NEEDED_COLUMNS + optional)
         if df.empty:
             raise ValueError(f"{path}: cell file has no rows")
         for key in df[KEY].drop_duplicates().itertuples(index=False):
@@ -183,8 +184,21 @@ class Grid:
     def ar_tok_s(self, dataset, context) -> float:
         return float(self.rows[self.ar_key(dataset, context)]["tok_per_s"].mean())
 
-    def peak_gb(self, key) -> float:
-        return float(self.rows[self.need(*key)]["peak_mem_mb"].mean()) / 1024.0
+    @property
+    def memory(self) -> tuple[str, float, str]:
+        """(unit, MB per unit, what `peak_mem_mb` measures) of these cells: CUDA's max_memory_allocated in GB as in
+        the paper, or, on CPU, the bytes held in weights and KV caches in MB (a sparse cache moves it by < 1 MB)."""
+        kinds = set(self.df["mem_kind"]) if "mem_kind" in self.df else {"cpu_peak_rss"}
+        if kinds == {"cuda_max_allocated"}:
+            return "GB", 1024.0, r"peak GPU memory (\texttt{max\_memory\_allocated}), converted from \texttt{peak\_mem\_mb}"
+        if kinds == {"cpu_tensor_bytes"}:
+            return "MB", 1.0, ("memory held in weights and KV caches, counted from the tensors on CPU (not VRAM: "
+                               "activations and the process's other memory are not included)")
+        raise ValueError(f"cells measure peak memory in different ways ({sorted(kinds)}): re-run the older cells")
+
+    def peak(self, key) -> float:
+        """Mean `peak_mem_mb` of a cell, in the unit of `memory`."""
+        return float(self.rows[self.need(*key)]["peak_mem_mb"].mean()) / self.memory[1]
 
 
 # -------------------------------------------------------------------------------------------- settings
@@ -283,6 +297,28 @@ def names_text(names) -> str:
     return ", ".join(names[:-1]) + ", and " + names[-1]
 
 
+def objective(s: Settings, label: str, compact: bool = False) -> str:
+    """L_A + λ·L_C of a trained variant, λ read from the variant's own `lambda_c` (settings `variants`)."""
+    variant = s.get("variants").get(label)
+    if variant is None or "lambda_c" not in variant:
+        raise ValueError(f"settings: variants has no lambda_c for {label!r}")
+    lam = float(variant["lambda_c"])
+    sep = "" if compact else " "
+    if lam == 0:
+        return r"$\mathcal{L}_A$"
+    weight = "" if lam == 1 else (f"{lam:g}" if compact else rf"{lam:g}\,")
+    return rf"$\mathcal{{L}}_A{sep}+{sep}{weight}\mathcal{{L}}_C$"
+
+
+def base_drafter_text(s: Settings) -> str:
+    """What SD (sparse/full) decodes with: the paper's untrained drafter, or the base drafter trained here."""
+    steps = int(s.raw.get("base_drafter_steps", 0))
+    if not steps:
+        return "untrained drafter"
+    return (rf"base drafter (the truncated model after {steps} steps of $\mathcal{{L}}_A$ on short full-cache "
+            r"windows, not trained by BudgetDraft)")
+
+
 def count_word(n: int) -> str:
     return {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}.get(n, str(n))
 
@@ -359,7 +395,8 @@ def table_main(grid: Grid, s: Settings) -> Table:
     caption = ("We report throughput in tok/s for AR, and speedup vs AR / acceptance rate (\\%) for SD (sparse/full) "
                "and BudgetDraft. For each KV budget, Panel (A) reports the run with the best BudgetDraft speedup, "
                "and Panel (B) the run with the best BudgetDraft acceptance; both show the corresponding "
-               "SD (sparse/full) run.")
+               "SD (sparse/full) run. "
+               rf"SD (sparse/full) uses the {base_drafter_text(s)}; BudgetDraft uses {objective(s, BD)}.")
     t.lines = wrap("table*", body + [""], caption, TABLES["main"], "1.4pt", "1.15")
     return t
 
@@ -388,20 +425,18 @@ def three_column_table(grid: Grid, s: Settings, labels, names, times: bool, capt
 
 def table_ablation_lc(grid: Grid, s: Settings) -> Table:
     g = s.get("gamma_fixed")
+    la, bd = objective(s, LA_ONLY), objective(s, BD)
     caption = (rf"Ablation on multi-view sparse training at $\gamma={g}$. We report throughput in tok/s for AR, and "
-               r"speedup vs AR / acceptance rate (\%) for $\mathcal{L}_A$ and $\mathcal{L}_A + 0.5\,\mathcal{L}_C$, "
-               r"under the same $\gamma$ and KV budget.")
-    return three_column_table(grid, s, [LA_ONLY, BD], [r"$\mathcal{L}_A$", r"$\mathcal{L}_A + 0.5\,\mathcal{L}_C$"],
-                              False, caption, TABLES["ablation_lc"], "Context", "Budget")
+               rf"speedup vs AR / acceptance rate (\%) for {la} and {bd}, under the same $\gamma$ and KV budget.")
+    return three_column_table(grid, s, [LA_ONLY, BD], [la, bd], False, caption, TABLES["ablation_lc"], "Context",
+                              "Budget")
 
 
 def table_lambda(grid: Grid, s: Settings) -> Table:
     g = s.get("gamma_fixed")
-    caption = (rf"$\lambda$ sensitivity at $\gamma={g}$ ($\mathcal{{L}}_A + 0.5\,\mathcal{{L}}_C$ vs "
-               r"$\mathcal{L}_A + \mathcal{L}_C$). Entries report speedup vs AR / acceptance rate (\%) under the same "
-               r"$\gamma$, context length, and KV budget.")
-    return three_column_table(grid, s, [BD, LAMBDA1],
-                              [r"$\mathcal{L}_A$+0.5$\mathcal{L}_C$", r"$\mathcal{L}_A$+$\mathcal{L}_C$"],
+    caption = (rf"$\lambda$ sensitivity at $\gamma={g}$ ({objective(s, BD)} vs {objective(s, LAMBDA1)}). Entries "
+               r"report speedup vs AR / acceptance rate (\%) under the same $\gamma$, context length, and KV budget.")
+    return three_column_table(grid, s, [BD, LAMBDA1], [objective(s, BD, True), objective(s, LAMBDA1, True)],
                               True, caption, TABLES["lambda"], "Ctx", "Bud")
 
 
@@ -493,15 +528,16 @@ def table_vram_gamma(grid: Grid, s: Settings) -> Table:
                     entries.append("--")
                     continue
                 keys = [grid.need(label, d, context, b, g) for d in ds for b in s.budgets]
-                value = float(np.mean([grid.peak_gb(k) for k in keys]))
-                entries.append(t.num(value, f"mean peak GB of {label} at context={context}, gamma={g} over "
+                value = float(np.mean([grid.peak(k) for k in keys]))
+                entries.append(t.num(value, f"mean peak {grid.memory[0]} of {label} at context={context}, gamma={g} over "
                                             f"{len(keys)} cells (every budget x dataset)"))
         t.row(entries)
     t.add(r"\bottomrule", r"\end{tabular}")
-    caption = (r"Peak VRAM (GB) vs draft length $\gamma$. For each context length and $\gamma$, values are averaged "
-               rf"over KV budgets $B\in{set_text(s.budgets)}$ and the {count_word(len(ds))} datasets "
+    unit, _, what = grid.memory
+    caption = (rf"Peak memory ({unit}) vs draft length $\gamma$: {what}. For each context length and $\gamma$, values "
+               rf"are averaged over KV budgets $B\in{set_text(s.budgets)}$ and the {count_word(len(ds))} datasets "
                rf"({names_text(ds.values())}). Missing entries indicate that $\gamma$ was not evaluated at that "
-               r"context length. Values are converted from \texttt{peak\_mem\_mb}.")
+               r"context length.")
     t.lines = wrap("table*", t.lines, caption, TABLES["vram_gamma"], "5.0pt", "1.12")
     return t
 
@@ -518,14 +554,14 @@ def table_vram(grid: Grid, s: Settings) -> Table:
         for dataset in ds:
             for label in (SD, BD):
                 key = grid.need(label, dataset, context, budget, g)
-                out.append(t.num(grid.peak_gb(key), f"peak GB {cell_name(key)}"))
+                out.append(t.num(grid.peak(key), f"peak {grid.memory[0]} {cell_name(key)}"))
         return out
 
     context_blocks(t, s, entries)
     t.add(r"\bottomrule", r"\end{tabular}")
-    caption = (rf"Peak VRAM usage (GB) at $\gamma={g}$. We report peak GPU memory converted from "
-               r"\texttt{peak\_mem\_mb} under the same context length and KV budget. SD (sparse/full) uses the "
-               r"untrained drafter; BudgetDraft uses $\mathcal{L}_A + 0.5\,\mathcal{L}_C$.")
+    unit, _, what = grid.memory
+    caption = (rf"Peak memory usage ({unit}) at $\gamma={g}$: {what}, under the same context length and KV budget. "
+               rf"SD (sparse/full) uses the {base_drafter_text(s)}; BudgetDraft uses {objective(s, BD)}.")
     t.lines = wrap("table*", t.lines, caption, TABLES["vram"], "4.5pt", "1.15")
     return t
 

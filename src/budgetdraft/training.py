@@ -52,6 +52,8 @@ DEFAULTS = {  # the paper's §3.5, plus the machine knobs
     "threads": 0,  # torch CPU threads; 0 leaves torch's default
     "prefill_chunk": 2048,  # prefix tokens per prefill forward (no grad)
     "heldout": 0,  # the last `heldout` sequences are not trained on; L_A/L_C on them go to eval_log.csv
+    "freeze_embeddings": False,  # keep the (tied) token embedding / LM head fixed: on CPU it is 2/3 of a small
+    #                              drafter's parameters and of its optimizer's time (bench/README.md)
 }
 
 # Variants are configuration only. `lambda<X>` (e.g. lambda0.25) sets lambda_c = X.
@@ -110,6 +112,8 @@ def resolve_hparams(hparams: dict | None = None, variant: str | None = None) -> 
         hp[key] = int(hp[key])
     for key in ("lr", "weight_decay", "grad_clip", "lambda_c"):
         hp[key] = float(hp[key])
+    if not isinstance(hp["freeze_embeddings"], bool):
+        raise ValueError(f"freeze_embeddings must be true or false, got {hp['freeze_embeddings']!r}")
     if hp["steps"] < 1 or hp["checkpoint_every"] < 1 or hp["chunk_size"] < 1 or hp["prefill_chunk"] < 1:
         raise ValueError("steps, checkpoint_every, chunk_size and prefill_chunk must be >= 1")
     if hp["lambda_c"] < 0:
@@ -230,6 +234,14 @@ def evaluate(drafter, data: dict, budget: int, *, chunk_size: int = 8, score_win
         sums["agree_C"] += (logits_c.argmax(-1).cpu() == targets).float().mean().item()
     drafter.train(was_training)
     return {k: v / n for k, v in sums.items()}
+
+
+def trainable_parameters(drafter, freeze_embeddings: bool) -> list:
+    """Every parameter, or all but the token embedding (and so the LM head tied to it) when it is frozen."""
+    drafter.requires_grad_(True)
+    if freeze_embeddings:
+        drafter.get_input_embeddings().weight.requires_grad_(False)
+    return [p for p in drafter.parameters() if p.requires_grad]
 
 
 def subset(data: dict, rows) -> dict:
@@ -371,8 +383,8 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
 
     drafter = load_model(init, device=hp["device"], dtype=hp["dtype"])
     drafter.train()
-    drafter.requires_grad_(True)
-    optimizer = torch.optim.AdamW(drafter.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+    optimizer = torch.optim.AdamW(trainable_parameters(drafter, hp["freeze_embeddings"]), lr=hp["lr"],
+                                  weight_decay=hp["weight_decay"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, partial(lr_factor, warmup_steps=hp["warmup_steps"], steps=hp["steps"]))
 

@@ -12,6 +12,10 @@ CONTEXTS = list(config["contexts"])
 BUDGETS = list(config["budgets"])
 VARIANTS = list(config["variants"])  # trained drafters = cell labels
 BASELINES = list(config["baselines"].get("enabled", []))
+# Training stages, each with its own sequences and teacher targets: the base drafter (short full-cache windows,
+# only when config `base_drafter` trains one) and BudgetDraft's variants (long prefix + supervised continuation).
+BASE = config.get("base_drafter")
+TRAINING_STAGES = (["base"] if BASE else []) + ["budgetdraft"]
 # TriForce and EAGLE-3 do not use the drafter budget B: one cell (at the largest B) per context is enough.
 BASELINE_BUDGET = max(config["budgets"])
 METHOD = {"ar": "ar", "sd": "sd", "triforce": "triforce", "eagle3": "eagle3"}
@@ -212,12 +216,40 @@ def artifact_files(artifacts):
 # ---------------------------------------------------------------- input functions and params
 
 
+def training_data(stage):
+    """Sequences of a training stage: `base_drafter.data` for the base drafter, `training_data` for the variants."""
+    return BASE["data"] if stage == "base" else config["training_data"]
+
+
+def base_drafter_dir():
+    """The drafter every other drafter starts from: the base drafter when config `base_drafter` trains one,
+    else the exported drafter untouched (the paper's llama-68m)."""
+    return "results/models/drafter_base" if BASE else "results/models/drafter_untrained"
+
+
+def base_drafter_file():
+    """What a rule needs to depend on the base drafter (a trained drafter's directory is not an output)."""
+    return f"{base_drafter_dir()}/model.safetensors" if BASE else base_drafter_dir()
+
+
+def base_hparams():
+    """`training:` merged with `base_drafter.training`, L_A only: the full-cache windows have no prefix to sparsify."""
+    return json.dumps(
+        {**config["training"], **BASE["training"], "lambda_c": 0.0}, sort_keys=True
+    )
+
+
+def train_gpu(wildcards=None):
+    """GPU slots of a training-stage job (targets, training): 1 when `training.device` is CUDA."""
+    return 1 if str(config["training"].get("device", "cpu")).startswith("cuda") else 0
+
+
 def drafter_dir(label):
     """The drafter a cell label decodes with (None for AR)."""
     if label == "ar":
         return None
     if label in ("sd", "triforce"):
-        return "results/models/drafter_untrained"
+        return base_drafter_dir()
     if label == "eagle3":
         return "results/drafters/eagle3"
     return f"results/drafters/{label}"
@@ -230,22 +262,24 @@ def cell_inputs(wildcards):
         "code": SRC["eval"] + BASELINE_SRC.get(wildcards.label, []),
     }
     drafter = drafter_dir(wildcards.label)
-    if (
-        drafter == "results/models/drafter_untrained"
-        or drafter == "results/drafters/eagle3"
-    ):
-        inputs["drafter"] = drafter
+    if drafter in ("results/models/drafter_untrained", "results/drafters/eagle3"):
+        inputs["drafter"] = drafter  # directory() outputs
     elif drafter is not None:
         inputs["drafter"] = f"{drafter}/model.safetensors"
     return inputs
 
 
+def drafter_flag_dir(path):
+    """The directory of a drafter input: a trained drafter's `model.safetensors` names its directory."""
+    path = Path(path)
+    return path.parent if path.name == "model.safetensors" else path
+
+
 def cell_drafter_flag(wildcards, input):
-    """`--drafter DIR` (the directory holding a trained drafter's model file), or nothing for AR."""
+    """`--drafter DIR`, or nothing for AR."""
     if "drafter" not in input.keys():
         return ""
-    path = Path(input.drafter)
-    return f"--drafter {path.parent if path.name == 'model.safetensors' else path}"
+    return f"--drafter {drafter_flag_dir(input.drafter)}"
 
 
 def cell_extra_flag(wildcards):
@@ -270,6 +304,7 @@ def paper_settings():
         {
             "datasets": {key: d["name"] for key, d in config["datasets"].items()},
             "contexts": CONTEXTS,
+            "context_tokens": config["contexts"],
             "budgets": BUDGETS,
             "gammas": config["gammas"],
             "gamma_fixed": config["gamma_fixed"],
@@ -284,6 +319,12 @@ def paper_settings():
             },
             "single_budget": config["single_budget"],
             "lossless_check": config["lossless_check"],
+            "variants": {
+                v: {k: hp[k] for k in ("lambda_c", "budgets", "steps")}
+                for v in VARIANTS
+                for hp in [json.loads(variant_hparams(v))]
+            },
+            "base_drafter_steps": BASE["training"]["steps"] if BASE else 0,
         }
     )
 

@@ -23,7 +23,8 @@ rule prepare_prompts:
 
 
 rule prepare_train:
-    """P + C token training sequences from documents no evaluation prompt uses (asserted)."""
+    """P + C token training sequences of one training stage (base drafter / BudgetDraft), from documents no
+    evaluation prompt uses (asserted)."""
     input:
         verifier="results/models/verifier",
         prompts=expand(
@@ -33,16 +34,18 @@ rule prepare_train:
         ),
         code=SRC["data"],
     output:
-        "results/data/train.parquet",
+        "results/data/train/{stage}.parquet",
     log:
-        "logs/data/train.log",
+        "logs/data/train/{stage}.log",
+    wildcard_constraints:
+        stage="|".join(TRAINING_STAGES),
     conda:
         "../../envs/budgetdraft.yaml"
     params:
-        source=config["training_data"]["source"],
-        length=config["training_data"]["prefix_len"]
-        + config["training_data"]["cont_len"],
-        sequences=config["training_data"]["sequences"],
+        source=lambda wc: training_data(wc.stage)["source"],
+        length=lambda wc: training_data(wc.stage)["prefix_len"]
+        + training_data(wc.stage)["cont_len"],
+        sequences=lambda wc: training_data(wc.stage)["sequences"],
         seed=config["seed"],
     shell:
         "python -m budgetdraft prepare train --source {params.source} --length {params.length}"

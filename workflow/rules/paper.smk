@@ -43,3 +43,23 @@ rule figure:
     shell:
         "python -m budgetdraft paper --artifact {params.artifact} --out {output.pdf}"
         " --settings {params.settings:q} --cells {input.cells} > {log} 2>&1"
+
+
+rule claims:
+    """Which findings of the paper hold in this run: this run's figure, a 95 % bootstrap interval over prompts and
+    a verdict per finding (results/claims.md and .json), from every cell of the grid."""
+    input:
+        cells=all_cells(),
+        code=SRC["paper"] + ["src/budgetdraft/claims.py"],
+    output:
+        md="results/claims.md",
+        json="results/claims.json",
+    log:
+        "logs/claims.log",
+    conda:
+        "../../envs/budgetdraft.yaml"
+    params:
+        settings=paper_settings(),
+    shell:
+        "python -m budgetdraft claims --out {output.md} --settings {params.settings:q}"
+        " --cells {input.cells} > {log} 2>&1"

@@ -1,25 +1,25 @@
 rule targets:
-    """The verifier's greedy tokens after every prefix of the training sequences (full cache), computed once."""
+    """The verifier's greedy tokens after every prefix of one stage's training sequences (full cache)."""
     input:
         verifier="results/models/verifier",
-        sequences="results/data/train.parquet",
+        sequences="results/data/train/{stage}.parquet",
         code=SRC["targets"],
     output:
-        "results/targets/targets.safetensors",
+        "results/targets/{stage}.safetensors",
     log:
-        "logs/targets/targets.log",
+        "logs/targets/{stage}.log",
     benchmark:
-        "benchmarks/targets/targets.tsv"
+        "benchmarks/targets/{stage}.tsv"
+    wildcard_constraints:
+        stage="|".join(TRAINING_STAGES),
     conda:
         "../../envs/budgetdraft.yaml"
-    threads: config["threads"]
+    threads: config["training"].get("threads", config["threads"])
     resources:
-        gpu=lambda wc: (
-            1 if str(config["training"].get("device", "cpu")).startswith("cuda") else 0
-        ),
+        gpu=train_gpu,
     params:
-        prefix_len=config["training_data"]["prefix_len"],
-        cont_len=config["training_data"]["cont_len"],
+        prefix_len=lambda wc: training_data(wc.stage)["prefix_len"],
+        cont_len=lambda wc: training_data(wc.stage)["cont_len"],
         device=config["training"].get("device", config["device"]),
         dtype=config["verifier_dtype"],
     shell:
