@@ -56,6 +56,19 @@ def test_every_table_number_traces_to_a_cell_file(pipeline_run, monkeypatch):
 
 
 @pytest.mark.pipeline
+def test_claims_report_covers_every_finding(pipeline_run):
+    import json
+
+    text = (pipeline_run / "results/claims.md").read_text()
+    findings = json.loads((pipeline_run / "results/claims.json").read_text())["findings"]
+    ids = {f["id"].split("/")[0].split("-")[0] for f in findings}
+    assert {f"F{i}" for i in range(1, 9)} <= ids, ids
+    verdicts = {"holds", "does not hold", "not resolved", "not run", "not measured", "diagnostic"}
+    assert all(f["verdict"] in verdicts for f in findings), [f["verdict"] for f in findings]
+    assert "Evidence behind each number" in text
+
+
+@pytest.mark.pipeline
 def test_comparison_has_the_baselines(pipeline_run):
     text = (pipeline_run / "results/tables/comparison.tex").read_text()
     assert "TriForce" in text and "EAGLE-3" in text
