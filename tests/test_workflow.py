@@ -49,7 +49,7 @@ def job_counts(out: str) -> dict[str, int]:
 
 
 def expected_cells(cfg: dict) -> int:
-    """Cells shared/ARTIFACTS.md asks for, counted independently of workflow/rules/common.smk."""
+    """Cells docs/artifacts.md asks for, counted independently of workflow/rules/common.smk."""
     ds, ctx, budgets = list(cfg["datasets"]), list(cfg["contexts"]), cfg["budgets"]
     cells = {("ar", d, c, 0, 0) for d in ds for c in ctx}
     for label in ("sd", "lambda0.5"):  # main: the whole γ sweep

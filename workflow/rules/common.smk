@@ -158,7 +158,7 @@ def cells_at(labels, datasets=None, contexts=None, gamma=None):
 
 
 def artifact_cells(artifact):
-    """The cell files one table or figure reads (shared/ARTIFACTS.md, 'cells it needs')."""
+    """The cell files one table or figure reads (docs/artifacts.md, 'cells it needs')."""
     cmp, single, collapse = (
         config["comparison"],
         config["single_budget"],
