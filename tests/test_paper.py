@@ -204,6 +204,30 @@ def test_vram_tables(cells, tmp_path):
     assert entries(data_rows(vram, "& 32")[0])[2:] == ["1.22", "1.02", "1.32", "1.12"]
 
 
+def test_cpu_memory_is_labelled_and_in_megabytes(cells, tmp_path):
+    frames = []
+    for path in cells.values():
+        df = pd.read_parquet(path)
+        df["mem_kind"] = "cpu_tensor_bytes"
+        frames.append(df)
+    out = tmp_path / "vram_cpu.tex"
+    paper.build("vram", pd.concat(frames, ignore_index=True), SETTINGS, out)
+    text = out.read_text()
+    assert "Peak memory usage (MB)" in text and "counted from the tensors on CPU" in text and "Peak VRAM" not in text
+    assert entries(data_rows(text, "& 32")[0])[2:] == ["1249.28", "1044.48", "1351.68", "1146.88"]  # MB, not GB
+    mixed = pd.concat(frames[:1] + [pd.read_parquet(p) for p in list(cells.values())[1:]], ignore_index=True)
+    with pytest.raises(ValueError, match="different ways"):
+        paper.build("vram", mixed, SETTINGS, out)
+
+
+def test_captions_say_what_stands_behind_each_entry_and_take_lambda_from_the_variants(cells, tmp_path):
+    text = build_text(cells, "ablation_lc", tmp_path)
+    assert "Behind each entry: 3 prompt(s) $\\times$ 2 timed run(s); drafted tokens per speculative cell" in text
+    settings = {**SETTINGS, "variants": {**SETTINGS["variants"], "lambda0.5": {"lambda_c": 0.25}}}
+    text = build_text(cells, "ablation_lc", tmp_path, settings=settings)
+    assert r"$\mathcal{L}_A + 0.25\,\mathcal{L}_C$" in text and "0.5" not in text.split(r"\caption")[1]
+
+
 @pytest.mark.parametrize("artifact", ["fig_collapse", "fig_gamma", "fig_errorbar"])
 def test_figures_write_pdf_and_png(cells, tmp_path, artifact):
     out = tmp_path / "figs" / f"{artifact}.pdf"

@@ -581,6 +581,28 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def span(values) -> str:
+    low, high = min(values), max(values)
+    return f"{low:,}" if low == high else f"{low:,}--{high:,}"
+
+
+def evidence_text(grid: Grid) -> str:
+    """How much stands behind each entry: prompts and timed runs per cell, drafted tokens per speculative cell."""
+    cells = [rows for key, rows in grid.rows.items() if key[0] != AR]
+    if not cells:
+        return ""
+    drafted = sorted(int(rows["drafted"].sum()) for rows in cells)
+    return (f" Behind each entry: {span([rows['sample'].nunique() for rows in cells])} prompt(s) $\\times$ "
+            f"{span([rows['repeat'].nunique() for rows in cells])} timed run(s); drafted tokens per speculative cell "
+            f"{span(drafted)} (median {int(np.median(drafted)):,}).")
+
+
+def add_to_caption(table: Table, text: str) -> None:
+    """Append ``text`` inside the table's ``\\caption{...}``."""
+    i = next(i for i, line in enumerate(table.lines) if line.startswith(r"\caption{"))
+    table.lines[i] = table.lines[i][:-1] + text + "}"
+
+
 def build(artifact: str, cells, settings, out) -> list[Path]:
     """Build one artifact from cell files (paths) or a loaded DataFrame / Grid; return the files written."""
     if artifact not in ARTIFACTS:
@@ -591,6 +613,7 @@ def build(artifact: str, cells, settings, out) -> list[Path]:
     out = Path(out)
     if artifact in TABLE_BUILDERS:
         table = TABLE_BUILDERS[artifact](grid, s)
+        add_to_caption(table, evidence_text(grid))
         atomic_write_text(out, "\n".join(table.lines) + "\n")
         if not isinstance(cells, (Grid, pd.DataFrame)) and not isinstance(settings, Settings):  # provenance: which cells and settings made the table
             sources = {"settings": settings_dict(settings), "cells": [str(c) for c in cells]}
