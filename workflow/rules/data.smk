@@ -39,6 +39,7 @@ rule prepare_train:
         "logs/data/train/{stage}.log",
     wildcard_constraints:
         stage="|".join(TRAINING_STAGES),
+    priority: 50  # the training chain is the critical path: before any grid cell
     conda:
         "../../envs/budgetdraft.yaml"
     params:

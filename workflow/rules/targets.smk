@@ -12,6 +12,7 @@ rule targets:
         "benchmarks/targets/{stage}.tsv"
     wildcard_constraints:
         stage="|".join(TRAINING_STAGES),
+    priority: 50  # the training chain is the critical path: before any grid cell
     conda:
         "../../envs/budgetdraft.yaml"
     threads: config["training"].get("threads", config["threads"])

@@ -17,6 +17,7 @@ if BASE:
             "logs/models/drafter_base.log",
         benchmark:
             "benchmarks/models/drafter_base.tsv"
+        priority: 50  # the training chain is the critical path: before any grid cell
         conda:
             "../../envs/budgetdraft.yaml"
         threads: config["training"].get("threads", config["threads"])
@@ -51,6 +52,7 @@ rule train:
         "benchmarks/drafters/{variant}.tsv"
     wildcard_constraints:
         variant="|".join(re.escape(v) for v in VARIANTS),
+    priority: 50  # the training chain is the critical path: before any grid cell
     conda:
         "../../envs/budgetdraft.yaml"
     threads: config["training"].get("threads", config["threads"])
