@@ -151,8 +151,12 @@ def test_src_edits_rerun_only_their_stage(workdir, module):
         (lambda c: c["contexts"].update({"256": 9000}), "contexts.256 = 9000"),
         (lambda c: c["collapse"].update(dataset="wikitext"), "collapse.dataset = 'wikitext'"),
         (lambda c: c["comparison"].update(contexts=["1M"]), "context '1M'"),
+        (lambda c: c["collapse"].update(gama=5), "'gama' was unexpected"),
+        (lambda c: c["variants"].pop("la_only"), "variants must define 'la_only'"),
+        (lambda c: c["single_budget"].update(trained_budget=32), "single_budget.trained_budget = 32"),
     ],
-    ids=["unknown-dataset-source", "budget-0", "gamma-0", "context-too-long", "unknown-dataset-key", "unknown-context"],
+    ids=["unknown-dataset-source", "budget-0", "gamma-0", "context-too-long", "unknown-dataset-key", "unknown-context",
+         "typo-in-collapse", "no-la-only", "trained-budget-mismatch"],
 )
 def test_bad_config_fails_naming_the_key(workdir, edit, message):
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())

@@ -60,6 +60,13 @@ BASELINE_SRC = {
 
 # ---------------------------------------------------------------- checks beyond the schema
 
+REQUIRED_VARIANTS = {  # label -> the artifacts that read its cells
+    "lambda0.5": "the BudgetDraft drafter of every table",
+    "la_only": "the L_C ablation table and claim F4",
+    "lambda1.0": "the lambda table and claim F6",
+    "single_budget": "the single-budget table and claim F5",
+}
+
 
 def check_config(config):
     """Raise ValueError naming the key and value of the first inconsistency (before any job starts)."""
@@ -109,11 +116,17 @@ def check_config(config):
     ]:
         if len(hp["budgets"]) != len(hp["budget_weights"]):
             raise ValueError(f"{name}: budgets and budget_weights differ in length")
-    for label in ("lambda0.5",):
+    trained = {**config["training"], **config["variants"].get("single_budget", {})}[
+        "budgets"
+    ]
+    if trained != [config["single_budget"]["trained_budget"]]:
+        raise ValueError(
+            f"single_budget.trained_budget = {config['single_budget']['trained_budget']} but the single_budget "
+            f"variant trains at budgets {trained}: the table's label would not say what was trained"
+        )
+    for label, needed_by in REQUIRED_VARIANTS.items():
         if label not in config["variants"]:
-            raise ValueError(
-                f"variants must define {label!r} (the BudgetDraft drafter of every table)"
-            )
+            raise ValueError(f"variants must define {label!r} ({needed_by})")
 
 
 check_config(config)
