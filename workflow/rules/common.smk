@@ -257,15 +257,15 @@ def train_gpu(wildcards=None):
     return 1 if str(config["training"].get("device", "cpu")).startswith("cuda") else 0
 
 
-def drafter_dir(label):
-    """The drafter a cell label decodes with (None for AR)."""
+def drafter_input(label):
+    """The file or directory() output a cell label's drafter is read from (None for AR)."""
     if label == "ar":
         return None
     if label in ("sd", "triforce"):
-        return base_drafter_dir()
+        return base_drafter_file()
     if label == "eagle3":
         return "results/drafters/eagle3"
-    return f"results/drafters/{label}"
+    return f"results/drafters/{label}/model.safetensors"
 
 
 def cell_inputs(wildcards):
@@ -274,11 +274,9 @@ def cell_inputs(wildcards):
         "prompts": f"results/data/prompts/{wildcards.dataset}/{wildcards.context}.parquet",
         "code": SRC["eval"] + BASELINE_SRC.get(wildcards.label, []),
     }
-    drafter = drafter_dir(wildcards.label)
-    if drafter in ("results/models/drafter_untrained", "results/drafters/eagle3"):
-        inputs["drafter"] = drafter  # directory() outputs
-    elif drafter is not None:
-        inputs["drafter"] = f"{drafter}/model.safetensors"
+    drafter = drafter_input(wildcards.label)
+    if drafter is not None:
+        inputs["drafter"] = drafter
     return inputs
 
 
