@@ -251,6 +251,17 @@ def test_final_directory_is_a_loadable_checkpoint(pair, tmp_path):
         training.train(str(drafter_dir), targets, tmp_path / "e", {**HP, "lr": 5e-4}, progress=False)
 
 
+def test_frozen_embeddings_stay_the_initial_ones_and_the_layers_train(pair, tmp_path):
+    _, drafter_dir, targets = pair
+    out = training.train(str(drafter_dir), targets, tmp_path / "f", {**HP, "freeze_embeddings": True},
+                         progress=False)
+    before, after = load_file(drafter_dir / "model.safetensors"), load_file(out / "model.safetensors")
+    assert torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])  # LM head tied to it
+    assert not torch.equal(before["model.layers.0.mlp.up_proj.weight"], after["model.layers.0.mlp.up_proj.weight"])
+    with pytest.raises(ValueError, match="freeze_embeddings"):
+        training.resolve_hparams({"freeze_embeddings": "yes"})
+
+
 # ------------------------------------------------------------------------------------------------------------
 # The test that matters: real models, real text
 
