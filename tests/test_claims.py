@@ -245,3 +245,14 @@ def test_cli_writes_report_and_rejects_bad_settings(grid, tmp_path, capsys):
         cli.main(["claims", "--settings", json.dumps(bad), "--cells", *map(str, grid.values()), "--out", str(out)])
     with pytest.raises(ValueError, match="no cell is of a dataset"):
         claims.build(list(grid.values()), {**SETTINGS, "datasets": {"d9": "None"}}, out)
+
+
+def test_drafters_that_did_not_diverge_are_named(tmp_path):
+    def single_is_multi(label, dataset, context, budget, sample):
+        label = "lambda0.5" if label == "single_budget" else label
+        return paper_like(label, dataset, context, budget, sample)
+
+    found = by_id(write_grid(tmp_path, single_is_multi).values())
+    assert found["F5"].verdict == "not resolved" and found["F5"].value == 0
+    assert "single_budget and lambda0.5 drafted and accepted exactly the same tokens" in found["F5"].why
+    assert found["F4"].verdict == "holds" and "exactly the same" not in found["F4"].why

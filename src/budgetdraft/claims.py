@@ -395,9 +395,22 @@ def consistency_loss(ev: Evidence, gap: Finding) -> list[Finding]:
     f.measure(ev, bd - la, arms).judge(">")
     f.detail = f"BD {pct(bd[0])} vs L_A only {pct(la[0])}"
     if f.verdict in UNMET:
-        f.why = f"L_A only accepts {la[0]:.2f} % vs {bd[0]:.2f} % with {lambda_c(ev, BD, 0.5):g} L_C at B ∈ {small}"
+        f.why = same_drafts(ev, arms) or (
+            f"L_A only accepts {la[0]:.2f} % vs {bd[0]:.2f} % with {lambda_c(ev, BD, 0.5):g} L_C at B ∈ {small}")
     explain_by_budget_gap(f, gap)
     return [f]
+
+
+def same_drafts(ev: Evidence, arms: dict) -> str:
+    """A note when two trained drafters accepted and drafted exactly alike on every prompt of every cell compared."""
+    (a, keys_a), (b, keys_b) = arms.items()
+    if not all(np.array_equal(ev.vector(ka, col), ev.vector(kb, col))
+               for ka, kb in zip(keys_a, keys_b) for col in ("accepted", "drafted")):
+        return ""
+    steps = {label: ((ev.s.raw.get("variants") or {}).get(label) or {}).get("steps") for label in (a, b)}
+    trained = f" ({steps[a]} / {steps[b]} training steps from one base drafter)" if all(steps.values()) else ""
+    return (f"{a} and {b} drafted and accepted exactly the same tokens on every prompt of these cells: their "
+            f"training{trained} did not separate them")
 
 
 def lambda_c(ev: Evidence, label, default: float) -> float:
@@ -420,8 +433,9 @@ def multi_budget(ev: Evidence) -> list[Finding]:
     f.detail = f"{dataset} {context} γ={gamma}: BD {pct(bd[0])} vs single-budget {pct(single[0])}"
     if f.verdict in UNMET:
         home = ev.keys(SINGLE, gamma, [context], [trained], [dataset])
-        f.why = (f"the single-budget drafter accepts {single[0]:.2f} % away from its trained budget vs {bd[0]:.2f} % "
-                 f"for BudgetDraft" + (f" ({ev.acceptance(home)[0]:.2f} % at B={trained})" if home else ""))
+        f.why = same_drafts(ev, arms) or (
+            f"the single-budget drafter accepts {single[0]:.2f} % away from its trained budget vs {bd[0]:.2f} % for "
+            f"BudgetDraft" + (f" ({ev.acceptance(home)[0]:.2f} % at B={trained})" if home else ""))
     return [f]
 
 
