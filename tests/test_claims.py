@@ -6,18 +6,13 @@ and `KV_MB`. Settings deliberately differ from the paper's (2 datasets, contexts
 """
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
-
-from budgetdraft import claims, cli, paper  # noqa: E402
+from budgetdraft import claims, cli, paper
 
 SETTINGS = {
     "datasets": {"d1": "DS-One", "d2": "DS-Two"},

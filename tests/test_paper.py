@@ -16,11 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
+from budgetdraft import paper
 
-from budgetdraft import paper  # noqa: E402
+SRC = Path(__file__).resolve().parents[1] / "src"  # the CLI subprocesses run this checkout's library
 
 SETTINGS = {
     "datasets": {"d1": "DS-One", "d2": "DS-Two"},
