@@ -10,6 +10,7 @@ Library layout (one module per noun of the paper):
   training   L_A + lambda * L_C (Algorithm 1)
   cells      one evaluation grid cell -> one parquet file
   paper      tables and figures of the paper from cell files
+  claims     which of the paper's findings hold in a run: bootstrap intervals and verdicts from cell files
   baselines  TriForce, EAGLE-3
 """
 
