@@ -52,8 +52,8 @@ DEFAULTS = {  # the paper's §3.5, plus the machine knobs
     "threads": 0,  # torch CPU threads; 0 leaves torch's default
     "prefill_chunk": 2048,  # prefix tokens per prefill forward (no grad)
     "heldout": 0,  # the last `heldout` sequences are not trained on; L_A/L_C on them go to eval_log.csv
-    "freeze_embeddings": False,  # keep the (tied) token embedding / LM head fixed: on CPU it is 2/3 of a small
-    #                              drafter's parameters and of its optimizer's time (bench/README.md)
+    "freeze_embeddings": False,  # keep the token embedding and LM head fixed: on CPU they are 2/3 of a small
+    #                              drafter's parameters and most of its optimizer's time (bench/README.md)
 }
 
 # Variants are configuration only. `lambda<X>` (e.g. lambda0.25) sets lambda_c = X.
@@ -237,10 +237,11 @@ def evaluate(drafter, data: dict, budget: int, *, chunk_size: int = 8, score_win
 
 
 def trainable_parameters(drafter, freeze_embeddings: bool) -> list:
-    """Every parameter, or all but the token embedding (and so the LM head tied to it) when it is frozen."""
+    """Every parameter, or all but the token embedding and the LM head (one tensor when tied) when frozen."""
     drafter.requires_grad_(True)
     if freeze_embeddings:
-        drafter.get_input_embeddings().weight.requires_grad_(False)
+        for embedding in (drafter.get_input_embeddings(), drafter.get_output_embeddings()):
+            embedding.weight.requires_grad_(False)
     return [p for p in drafter.parameters() if p.requires_grad]
 
 
