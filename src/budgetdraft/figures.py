@@ -83,7 +83,10 @@ def gamma_grid(grid: Grid, s: Settings, out: Path, errorbars: bool) -> list[Path
             ax.set_title(f"{name}, {context}", fontsize=9)
             ax.set_ylim(0, 100)
             ax2.set_ylim(bottom=0)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if len(gammas) <= 8:  # label every γ run (one γ alone would get fractional ticks)
+                ax.set_xticks(gammas)
+            else:
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
             if j == 0:
                 ax.set_ylabel("Acceptance (%)", color="C0")
