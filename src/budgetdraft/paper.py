@@ -27,6 +27,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -184,13 +185,14 @@ class Grid:
     def ar_tok_s(self, dataset, context) -> float:
         return float(self.rows[self.ar_key(dataset, context)]["tok_per_s"].mean())
 
-    @property
+    @cached_property
     def memory(self) -> tuple[str, float, str]:
         """(unit, MB per unit, what `peak_mem_mb` measures) of these cells: CUDA's max_memory_allocated in GB as in
         the paper, or, on CPU, the bytes held in weights and KV caches in MB (a sparse cache moves it by < 1 MB)."""
         kinds = set(self.df["mem_kind"]) if "mem_kind" in self.df else {"cpu_peak_rss"}
         if kinds == {"cuda_max_allocated"}:
-            return "GB", 1024.0, r"peak GPU memory (\texttt{max\_memory\_allocated}), converted from \texttt{peak\_mem\_mb}"
+            return "GB", 1024.0, (r"peak GPU memory (\texttt{max\_memory\_allocated}), converted from "
+                                  r"\texttt{peak\_mem\_mb}")
         if kinds == {"cpu_tensor_bytes"}:
             return "MB", 1.0, ("memory held in weights and KV caches, counted from the tensors on CPU (not VRAM: "
                                "activations and the process's other memory are not included)")
@@ -529,8 +531,8 @@ def table_vram_gamma(grid: Grid, s: Settings) -> Table:
                     continue
                 keys = [grid.need(label, d, context, b, g) for d in ds for b in s.budgets]
                 value = float(np.mean([grid.peak(k) for k in keys]))
-                entries.append(t.num(value, f"mean peak {grid.memory[0]} of {label} at context={context}, gamma={g} over "
-                                            f"{len(keys)} cells (every budget x dataset)"))
+                entries.append(t.num(value, f"mean peak {grid.memory[0]} of {label} at context={context}, "
+                                            f"gamma={g} over {len(keys)} cells (every budget x dataset)"))
         t.row(entries)
     t.add(r"\bottomrule", r"\end{tabular}")
     unit, _, what = grid.memory
