@@ -60,13 +60,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
-from budgetdraft.paper import (AR, BD, LA_ONLY, LAMBDA1, SD, SINGLE, Grid, Settings, atomic_write_text,
-                               load_cells, parse_settings)
+from budgetdraft.paper import (AR, BD, LA_ONLY, LAMBDA1, OPTIONAL_COLUMNS, SD, SINGLE, Grid, Settings,
+                               atomic_write_text, load_cells, parse_settings)
 
 RESAMPLES, SEED = 2000, 0
-ROW = ["sample", "repeat"]
 MEASURED_COLUMNS = ["decode_s", "new_tokens", "verifier_forwards", "peak_tensor_mb", "drafter_kv_mb", "verifier_kv_mb",
                     "mem_kind", "draft_s", "draft_steps", "verify_s"]  # read when a cell has them
 HOLDS, FAILS, OPEN, NOT_RUN, NOT_MEASURED = "holds", "does not hold", "not resolved", "not run", "not measured"
@@ -80,15 +78,8 @@ PAPER_BEST_SPEEDUP = {"4K": 6.55, "8K": 4.46, "16K": 2.10}
 
 def load_claim_cells(paths) -> pd.DataFrame:
     """`paper.load_cells` plus the measured columns a cell has (`MEASURED_COLUMNS`; NaN where a cell lacks one)."""
-    df = load_cells(paths)
-    extras = []
-    for path in map(Path, paths):  # load_cells keeps file and row order
-        names = pq.read_schema(path).names
-        extras.append(pd.read_parquet(path, columns=ROW + [c for c in MEASURED_COLUMNS if c in names]))
-    extra = pd.concat(extras, ignore_index=True).reindex(columns=ROW + MEASURED_COLUMNS)
-    if len(extra) != len(df) or not (extra["sample"].astype(int).to_numpy() == df["sample"].to_numpy()).all():
-        raise ValueError("cell files changed while being read")
-    return pd.concat([df, extra[[c for c in MEASURED_COLUMNS if c not in df.columns]]], axis=1)
+    df = load_cells(paths, OPTIONAL_COLUMNS + tuple(MEASURED_COLUMNS))
+    return df.reindex(columns=list(dict.fromkeys([*df.columns, *MEASURED_COLUMNS])))
 
 
 # ------------------------------------------------------------------------------------------- bootstrap

@@ -65,8 +65,12 @@ def cell_name(key) -> str:
 # ----------------------------------------------------------------------------------------------- cells
 
 
-def load_cells(paths) -> pd.DataFrame:
-    """Concatenate cell files; reject missing columns and a cell given twice (in two files)."""
+OPTIONAL_COLUMNS = ("device", "mem_kind")  # read when a cell has them
+
+
+def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
+    """Concatenate cell files (`NEEDED_COLUMNS`, plus the `optional` columns each file has); reject missing
+    columns and a cell given twice (in two files)."""
     if not paths:
         raise ValueError("no --cells given")
     frames, owner = [], {}
@@ -77,8 +81,8 @@ def load_cells(paths) -> pd.DataFrame:
         missing = [c for c in NEEDED_COLUMNS if c not in names]
         if missing:
             raise ValueError(f"{path}: missing cell columns {missing}")
-        optional = [c for c in ("device", "mem_kind") if c in names]
-        df = pd.read_parquet(path, columns=NEEDED_COLUMNS + optional)
+        present = [c for c in dict.fromkeys(optional) if c in names and c not in NEEDED_COLUMNS]
+        df = pd.read_parquet(path, columns=NEEDED_COLUMNS + present)
         if df.empty:
             raise ValueError(f"{path}: cell file has no rows")
         for key in df[KEY].drop_duplicates().itertuples(index=False):
