@@ -15,7 +15,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from budgetdraft import training
 from budgetdraft.cli import main as cli
-from budgetdraft.targets import load_targets, save_targets, sequence_targets, teacher_targets
+from budgetdraft.targets import IGNORE, load_targets, save_targets, sequence_targets, teacher_targets, text_targets
 
 torch.set_num_threads(1)
 
@@ -61,6 +61,16 @@ def test_targets_equal_greedy_argmax_of_a_full_forward(pair):
     # targets[n, i] is the prediction made at position P+i, i.e. for token P+i+1
     assert torch.equal(data["targets"], logits[:, P : P + C].argmax(-1))
     assert all(p.grad is None for p in verifier.parameters())
+
+
+def test_text_targets_are_the_next_tokens_and_the_losses_skip_the_last():
+    ids = torch.arange(20).reshape(2, 10)
+    targets = text_targets(ids, prefix_len=6)  # continuation = positions 6..9, predicting 7..9 and (none)
+    assert targets.tolist() == [[7, 8, 9, IGNORE], [17, 18, 19, IGNORE]]
+    logits = torch.randn(4, 32)
+    assert training.top1_ce(logits, targets[0]) == pytest.approx(
+        torch.nn.functional.cross_entropy(logits[:3], targets[0, :3]).item())
+    assert training.agreement(logits, targets[0]) == (logits[:3].argmax(-1) == targets[0, :3]).float().mean().item()
 
 
 def test_verifier_gets_no_gradient():

@@ -80,6 +80,8 @@ def test_dry_run_plans_every_cell(workdir, name, cells):
     assert counts["train"] == 4 and counts["table"] == 7 and counts["figure"] == 3 and counts["claims"] == 1
     assert counts.get("train_base", 0) == ("base_drafter" in cfg)  # the paper's llama-68m is used untouched
     assert counts["prepare_prompts"] == len(cfg["datasets"]) * len(cfg["contexts"])
+    shared = cfg.get("share_verifier_prefill", False)  # one prefill job per prompts file, or none
+    assert counts.get("verifier_prefill", 0) == shared * counts["prepare_prompts"]
     assert counts.get("train_eagle3", 0) == ("eagle3" in cfg["baselines"]["enabled"])
     assert time.time() - start < 60
 

@@ -8,10 +8,12 @@ Library layout (one module per noun of the paper):
   data       prompts per dataset x context, training texts
   targets    verifier greedy teacher targets (Algorithm 1, step 1)
   training   L_A + lambda * L_C (Algorithm 1)
+  prefill    the verifier's prefill of each evaluation prompt, computed once for every grid cell
   cells      one evaluation grid cell -> one parquet file
   paper      tables and figures of the paper from cell files
   claims     which of the paper's findings hold in a run: bootstrap intervals and verdicts from cell files
   baselines  TriForce, EAGLE-3
+  atomic     writes that appear whole or not at all
 """
 
 __version__ = "0.1.0"

@@ -21,6 +21,7 @@ import torch
 
 from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
 from budgetdraft.models import load_model
+from budgetdraft.prefill import check_covers, load_prefills
 
 CELL_COLUMNS = [
     "label", "method", "dataset", "context", "budget", "gamma", "policy", "sample", "doc_id", "repeat",
@@ -33,10 +34,11 @@ METHODS = ("ar", "sd", "triforce", "eagle3")
 NO_EOS: list[int] = []  # fixed-length generations
 
 
-def make_decoder(args, verifier):
-    """A function (prompt_ids, new_tokens) -> Generation for the cell's method."""
+def make_decoder(args, verifier, prefilled=None):
+    """A function (prompt_ids, new_tokens) -> Generation for the cell's method (``prefilled``: shared verifier
+    prefills, see ``budgetdraft.prefill``)."""
     if args.method == "ar":
-        return lambda ids, n: autoregressive(verifier, ids, n, eos_token_id=NO_EOS)
+        return lambda ids, n: autoregressive(verifier, ids, n, eos_token_id=NO_EOS, prefilled=prefilled)
     if args.gamma < 1:
         raise ValueError(f"--gamma must be >= 1 for method {args.method!r}, got {args.gamma}")
     if not args.drafter:
@@ -51,7 +53,8 @@ def make_decoder(args, verifier):
         # A baseline module provides drafter_factory(verifier, args, extra) -> () -> a fresh drafter per run.
         baseline = importlib.import_module(f"budgetdraft.baselines.{args.method}")
         new_drafter = baseline.drafter_factory(verifier, args, extra)
-    return lambda ids, n: speculative(new_drafter(), verifier, ids, n, args.gamma, eos_token_id=NO_EOS)
+    return lambda ids, n: speculative(new_drafter(), verifier, ids, n, args.gamma, eos_token_id=NO_EOS,
+                                      prefilled=prefilled)
 
 
 def device_name(device: str) -> str:
@@ -68,7 +71,11 @@ def run_cell(args) -> pd.DataFrame:
     if prompts.empty:
         raise ValueError(f"no prompts in {args.prompts}")
     verifier = load_model(args.verifier, args.device, args.verifier_dtype)
-    decode = make_decoder(args, verifier)
+    prefilled = None
+    if args.verifier_prefill:
+        prefilled = load_prefills(args.verifier_prefill, args.device)
+        check_covers(prefilled, [list(ids) for ids in prompts["input_ids"]], args.verifier_prefill)
+    decode = make_decoder(args, verifier, prefilled)
     config = json.dumps({k: v for k, v in sorted(vars(args).items())})
     warm_prompt = list(prompts.iloc[0]["input_ids"])[-args.warmup_prompt_tokens:] if args.warmup_prompt_tokens else \
         list(prompts.iloc[0]["input_ids"])
@@ -124,6 +131,9 @@ def configure_parser(parser) -> None:
     parser.add_argument("--verifier-dtype", default="float32")
     parser.add_argument("--drafter-dtype", default="float32")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--verifier-prefill", default="",
+                        help="the prompts' verifier prefills from `budgetdraft prefill`: copied in, their recorded "
+                             "seconds charged, instead of recomputed in every run")
     parser.add_argument("--extra", default="", help="JSON of method-specific settings (triforce, eagle3)")
     parser.add_argument("--out", required=True)
 

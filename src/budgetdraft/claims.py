@@ -62,7 +62,7 @@ import numpy as np
 import pandas as pd
 
 from budgetdraft.paper import (AR, BD, LA_ONLY, LAMBDA1, OPTIONAL_COLUMNS, SD, SINGLE, Grid, Settings,
-                               atomic_write_text, load_cells, parse_settings)
+                               atomic_write_text, load_cells, parse_settings, timing_text)
 
 RESAMPLES, SEED = 2000, 0
 MEASURED_COLUMNS = ["decode_s", "new_tokens", "verifier_forwards", "peak_tensor_mb", "drafter_kv_mb", "verifier_kv_mb",
@@ -623,7 +623,8 @@ def header(ev: Evidence, n_files: int, seed: int) -> dict:
     variants = ev.s.raw.get("variants") or {}
     return {"cells": len(ev.grid.rows), "files": n_files, "prompts_per_dataset": per_dataset,
             "contexts": ev.contexts, "budgets": ev.budgets, "gammas": gammas, "gamma_fixed": ev.gamma,
-            "variants": variants, "resamples": len(ev.weights) - 1, "seed": seed}
+            "variants": variants, "resamples": len(ev.weights) - 1, "seed": seed,
+            "timing": timing_text(ev.s).strip()}
 
 
 VERDICT_RULE = ("**holds** when the 95 % interval lies entirely on the side the paper claims (excludes 0, or 1 for "
@@ -645,7 +646,8 @@ def markdown(head: dict, found: list[Finding], ev: Evidence) -> str:
              f"γ: {head['gammas']} (γ_fixed = {head['gamma_fixed']}); variants: {variants}",
              f"- 95 % paired bootstrap over prompts: {head['resamples']} resamples stratified by dataset, seed "
              f"{head['seed']}; both arms of a contrast use the same resample; percentile interval.",
-             f"- Verdict rule: {VERDICT_RULE}", "",
+             f"- Verdict rule: {VERDICT_RULE}",
+             *([f"- {head['timing']}"] if head.get("timing") else []), "",
              "## Findings", "",
              "| id | the paper's claim | paper | this run | 95 % interval | verdict | prompts | drafted tokens per arm |",
              "|---|---|---|---|---|---|---|---|"]

@@ -11,6 +11,7 @@ Cache invariants of ``speculative``, with ``out`` the tokens emitted so far:
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 from dataclasses import dataclass
@@ -35,6 +36,21 @@ def position_range(start: int, length: int, device) -> torch.Tensor:
 
 def ids_tensor(tokens: list[int], device) -> torch.Tensor:
     return torch.tensor([tokens], dtype=torch.long, device=device)  # [1, q]
+
+
+def prompt_key(prompt_ids) -> str:
+    """A short content hash of a prompt's token ids (a shared verifier prefill is found by it)."""
+    return hashlib.sha256(torch.as_tensor(prompt_ids, dtype=torch.int64).cpu().numpy().tobytes()).hexdigest()[:16]
+
+
+@dataclass
+class SharedPrefill:
+    """The verifier's prefill of one prompt, computed once (``budgetdraft prefill``): its KV cache per layer, the
+    greedy first token, and the seconds it took, which every run that reuses it is charged."""
+
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    first_token: int
+    seconds: float
 
 
 def check_request(model, prompt_len: int, max_new_tokens: int) -> None:
@@ -66,18 +82,28 @@ def _finish(out: list[int], max_new_tokens: int, eos: set[int]) -> tuple[list[in
 
 
 class Verifier:
-    """The big model on a full, pre-allocated cache."""
+    """The big model on a full, pre-allocated cache.
 
-    def __init__(self, model, prefill_chunk: int | None = None):
+    ``prefilled`` (prompt_key -> SharedPrefill) holds prefills computed once for many runs: a prompt found there
+    is not recomputed, its cache is copied in and ``recorded_prefill_s`` says what the prefill cost when it ran."""
+
+    def __init__(self, model, prefill_chunk: int | None = None, prefilled: dict[str, SharedPrefill] | None = None):
         self.model = model
         self.prefill_chunk = prefill_chunk
+        self.prefilled = prefilled or {}
         self.device = model.device
 
     def prefill(self, prompt: torch.Tensor, capacity: int) -> int:
         """Prefill the prompt [1, P]; returns the greedy first new token."""
+        self.length = prompt.shape[1]
+        shared = self.prefilled.get(prompt_key(prompt[0])) if self.prefilled else None
+        if shared is not None:
+            self.cache = PreallocatedCache.from_kv(shared.kv, capacity)
+            self.recorded_prefill_s = shared.seconds
+            return shared.first_token
         self.cache = PreallocatedCache(num_layers(self.model), capacity)
         logits, _ = prefill(self.model, prompt, self.cache, chunk_len=self.prefill_chunk)
-        self.length = prompt.shape[1]
+        self.recorded_prefill_s = None
         return int(logits.argmax(-1))
 
     @torch.no_grad()
@@ -188,6 +214,18 @@ def drafter_kv_bytes(drafter) -> int:
     return drafter.kv_bytes() if hasattr(drafter, "kv_bytes") else 0
 
 
+def timed_prefill(verifier: Verifier, prompt: torch.Tensor, capacity: int, stats: DecodeStats,
+                  device) -> tuple[int, float]:
+    """The verifier's prefill: its first token, with ``stats.verifier_prefill_s`` its seconds (for a shared
+    prefill, the seconds recorded when it was computed) and the correction to add to the run's wall time (recorded
+    − spent copying the shared cache in; 0 when computed here)."""
+    with Stopwatch(device) as t:
+        first = verifier.prefill(prompt, capacity)
+    recorded = verifier.recorded_prefill_s
+    stats.verifier_prefill_s, stats.verifier_forwards = (t.seconds if recorded is None else recorded), 1
+    return first, stats.verifier_prefill_s - t.seconds
+
+
 def timed_draft(drafter, pending: list[int], g: int, stats: DecodeStats, device) -> list[int]:
     """``drafter.draft(pending, g)`` (nothing when g = 0), its seconds and steps added to ``stats``."""
     if g == 0:
@@ -201,18 +239,18 @@ def timed_draft(drafter, pending: list[int], g: int, stats: DecodeStats, device)
 
 @torch.no_grad()
 def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *, eos_token_id=None,
-                   prefill_chunk: int | None = None) -> Generation:
+                   prefill_chunk: int | None = None, prefilled: dict[str, SharedPrefill] | None = None) -> Generation:
     """Greedy AR decoding on a full pre-allocated cache."""
     check_request(verifier_model, len(prompt_ids), max_new_tokens)
     device, eos = verifier_model.device, _eos_ids(verifier_model, eos_token_id)
     stats = DecodeStats(prompt_tokens=len(prompt_ids))
-    verifier = Verifier(verifier_model, prefill_chunk)
+    verifier = Verifier(verifier_model, prefill_chunk, prefilled)
     weights = weight_bytes(verifier_model)
     reset_peak_memory(device)
-    with Stopwatch(device) as total:
-        with Stopwatch(device) as t:
-            out = [verifier.prefill(ids_tensor(prompt_ids, device), len(prompt_ids) + max_new_tokens)]
-        stats.verifier_prefill_s, stats.verifier_forwards = t.seconds, 1  # the prefill yields the first token
+    with Stopwatch(device) as total:  # the prefill yields the first token
+        first, correction = timed_prefill(verifier, ids_tensor(prompt_ids, device), len(prompt_ids) + max_new_tokens,
+                                          stats, device)
+        out = [first]
         stats.record_memory(weights, verifier.kv_bytes())
         out, done = _finish(out, max_new_tokens, eos)
         while not done:
@@ -222,12 +260,13 @@ def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *
             stats.verifier_forwards += 1
             stats.record_memory(weights, verifier.kv_bytes())
             out, done = _finish(out + [token], max_new_tokens, eos)
-    return _close(out, stats, total.seconds, device)
+    return _close(out, stats, total.seconds + correction, device)
 
 
 @torch.no_grad()
 def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: int, gamma: int, *,
-                eos_token_id=None, prefill_chunk: int | None = None) -> Generation:
+                eos_token_id=None, prefill_chunk: int | None = None,
+                prefilled: dict[str, SharedPrefill] | None = None) -> Generation:
     """Greedy speculative decoding: ``drafter`` proposes γ tokens, the verifier checks them in one forward on
     its full cache, the longest agreeing prefix is kept plus the verifier's own next token (the bonus)."""
     if gamma < 1:
@@ -239,15 +278,14 @@ def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: 
         check_pair(drafter.model, verifier_model)
     device, eos = verifier_model.device, _eos_ids(verifier_model, eos_token_id)
     stats = DecodeStats(prompt_tokens=len(prompt_ids))
-    verifier = Verifier(verifier_model, prefill_chunk)
+    verifier = Verifier(verifier_model, prefill_chunk, prefilled)
     prompt = ids_tensor(prompt_ids, device)
     capacity = len(prompt_ids) + max_new_tokens + gamma + 1
     weights = weight_bytes(verifier_model, drafter)
     reset_peak_memory(device)
     with Stopwatch(device) as total:
-        with Stopwatch(device) as t:
-            out = [verifier.prefill(prompt, capacity)]
-        stats.verifier_prefill_s, stats.verifier_forwards = t.seconds, 1
+        first, correction = timed_prefill(verifier, prompt, capacity, stats, device)
+        out = [first]
         with Stopwatch(device) as t:
             drafter.prefill(prompt.to(drafter.device), max_new_tokens + gamma + 1)
         stats.drafter_prefill_s = t.seconds
@@ -274,7 +312,7 @@ def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: 
                     pending = [drafts[-1], bonus]
             stats.record_memory(weights, verifier.kv_bytes(), drafter_kv_bytes(drafter))
             out, done = _finish(out + drafts[:k] + [bonus], max_new_tokens, eos)
-    return _close(out, stats, total.seconds, device)
+    return _close(out, stats, total.seconds + correction, device)
 
 
 def _close(out: list[int], stats: DecodeStats, total_s: float, device) -> Generation:

@@ -603,6 +603,16 @@ def evidence_text(grid: Grid) -> str:
             f"{span(drafted)} (median {int(np.median(drafted)):,}).")
 
 
+def timing_text(settings: Settings) -> str:
+    """What the times include when the verifier's prefills were shared (``budgetdraft.prefill``)."""
+    from budgetdraft.prefill import TIMED_RUNS
+
+    if not settings.raw.get("share_verifier_prefill"):
+        return ""
+    return (f" Times include the verifier's prefill, computed once per prompt (median of {TIMED_RUNS} timed runs) and"
+            " charged to every method that decodes the prompt.")
+
+
 def add_to_caption(table: Table, text: str) -> None:
     """Append ``text`` inside the table's ``\\caption{...}``."""
     i = next(i for i, line in enumerate(table.lines) if line.startswith(r"\caption{"))
@@ -619,7 +629,7 @@ def build(artifact: str, cells, settings, out) -> list[Path]:
     out = Path(out)
     if artifact in TABLE_BUILDERS:
         table = TABLE_BUILDERS[artifact](grid, s)
-        add_to_caption(table, evidence_text(grid))
+        add_to_caption(table, evidence_text(grid) + timing_text(s))
         atomic_write_text(out, "\n".join(table.lines) + "\n")
         if not isinstance(cells, (Grid, pd.DataFrame)) and not isinstance(settings, Settings):  # provenance: which cells and settings made the table
             sources = {"settings": settings_dict(settings), "cells": [str(c) for c in cells]}

@@ -1,10 +1,13 @@
-"""Verifier greedy teacher targets (Algorithm 1, step 1).
+"""Teacher targets (Algorithm 1, step 1): the verifier's greedy tokens, or the text's own next tokens.
 
-For every training sequence x (P + C tokens) the frozen verifier reads the prefix with a chunked prefill
-(so a 16K prefix fits), then the C continuation tokens in one forward on top of that full cache, and keeps
-its greedy token at every continuation position:
+``--teacher verifier`` (BudgetDraft's L_A): for every training sequence x (P + C tokens) the frozen verifier reads
+the prefix with a chunked prefill (so a 16K prefix fits), then the C continuation tokens in one forward on top of
+that full cache, and keeps its greedy token at every continuation position:
 
     targets[n, i] = argmax p_L(. | x[:P+i+1]; K_L^full)        i = 0..C-1   (the prediction for token P+i+1)
+
+``--teacher text`` (a base drafter trained as a plain language model, as llama-68m was, before any alignment to
+the verifier): targets[n, i] = x[P+i+1], the last position (no next token) set to IGNORE, which the losses skip.
 
 The file (docs/architecture.md): safetensors with ``input_ids`` int64 [N, P+C] and ``targets`` int64 [N, C],
 metadata ``prefix_len``, ``cont_len``, ``verifier``. A partial file next to the output (``OUT.partial``) is
@@ -19,6 +22,15 @@ from pathlib import Path
 import torch
 
 PARTIAL_SUFFIX = ".partial"
+IGNORE = -100  # a target position no loss reads (torch's cross-entropy default ignore_index)
+TEACHERS = ("verifier", "text")
+
+
+def text_targets(input_ids: torch.Tensor, prefix_len: int) -> torch.Tensor:
+    """The text's next token at every continuation position: [N, P+C] -> [N, C], the last one IGNORE."""
+    targets = torch.full((input_ids.shape[0], input_ids.shape[1] - prefix_len), IGNORE, dtype=torch.int64)
+    targets[:, :-1] = input_ids[:, prefix_len + 1:]
+    return targets
 
 
 @torch.no_grad()
@@ -107,6 +119,8 @@ def read_sequences(path: str | Path, prefix_len: int, cont_len: int, num_seqs: i
 
 
 def configure_parser(parser) -> None:
+    parser.add_argument("--teacher", choices=TEACHERS, default="verifier",
+                        help="verifier: its greedy tokens (L_A); text: the sequence's own next tokens (plain LM)")
     parser.add_argument("--verifier", required=True, help="verifier model spec or Hugging Face directory")
     parser.add_argument("--sequences", required=True, help="training sequences parquet (column input_ids, P+C tokens)")
     parser.add_argument("--prefix-len", type=int, required=True, help="P: prefix tokens")
@@ -129,6 +143,10 @@ def run(args) -> None:
         torch.set_num_threads(args.threads)
     input_ids = read_sequences(args.sequences, args.prefix_len, args.cont_len, args.num_seqs)
     out = Path(args.out)
+    if args.teacher == "text":
+        save_targets(out, input_ids, text_targets(input_ids, args.prefix_len), args.prefix_len, "text")
+        print(f"{out}: {input_ids.shape[0]} sequences x {args.cont_len} next-token targets of the text")
+        return
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
 
     done = None

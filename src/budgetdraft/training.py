@@ -34,6 +34,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from budgetdraft.targets import IGNORE
+
 DEFAULTS = {  # the paper's §3.5, plus the machine knobs
     "steps": 5000,
     "lr": 1e-5,
@@ -183,8 +185,14 @@ def branch_logits(drafter, input_ids: torch.Tensor, prefix_len: int, budget: int
 
 
 def top1_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """CE against the verifier's greedy tokens (L_A / L_C of one sequence, mean over the C positions)."""
-    return F.cross_entropy(logits.float(), targets.to(logits.device))
+    """CE against the teacher's tokens (L_A / L_C of one sequence, mean over the C positions; IGNORE ones skipped)."""
+    return F.cross_entropy(logits.float(), targets.to(logits.device), ignore_index=IGNORE)
+
+
+def agreement(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """Share of the (non-IGNORE) positions whose greedy token is the teacher's."""
+    keep = targets != IGNORE
+    return (logits.argmax(-1).cpu()[keep] == targets[keep]).float().mean().item()
 
 
 def train_step(drafter, optimizer, scheduler, data: dict, step: int, hp: dict, num_train: int) -> dict:
@@ -230,8 +238,8 @@ def evaluate(drafter, data: dict, budget: int, *, chunk_size: int = 8, score_win
                                            prefill_chunk=prefill_chunk)
         sums["L_A"] += top1_ce(logits_a, targets).item()
         sums["L_C"] += top1_ce(logits_c, targets).item()
-        sums["agree_A"] += (logits_a.argmax(-1).cpu() == targets).float().mean().item()
-        sums["agree_C"] += (logits_c.argmax(-1).cpu() == targets).float().mean().item()
+        sums["agree_A"] += agreement(logits_a, targets)
+        sums["agree_C"] += agreement(logits_c, targets)
     drafter.train(was_training)
     return {k: v / n for k, v in sums.items()}
 

@@ -44,8 +44,14 @@ SRC = {
     "targets": ["src/budgetdraft/targets.py", *MODEL_CODE],
     "train": ["src/budgetdraft/training.py", *MODEL_CODE],
     "eagle3": ["src/budgetdraft/baselines/eagle3.py", *MODEL_CODE],
+    "prefill": [
+        "src/budgetdraft/prefill.py",
+        "src/budgetdraft/decoding.py",
+        *MODEL_CODE,
+    ],
     "eval": [
         "src/budgetdraft/cells.py",
+        "src/budgetdraft/prefill.py",
         "src/budgetdraft/decoding.py",
         "src/budgetdraft/models.py",
         *MODEL_CODE,
@@ -274,6 +280,10 @@ def cell_inputs(wildcards):
         "prompts": f"results/data/prompts/{wildcards.dataset}/{wildcards.context}.parquet",
         "code": SRC["eval"] + BASELINE_SRC.get(wildcards.label, []),
     }
+    if config["share_verifier_prefill"]:
+        inputs["prefill"] = (
+            f"results/prefill/{wildcards.dataset}/{wildcards.context}.safetensors"
+        )
     drafter = drafter_input(wildcards.label)
     if drafter is not None:
         inputs["drafter"] = drafter
@@ -291,6 +301,11 @@ def cell_drafter_flag(wildcards, input):
     if "drafter" not in input.keys():
         return ""
     return f"--drafter {drafter_flag_dir(input.drafter)}"
+
+
+def cell_prefill_flag(wildcards, input):
+    """`--verifier-prefill FILE` when the verifier's prefills are shared (`share_verifier_prefill`)."""
+    return f"--verifier-prefill {input.prefill}" if "prefill" in input.keys() else ""
 
 
 def cell_extra_flag(wildcards):
@@ -330,6 +345,7 @@ def paper_settings():
             },
             "single_budget": config["single_budget"],
             "lossless_check": config["lossless_check"],
+            "share_verifier_prefill": config["share_verifier_prefill"],
             "variants": {
                 v: {k: hp[k] for k in ("lambda_c", "budgets", "steps")}
                 for v in VARIANTS

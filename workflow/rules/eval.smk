@@ -1,3 +1,30 @@
+rule verifier_prefill:
+    """The verifier's prefill of every prompt of one dataset x context, computed and timed once for all its cells
+    (`share_verifier_prefill`): each cell copies the cache in and is charged the recorded seconds.
+    """
+    input:
+        verifier="results/models/verifier",
+        prompts="results/data/prompts/{dataset}/{context}.parquet",
+        code=SRC["prefill"],
+    output:
+        "results/prefill/{dataset}/{context}.safetensors",
+    log:
+        "logs/prefill/{dataset}/{context}.log",
+    benchmark:
+        "benchmarks/prefill/{dataset}/{context}.tsv"
+    conda:
+        "../../envs/budgetdraft.yaml"
+    threads: config["threads"]
+    resources:
+        gpu=gpu,
+    params:
+        device=config["device"],
+        dtype=config["verifier_dtype"],
+    shell:
+        "python -m budgetdraft prefill --verifier {input.verifier} --prompts {input.prompts}"
+        " --device {params.device} --dtype {params.dtype} --threads {threads} --out {output} > {log} 2>&1"
+
+
 rule eval_cell:
     """One grid cell = (label, dataset, context, budget B, draft length γ); AR cells are B0_g0.
 
@@ -26,6 +53,7 @@ rule eval_cell:
         method=lambda wc: METHOD[wc.label],
         drafter=cell_drafter_flag,
         extra=cell_extra_flag,
+        prefill=cell_prefill_flag,
         policy=config["policy"],
         chunk_size=config["chunk_size"],
         score_window=config["score_window"],
@@ -47,5 +75,5 @@ rule eval_cell:
         " --warmup-tokens {params.warmup_tokens}"
         " --warmup-prompt-tokens {params.warmup_prompt_tokens} --repeats {params.repeats}"
         " --device {params.device} --verifier-dtype {params.verifier_dtype}"
-        " --drafter-dtype {params.drafter_dtype} --threads {threads} {params.extra}"
+        " --drafter-dtype {params.drafter_dtype} --threads {threads} {params.extra} {params.prefill}"
         " --out {output} > {log} 2>&1"

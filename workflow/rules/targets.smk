@@ -1,5 +1,7 @@
 rule targets:
-    """The verifier's greedy tokens after every prefix of one stage's training sequences (full cache)."""
+    """The teacher's token after every prefix of one stage's training sequences: the verifier's greedy choice
+    (full cache), or for a base drafter with `teacher: text` the text's own next token (no model runs).
+    """
     input:
         verifier="results/models/verifier",
         sequences="results/data/train/{stage}.parquet",
@@ -23,7 +25,9 @@ rule targets:
         cont_len=lambda wc: training_data(wc.stage)["cont_len"],
         device=config["training"].get("device", config["device"]),
         dtype=config["verifier_dtype"],
+        teacher=lambda wc: BASE["teacher"] if wc.stage == "base" else "verifier",
     shell:
-        "python -m budgetdraft targets --verifier {input.verifier} --sequences {input.sequences}"
+        "python -m budgetdraft targets --teacher {params.teacher} --verifier {input.verifier}"
+        " --sequences {input.sequences}"
         " --prefix-len {params.prefix_len} --cont-len {params.cont_len} --device {params.device}"
         " --dtype {params.dtype} --threads {threads} --out {output} > {log} 2>&1"
