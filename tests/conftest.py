@@ -9,11 +9,14 @@ from budgetdraft import attention
 torch.set_num_threads(1)  # CI has 2 cores; tests run one at a time and stay predictable
 
 
-def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 96, max_positions: int = 512) -> LlamaForCausalLM:
+def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 96, max_positions: int = 512,
+               **fields) -> LlamaForCausalLM:
+    """Random Llama with the attention ``load_model`` gives; ``fields``: further LlamaConfig fields
+    (tie_word_embeddings, initializer_range, ...)."""
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
-                         eos_token_id=None, bos_token_id=None, pad_token_id=None)
+                         eos_token_id=None, bos_token_id=None, pad_token_id=None, **fields)
     model = LlamaForCausalLM(config).eval()
     model.set_attn_implementation(attention.NAME)  # what load_model gives every model
     return model

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from budgetdraft.baselines import eagle3, triforce
 from budgetdraft.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
@@ -18,25 +18,19 @@ from budgetdraft.baselines.triforce import TriForceDrafter, retrieval_indices
 from budgetdraft.cli import main as cli
 from budgetdraft.decoding import autoregressive, speculative
 from budgetdraft.targets import save_targets, teacher_targets
+from conftest import tiny_llama
 
 torch.set_num_threads(1)
 VOCAB = 64
-
-
-def tiny_llama(seed: int, layers: int) -> LlamaForCausalLM:
-    """Random Llama with a large init so that greedy outputs vary (acceptance well below 1)."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, initializer_range=0.3)
-    return LlamaForCausalLM(config).eval()
+# tiny_llama's settings here: a large init so that greedy outputs vary (acceptance well below 1)
+TINY = {"vocab": VOCAB, "tie_word_embeddings": True, "initializer_range": 0.3}
 
 
 @pytest.fixture(scope="module")
 def tiny():
     prompt = torch.randint(0, VOCAB, (101,), generator=torch.Generator().manual_seed(3)).tolist()
-    verifier = tiny_llama(0, 4)
-    return verifier, tiny_llama(1, 2), prompt, autoregressive(verifier, prompt, 40, eos_token_id=[]).tokens
+    verifier = tiny_llama(0, 4, **TINY)
+    return verifier, tiny_llama(1, 2, **TINY), prompt, autoregressive(verifier, prompt, 40, eos_token_id=[]).tokens
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -134,7 +128,7 @@ def test_eagle3_inference_matches_training_time_test(tiny):
 @pytest.fixture(scope="module")
 def tiny_targets(tmp_path_factory):
     root = tmp_path_factory.mktemp("eagle3")
-    verifier = tiny_llama(0, 4)
+    verifier = tiny_llama(0, 4, **TINY)
     verifier.save_pretrained(root / "verifier")
     input_ids = torch.randint(0, VOCAB, (6, 72), generator=torch.Generator().manual_seed(5))
     targets = teacher_targets(verifier, input_ids, 48, progress=False)

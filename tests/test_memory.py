@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from budgetdraft.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
 from budgetdraft.baselines.triforce import TriForceDrafter
@@ -33,9 +32,7 @@ def sd(pair, length: int, budget: int):
 def test_storage_bytes_counts_each_storage_once():
     w = torch.zeros(4, 8)
     assert storage_bytes([w, w.view(-1), w[:2], None]) == w.nbytes  # views: the whole storage, once
-    torch.manual_seed(0)
-    tied = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                                        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True))
+    tied = tiny_llama(seed=0, layers=1, tie_word_embeddings=True)
     weights = tied.state_dict()  # lists the tied LM head and the embedding, one storage
     assert weights["lm_head.weight"].data_ptr() == weights["model.embed_tokens.weight"].data_ptr()
     assert storage_bytes(weights.values()) == sum(t.nbytes for t in weights.values()) - weights["lm_head.weight"].nbytes

@@ -11,30 +11,23 @@ import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from budgetdraft import training
 from budgetdraft.cli import main as cli
 from budgetdraft.targets import IGNORE, load_targets, save_targets, sequence_targets, teacher_targets, text_targets
+from conftest import tiny_llama
 
 torch.set_num_threads(1)
 
 P, C, N, VOCAB = 48, 8, 6, 128
-
-
-def tiny_llama(seed: int, layers: int = 2) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=True)
-    return LlamaForCausalLM(config).eval()
+TINY = {"vocab": VOCAB, "max_positions": 256, "tie_word_embeddings": True}  # tiny_llama's settings here
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """(verifier dir, drafter dir, targets file) of tiny random models; targets from the verifier."""
     root = tmp_path_factory.mktemp("pair")
-    verifier, drafter = tiny_llama(0, layers=3), tiny_llama(1, layers=2)
+    verifier, drafter = tiny_llama(0, layers=3, **TINY), tiny_llama(1, layers=2, **TINY)
     verifier.save_pretrained(root / "verifier")
     drafter.save_pretrained(root / "drafter")
     input_ids = torch.randint(0, VOCAB, (N, P + C), generator=torch.Generator().manual_seed(2))
@@ -52,7 +45,7 @@ HP = {"steps": 6, "lr": 1e-3, "warmup_steps": 2, "budgets": [8, 16, 32], "budget
 
 
 def test_targets_equal_greedy_argmax_of_a_full_forward(pair):
-    verifier = tiny_llama(0, layers=3)
+    verifier = tiny_llama(0, layers=3, **TINY)
     data = load_targets(pair[2])
     assert data["input_ids"].dtype == data["targets"].dtype == torch.int64
     assert data["targets"].shape == (N, C) and (data["prefix_len"], data["cont_len"]) == (P, C)
@@ -74,7 +67,7 @@ def test_text_targets_are_the_next_tokens_and_the_losses_skip_the_last():
 
 
 def test_verifier_gets_no_gradient():
-    verifier = tiny_llama(0)
+    verifier = tiny_llama(0, **TINY)
     ids = torch.randint(0, VOCAB, (2, P + C))
     teacher_targets(verifier, ids, P, progress=False)
     assert all(not p.requires_grad and p.grad is None for p in verifier.parameters())
@@ -106,7 +99,7 @@ def test_targets_cli_resumes_from_a_partial_file(pair, tmp_path):
 
 
 def test_both_branches_send_gradients_to_the_drafter(pair):
-    drafter = tiny_llama(1)
+    drafter = tiny_llama(1, **TINY)
     drafter.train()
     data = load_targets(pair[2])
     logits_a, logits_c = training.branch_logits(drafter, data["input_ids"][0], P, 8, chunk_size=4, score_window=4,
@@ -122,7 +115,7 @@ def test_both_branches_send_gradients_to_the_drafter(pair):
 
 
 def test_full_budget_sparse_view_equals_full_cache(pair):
-    drafter = tiny_llama(1)
+    drafter = tiny_llama(1, **TINY)
     data = load_targets(pair[2])
     full = training.evaluate(drafter, training.subset(data, slice(0, 2)), budget=P, chunk_size=4, score_window=4,
                              prefill_chunk=16)
@@ -141,7 +134,7 @@ def test_lambda_zero_is_the_la_only_update(pair):
         opt = torch.optim.AdamW(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
         return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: training.lr_factor(s, 2, 6))
 
-    a = tiny_llama(1).train()
+    a = tiny_llama(1, **TINY).train()
     opt, sched = optim(a)
     row = training.train_step(a, opt, sched, data, 0, hp, N)
     assert math.isnan(row["L_C"]) and row["budget"] == 0
@@ -151,7 +144,7 @@ def test_lambda_zero_is_the_la_only_update(pair):
 
     from budgetdraft.kvcache import prefill
 
-    b = tiny_llama(1).train()
+    b = tiny_llama(1, **TINY).train()
     opt, sched = optim(b)
     n = training.sequence_index(hp["seed"], 0, N)
     ids = data["input_ids"][n][None]

@@ -52,3 +52,37 @@ def test_warm_cell_equals_cold_cell_and_errors_come_through(tmp_path, warm):
     bad = cell(tmp_path, warm, tmp_path / "bad.parquet", method="nope")
     assert bad.returncode == 1 and "--method 'nope' is not one of" in bad.stderr
     assert not (tmp_path / "bad.parquet").exists()
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state  # an exited child nobody has reaped yet is not running
+
+
+def test_the_server_outlives_idle_time_but_not_the_process_that_started_it(tmp_path):
+    """The training stages keep every cell waiting for minutes: the server must not time out meanwhile (it once
+    did, and every later cell paid its imports), and it must not outlive Snakemake."""
+    from budgetdraft.warm import POLL_S
+
+    sock = tmp_path / "warm.sock"
+    starter = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-m', 'budgetdraft', 'warm', "
+               "'--socket', sys.argv[1]]); print(p.pid, flush=True); sys.stdin.readline()")
+    parent = subprocess.Popen([sys.executable, "-c", starter, str(sock)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": SRC})
+    server = int(parent.stdout.readline())
+    for _ in range(600):
+        if sock.exists():
+            break
+        time.sleep(0.1)
+    assert sock.exists(), "warm process did not start"
+    time.sleep(2 * POLL_S + 1)  # idle for more than one poll
+    assert _running(server)
+    parent.stdin.close()
+    parent.wait()
+    deadline = time.time() + 3 * POLL_S
+    while _running(server) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _running(server)

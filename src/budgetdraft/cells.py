@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from budgetdraft.atomic import atomic_path
 from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
 from budgetdraft.models import load_model
 from budgetdraft.prefill import check_covers, load_prefills
@@ -100,11 +100,8 @@ def run_cell(args) -> pd.DataFrame:
 
 
 def write_atomically(frame: pd.DataFrame, out: str | Path) -> None:
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
 
 
 def configure_parser(parser) -> None:

@@ -32,6 +32,8 @@ from importlib.metadata import distribution
 from pathlib import Path
 from typing import Callable, Iterator
 
+from budgetdraft.atomic import atomic_path
+
 LWM_PREFIX = (
     "You are a helpful assistant. USER: Please read a part of the book below, and then give me the summary.\n"
     "[start of the book]\n"
@@ -284,16 +286,13 @@ def training_sequences(docs: Iterator[Doc], encode: Encoder, length: int, sequen
 
 
 def write_parquet(rows: dict[str, list], out: str | Path) -> None:
-    """Write atomically (tmp file + rename) with `input_ids` as list<int32>."""
+    """Write atomically (``atomic_path``) with `input_ids` as list<int32>."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     columns = {k: (pa.array(v, type=pa.list_(pa.int32())) if k == "input_ids" else pa.array(v)) for k, v in rows.items()}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    pq.write_table(pa.table(columns), tmp)
-    tmp.replace(out)
+    with atomic_path(out) as tmp:
+        pq.write_table(pa.table(columns), tmp)
 
 
 def load_encoder(tokenizer: str) -> Encoder:

@@ -5,7 +5,6 @@ Each builder writes OUT (PDF) and OUT with suffix .png, atomically, and returns 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import matplotlib
@@ -15,16 +14,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from budgetdraft.atomic import atomic_path  # noqa: E402
 from budgetdraft.paper import BD, SD, Grid, Settings  # noqa: E402
 
 
 def save(fig, out: Path) -> list[Path]:
-    out.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for path, fmt in ((out, "pdf"), (out.with_suffix(".png"), "png")):
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        fig.savefig(tmp, format=fmt, dpi=200, bbox_inches="tight")
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=200, bbox_inches="tight")
         paths.append(path)
     plt.close(fig)
     return paths

@@ -17,11 +17,12 @@ import hashlib
 import importlib.metadata
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from budgetdraft.atomic import atomic_path
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -109,27 +110,20 @@ def embedded_gguf(name: str) -> Path:
     if target.is_file():
         return target
     parts = [_locate(pkg, entry.member.format(i=i)) for i, pkg in enumerate(entry.packages, start=1)]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
-        for part in parts:
-            with open(part, "rb") as f:
-                shutil.copyfileobj(f, tmp, 1 << 24)
-    if _sha256(Path(tmp.name)) != entry.sha256:
-        os.unlink(tmp.name)
-        raise ValueError(f"embedded model {name!r}: assembled GGUF does not match sha256 {entry.sha256}")
-    os.replace(tmp.name, target)
+    with atomic_path(target) as tmp:
+        with open(tmp, "wb") as assembled:
+            for part in parts:
+                with open(part, "rb") as f:
+                    shutil.copyfileobj(f, assembled, 1 << 24)
+        if _sha256(tmp) != entry.sha256:
+            raise ValueError(f"embedded model {name!r}: assembled GGUF does not match sha256 {entry.sha256}")
     return target
 
 
 def _save_dir_atomically(model, tokenizer, out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    if out.exists():  # another process finished first; keep theirs
-        shutil.rmtree(tmp)
-    else:
-        os.replace(tmp, out)
+    with atomic_path(out, keep_existing=True) as tmp:  # another process finished first: keep theirs
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
     return out
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -33,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
+
+from budgetdraft.atomic import atomic_path
 
 AR, SD, BD = "ar", "sd", "lambda0.5"
 LA_ONLY, LAMBDA1, SINGLE, TRIFORCE, EAGLE3 = "la_only", "lambda1.0", "single_budget", "triforce", "eagle3"
@@ -581,10 +582,8 @@ TABLE_BUILDERS = {"main": table_main, "comparison": table_comparison, "ablation_
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def span(values) -> str:

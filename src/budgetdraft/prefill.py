@@ -30,7 +30,7 @@ from budgetdraft.metrics import Stopwatch
 from budgetdraft.models import load_model
 
 METADATA_KEY = "budgetdraft_prefill"
-TIMED_RUNS = 3  # timed prefills per prompt; the median is charged
+TIMED_RUNS = 2  # timed prefills per prompt; their median (= mean) is charged
 
 
 def record_prefills(verifier_model, prompts: list[list[int]], repeats: int, warmup_tokens: int = 64):

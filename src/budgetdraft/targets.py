@@ -16,10 +16,11 @@ rewritten every ``--save-every`` sequences, so a killed run resumes; the final f
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
+
+from budgetdraft.atomic import atomic_path
 
 PARTIAL_SUFFIX = ".partial"
 IGNORE = -100  # a target position no loss reads (torch's cross-entropy default ignore_index)
@@ -70,15 +71,12 @@ def teacher_targets(verifier, input_ids: torch.Tensor, prefix_len: int, prefill_
 
 
 def save_targets(path: str | Path, input_ids: torch.Tensor, targets: torch.Tensor, prefix_len: int, verifier: str):
-    """Write the targets file atomically (tmp file in the same folder + rename)."""
+    """Write the targets file atomically (``atomic_path``)."""
     from safetensors.torch import save_file
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
     metadata = {"prefix_len": str(prefix_len), "cont_len": str(targets.shape[1]), "verifier": verifier}
-    save_file({"input_ids": input_ids.contiguous(), "targets": targets.contiguous()}, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file({"input_ids": input_ids.contiguous(), "targets": targets.contiguous()}, str(tmp), metadata=metadata)
 
 
 def load_targets(path: str | Path) -> dict:

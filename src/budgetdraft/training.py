@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from budgetdraft.atomic import atomic_path
 from budgetdraft.targets import IGNORE
 
 DEFAULTS = {  # the paper's §3.5, plus the machine knobs
@@ -277,22 +278,18 @@ def _run_identity(hp: dict, targets_file, init: str) -> dict:
 
 
 def save_checkpoint(work: Path, step: int, drafter, optimizer, scheduler, identity: dict) -> Path:
-    """checkpoints/step_N/ written as step_N.tmp then renamed; older checkpoints are removed afterwards."""
+    """checkpoints/step_N/ written atomically (``atomic_path``); older checkpoints, and what a killed write left,
+    are removed afterwards."""
     from safetensors.torch import save_model
 
     root = work / "checkpoints"
     final = root / f"step_{step}"
-    tmp = root / f"step_{step}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    save_model(drafter, str(tmp / "model.safetensors"))
-    torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "torch_rng": torch.get_rng_state(), "python_rng": _python_rng_state()}, tmp / "state.pt")
-    (tmp / "run.json").write_text(json.dumps(identity, indent=1, sort_keys=True))
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    with atomic_path(final) as tmp:
+        tmp.mkdir()
+        save_model(drafter, str(tmp / "model.safetensors"))
+        torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "torch_rng": torch.get_rng_state(), "python_rng": _python_rng_state()}, tmp / "state.pt")
+        (tmp / "run.json").write_text(json.dumps(identity, indent=1, sort_keys=True))
     for old in root.iterdir():
         if old != final and old.is_dir():
             shutil.rmtree(old)

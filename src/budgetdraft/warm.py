@@ -7,7 +7,9 @@ starts ``python -m budgetdraft warm --socket PATH`` for local runs and exports `
 which forks, runs the command in the child exactly as ``python -m budgetdraft`` would, and returns its exit
 status. Without the variable, or when nothing answers on the socket, the command runs in its own process as
 usual. Timings are taken inside the child, so a cell measures the same thing either way. The warm process never
-touches CUDA or torch thread pools (fork safety) and exits after ``--idle`` seconds without a request.
+touches CUDA or torch thread pools (fork safety). It serves for as long as the process that started it (Snakemake)
+lives, however long the training stages keep the grid waiting, and exits when that process is gone or after
+``--idle`` seconds without a request (default: never).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 ENV = "BUDGETDRAFT_WARM"
 PRELOAD = ("torch", "pandas", "pyarrow.parquet", "transformers", "transformers.models.llama.modeling_llama",
@@ -80,7 +83,12 @@ def _child(request: dict, fds: list[int]) -> int:
         sys.stderr.flush()
 
 
-def serve(path: str, idle: float) -> None:
+POLL_S = 5.0  # how often an idle server checks that its parent is still there
+
+
+def serve(path: str, idle: float = 0) -> None:
+    """Serve on ``path`` until the parent process exits, or ``idle`` seconds pass without a request (0: never).
+    (A fixed idle limit alone killed the server while the training chain kept every cell waiting.)"""
     import importlib
 
     for module in PRELOAD:
@@ -91,14 +99,18 @@ def serve(path: str, idle: float) -> None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)
-    server.settimeout(idle)
-    print(f"budgetdraft warm: serving on {path} (pid {os.getpid()})", flush=True)
+    server.settimeout(POLL_S)
+    parent, last_request = os.getppid(), time.monotonic()
+    print(f"budgetdraft warm: serving on {path} (pid {os.getpid()}, parent {parent})", flush=True)
     try:
         while True:
             try:
                 conn, _ = server.accept()
             except socket.timeout:
-                return
+                if os.getppid() != parent or (idle and time.monotonic() - last_request > idle):
+                    return
+                continue
+            last_request = time.monotonic()
             request, fds = _recv_request(conn)
             if os.fork() == 0:  # child: run the command with the client's stdio, report its status, leave
                 server.close()
@@ -118,7 +130,8 @@ def serve(path: str, idle: float) -> None:
 
 def configure_parser(parser) -> None:
     parser.add_argument("--socket", required=True, help="Unix socket path to serve on")
-    parser.add_argument("--idle", type=float, default=600, help="exit after this many seconds without a request")
+    parser.add_argument("--idle", type=float, default=0,
+                        help="also exit after this many seconds without a request (0: only when the parent exits)")
 
 
 def run(args) -> None:

@@ -7,6 +7,7 @@ rule prepare_prompts:
         "results/data/prompts/{dataset}/{context}.parquet",
     log:
         "logs/data/prompts/{dataset}/{context}.log",
+    priority: 50  # prepare_train waits for every prompts file (it excludes their documents)
     conda:
         "../../envs/budgetdraft.yaml"
     params:

@@ -31,8 +31,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import shutil
 import time
 from pathlib import Path
 
@@ -40,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from budgetdraft.atomic import atomic_path
 from budgetdraft.baselines import PrefillTap
 from budgetdraft.kvcache import PreallocatedCache
 from budgetdraft.metrics import cache_bytes, module_tensors
@@ -220,7 +219,7 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     """Train an EAGLE-3 head and write ``out/head.safetensors`` + ``out/eagle3.json`` + ``out/loss_log.csv``."""
     from safetensors.torch import save_file
 
-    from budgetdraft.models import load_model
+    from budgetdraft.models import load_model, torch_dtype
     from budgetdraft.targets import load_targets
 
     unknown = set(hparams or {}) - set(HPARAMS)
@@ -242,8 +241,7 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     if data["verifier"] and verbose:
         print(f"sequences from the targets of verifier {data['verifier']}")
     cfg = head_config(verifier, hp["layer_ids"])
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[hp["dtype"]]
-    head = Eagle3Head(cfg).to(device=device, dtype=dtype)
+    head = Eagle3Head(cfg).to(device=device, dtype=torch_dtype(hp["dtype"]))
     opt = torch.optim.AdamW(head.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
     from budgetdraft.training import lr_factor  # the drafter's schedule: linear warm-up, then cosine
 
@@ -253,11 +251,6 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     cache: dict[int, tuple] | None = {} if feat_mb <= hp["feature_cache_mb"] else None
     generator = torch.Generator().manual_seed(int(hp["seed"]))
     order = torch.randperm(n_seq, generator=generator)
-    out = Path(out)
-    work = out.with_name(out.name + ".tmp")
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
     log_rows = []
     t0 = time.time()
     for step in range(hp["steps"]):
@@ -281,16 +274,15 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
         if verbose and (step % hp["log_every"] == 0 or step == hp["steps"] - 1):
             print(f"step {step}: loss {log_rows[-1]['loss']:.4f} acc0 {log_rows[-1]['acc_step0']:.3f} "
                   f"acc {log_rows[-1]['acc_mean']:.3f} ({time.time() - t0:.1f} s)", flush=True)
-    save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(work / HEAD_FILE))
-    (work / CONFIG_FILE).write_text(json.dumps({**cfg, "verifier": verifier_spec, "targets": str(targets_file),
-                                                "hparams": hp}, indent=1, sort_keys=True))
-    with open(work / "loss_log.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(log_rows[0]))
-        writer.writeheader()
-        writer.writerows(log_rows)
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(work, out)
+    with atomic_path(out) as work:
+        work.mkdir()
+        save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(work / HEAD_FILE))
+        (work / CONFIG_FILE).write_text(json.dumps({**cfg, "verifier": verifier_spec, "targets": str(targets_file),
+                                                    "hparams": hp}, indent=1, sort_keys=True))
+        with open(work / "loss_log.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(log_rows[0]))
+            writer.writeheader()
+            writer.writerows(log_rows)
     return {"first_loss": log_rows[0]["loss"], "last_loss": log_rows[-1]["loss"], "rows": log_rows}
 
 
