@@ -1,5 +1,6 @@
 """Speculative decoding is lossless: its output equals the verifier's own greedy output, token for token."""
 
+import re
 import subprocess
 import sys
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from budgetdraft.decoding import SparseDrafter, Verifier, autoregressive, ids_tensor, speculative
-from budgetdraft.models import EMBEDDED, EmbeddedGGUF, check_pair, embedded_gguf, load_model
+from budgetdraft.models import EMBEDDED, EmbeddedGGUF, check_pair, embedded_gguf, load_model, resolve
 from conftest import shakespeare_text, tiny_llama
 
 
@@ -130,8 +131,9 @@ def test_different_vocabularies_are_rejected(pair, prompt):
 
 
 def test_missing_model_files_are_named(tmp_path, monkeypatch):
+    (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no config.json"):
-        load_model(str(tmp_path / "nowhere"))
+        load_model(str(tmp_path / "empty"))
     with pytest.raises(ValueError, match="unknown embedded model"):
         load_model("embedded:gpt5")
     monkeypatch.setitem(EMBEDDED, "ghost", EmbeddedGGUF(("not-installed-pkg",), "x.gguf", "0", "x.gguf"))
@@ -139,11 +141,21 @@ def test_missing_model_files_are_named(tmp_path, monkeypatch):
         embedded_gguf("ghost")
 
 
+def test_a_missing_local_model_directory_is_not_taken_for_a_hub_id(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for spec in ("/nowhere/model", "./nowhere", "../nowhere", "~/nowhere", "results/drafters"):
+        named = spec.replace("~", str(tmp_path / "home"))
+        with pytest.raises(FileNotFoundError, match=f"^{re.escape(f'no such model directory: {named}')}$"):
+            load_model(spec)
+    assert resolve("JackFram/llama-68m") == "JackFram/llama-68m"  # a hub id stays one
+
+
 def test_cli_reports_bad_input_in_one_line(tmp_path):
     run = subprocess.run([sys.executable, "-m", "budgetdraft", "decode", "--verifier", str(tmp_path / "nope")],
                          capture_output=True, text=True)
     assert run.returncode != 0
-    assert "error: model directory not found" in run.stderr and "Traceback" not in run.stderr
+    assert "error: no such model directory" in run.stderr and "Traceback" not in run.stderr
 
 
 # ---- the real embedded model pair (SmolLM2-135M-Instruct verifier, its 4-layer cut as drafter) ---------------

@@ -256,6 +256,17 @@ def test_missing_cell_is_named(cells, tmp_path):
         build_text(cells, "single_budget", tmp_path, settings=bad)
 
 
+def test_a_truncated_cell_file_is_named_with_its_fix(cells, tmp_path):
+    data = cells[("ar", "d1", "1K", 0, 0)].read_bytes()
+    for size in (0, len(data) // 2, len(data) - 4):  # empty, half, footer cut off
+        cut = tmp_path / "results" / "cells" / "cut.parquet"
+        cut.parent.mkdir(parents=True, exist_ok=True)
+        cut.write_bytes(data[:size])
+        with pytest.raises(ValueError, match=re.escape(f"{cut}: not a readable parquet file (truncated by a kill?): "
+                                                       "delete it and re-run to re-measure it")):
+            paper.load_cells([cells[("sd", "d1", "1K", 32, 2)], cut])
+
+
 def test_lossless_violation_detected(cells, tmp_path):
     bad = write_cell(tmp_path / "bad", "lambda0.5", "d2", "1K", 64, 2, corrupt_sample=1)
     paths = [p for k, p in cells.items() if k != ("lambda0.5", "d2", "1K", 64, 2)] + [bad]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +15,7 @@ from safetensors.torch import load_file
 
 from budgetdraft import training
 from budgetdraft.cli import main as cli
+from budgetdraft.models import weights_digest
 from budgetdraft.targets import IGNORE, load_targets, save_targets, sequence_targets, teacher_targets, text_targets
 from conftest import tiny_llama
 
@@ -73,25 +75,43 @@ def test_verifier_gets_no_gradient():
     assert all(not p.requires_grad and p.grad is None for p in verifier.parameters())
 
 
-def test_targets_cli_resumes_from_a_partial_file(pair, tmp_path):
-    verifier_dir, _, reference = pair
-    ref = load_targets(reference)
+def targets_after_a_kill(verifier_dir: Path, ref: dict, tmp_path: Path, partial_sha256: str) -> dict:
+    """Run the targets command on ref's sequences after a kill that left 2 finished sequences in OUT.partial,
+    the first one deliberately wrong and the file stamped with `partial_sha256`; returns what it wrote."""
     pd.DataFrame({"doc_id": [f"d{i}" for i in range(N)],
                   "input_ids": [row.to(torch.int32).tolist() for row in ref["input_ids"]]}
                  ).to_parquet(tmp_path / "train.parquet")
     out = tmp_path / "t.safetensors"
-    # a killed run left 2 finished sequences, one of them deliberately wrong: resuming must keep them
     fake = ref["targets"][:2].clone()
     fake[0, 0] = (fake[0, 0] + 1) % VOCAB
-    save_targets(out.with_name(out.name + ".partial"), ref["input_ids"][:2], fake, P, str(verifier_dir))
+    save_targets(out.with_name(out.name + ".partial"), ref["input_ids"][:2], fake, P, str(verifier_dir), "verifier",
+                 partial_sha256)
     cli(["targets", "--verifier", str(verifier_dir), "--sequences", str(tmp_path / "train.parquet"),
          "--prefix-len", str(P), "--cont-len", str(C), "--out", str(out), "--threads", "1",
          "--prefill-chunk", "20", "--save-every", "2"])
-    got = load_targets(out)
     assert not out.with_name(out.name + ".partial").exists()
+    return load_targets(out)
+
+
+def test_targets_cli_resumes_from_a_partial_file(pair, tmp_path):
+    verifier_dir, _, reference = pair
+    ref = load_targets(reference)
+    got = targets_after_a_kill(verifier_dir, ref, tmp_path, weights_digest(str(verifier_dir)))
     assert torch.equal(got["input_ids"], ref["input_ids"])
-    assert torch.equal(got["targets"][1:], ref["targets"][1:]) and got["targets"][0, 0] == fake[0, 0]
-    assert got["verifier"] == str(verifier_dir)
+    # resuming kept the partial file's rows, the wrong one included
+    assert torch.equal(got["targets"][1:], ref["targets"][1:]) and got["targets"][0, 0] != ref["targets"][0, 0]
+    assert (got["verifier"], got["teacher"]) == (str(verifier_dir), "verifier")
+    assert got["verifier_sha256"] == weights_digest(str(verifier_dir))
+
+
+def test_targets_cli_does_not_resume_a_partial_file_of_other_verifier_weights(pair, tmp_path, capsys):
+    verifier_dir, _, reference = pair
+    tiny_llama(5, layers=3, **TINY).save_pretrained(tmp_path / "other")
+    ref = load_targets(reference)
+    # the partial file names the same verifier path, but was made by other weights
+    got = targets_after_a_kill(verifier_dir, ref, tmp_path, weights_digest(str(tmp_path / "other")))
+    assert "verifier weights differ: restarting from zero" in capsys.readouterr().err
+    assert torch.equal(got["targets"], ref["targets"])  # every row recomputed, the wrong one too
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -248,10 +268,72 @@ def test_final_directory_is_a_loadable_checkpoint(pair, tmp_path):
     assert model.config.num_hidden_layers == 2
     evals = pd.read_csv(out / "eval_log.csv")
     assert list(evals["step"]) == [0, 2] and list(evals["budget"]) == [1024, 1024]
-    # a different run must not resume someone else's checkpoint
-    training.train(str(drafter_dir), targets, tmp_path / "e", HP, stop_after=3, progress=False)
-    with pytest.raises(ValueError, match="different run"):
-        training.train(str(drafter_dir), targets, tmp_path / "e", {**HP, "lr": 5e-4}, progress=False)
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        assert torch.equal(wa[name], wb[name]), name
+
+
+def test_run_identity_follows_contents_not_paths(pair, tmp_path, monkeypatch):
+    _, drafter_dir, targets = pair
+    hp = training.resolve_hparams(HP)
+    identity = training._run_identity(hp, targets, str(drafter_dir))
+    shutil.copy(targets, tmp_path / "targets.safetensors")
+    shutil.copytree(drafter_dir, tmp_path / "drafter")
+    assert training._run_identity(hp, tmp_path / "targets.safetensors", str(tmp_path / "drafter")) == identity
+    assert training._run_identity({**hp, "threads": 2, "checkpoint_every": 1}, targets, str(drafter_dir)) == identity
+    # an edit to a module the training step runs (here kvcache.py) changes the identity's code
+    src = tmp_path / "src"
+    shutil.copytree(Path(training.__file__).parent, src)
+    (src / "kvcache.py").write_text((src / "kvcache.py").read_text() + "# edited\n")
+    monkeypatch.setattr(training, "__file__", str(src / "training.py"))
+    edited = training._run_identity(hp, targets, str(drafter_dir))
+    assert [k for k in identity if edited[k] != identity[k]] == ["code"]
+
+
+def test_restart_with_other_hparams_starts_over(pair, tmp_path, capsys):
+    _, drafter_dir, targets = pair
+    training.train(str(drafter_dir), targets, tmp_path / "e", HP, stop_after=4, progress=False)
+    capsys.readouterr()
+    out = training.train(str(drafter_dir), targets, tmp_path / "e", {**HP, "lr": 5e-4}, progress=False)
+    captured = capsys.readouterr()
+    assert "hparams changed since the checkpoint" in captured.err and "resuming" not in captured.out
+    assert_same_weights(out, training.train(str(drafter_dir), targets, tmp_path / "f", {**HP, "lr": 5e-4},
+                                            progress=False))
+
+
+def test_restart_with_changed_targets_starts_over_on_the_new_ones(pair, tmp_path, capsys):
+    _, drafter_dir, reference = pair
+    targets = tmp_path / "targets.safetensors"
+    shutil.copy(reference, targets)
+    out = tmp_path / "killed"
+    assert training.train(str(drafter_dir), targets, out, HP, stop_after=4, progress=False) is None
+    # the same path now holds other targets (same shapes)
+    data = load_targets(reference)
+    save_targets(targets, data["input_ids"], (data["targets"] + 1) % VOCAB, P, "tiny")
+    capsys.readouterr()
+    training.train(str(drafter_dir), targets, out, HP, progress=False)
+    assert "targets changed since the checkpoint" in capsys.readouterr().err
+    whole = training.train(str(drafter_dir), targets, tmp_path / "whole", HP, progress=False)
+    assert_same_weights(out, whole)
+    columns = ["step", "L_A", "L_C", "budget", "lr"]  # the log too is the new run's alone
+    assert pd.read_csv(out / "loss_log.csv")[columns].equals(pd.read_csv(whole / "loss_log.csv")[columns])
+
+
+def test_restart_with_a_changed_init_drafter_starts_over_from_it(pair, tmp_path, capsys):
+    _, drafter_dir, targets = pair
+    init = tmp_path / "init"
+    shutil.copytree(drafter_dir, init)
+    out = tmp_path / "killed"
+    assert training.train(str(init), targets, out, HP, stop_after=4, progress=False) is None
+    tiny_llama(3, layers=2, **TINY).save_pretrained(init)  # the same directory now holds another drafter
+    capsys.readouterr()
+    training.train(str(init), targets, out, HP, progress=False)
+    assert "init changed since the checkpoint" in capsys.readouterr().err
+    assert_same_weights(out, training.train(str(init), targets, tmp_path / "whole", HP, progress=False))
 
 
 def test_frozen_embeddings_stay_the_initial_ones_and_the_layers_train(pair, tmp_path):

@@ -1,6 +1,9 @@
-"""Warm start: a cell run through the pre-imported process equals the same cell run in its own process."""
+"""Warm start: a cell run through the pre-imported process equals the same cell run in its own process, and a
+killed client takes its command with it."""
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +18,8 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 @pytest.fixture
-def warm(tmp_path):
+def server(tmp_path):
+    """A warm process serving on tmp_path/warm.sock: its Popen and the environment that sends commands to it."""
     sock = tmp_path / "warm.sock"
     env = {**os.environ, "PYTHONPATH": SRC}
     server = subprocess.Popen([sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--idle", "60"],
@@ -25,24 +29,40 @@ def warm(tmp_path):
             break
         time.sleep(0.1)
     assert sock.exists(), "warm process did not start"
-    yield {**env, "BUDGETDRAFT_WARM": str(sock)}
+    yield server, {**env, "BUDGETDRAFT_WARM": str(sock)}
+    for pid in _descendants(server.pid):  # a fork a failed test left running would slow every later test
+        with contextlib.suppress(ProcessLookupError):  # it may exit between the listing and the kill
+            os.kill(pid, signal.SIGKILL)
     server.terminate()
     server.wait()
 
 
-def cell(tmp_path, env, out, method="sd"):
-    args = ["eval-cell", "--label", "x", "--method", method, "--verifier", str(tmp_path / "v"),
-            "--drafter", str(tmp_path / "d"), "--prompts", str(tmp_path / "p.parquet"), "--dataset", "d",
-            "--context", "c", "--budget", "16", "--gamma", "3", "--max-new-tokens", "8", "--repeats", "1",
-            "--out", str(out)]
-    return subprocess.run([sys.executable, "-m", "budgetdraft", *args], env=env, capture_output=True, text=True)
+@pytest.fixture
+def warm(server):
+    return server[1]
 
 
-def test_warm_cell_equals_cold_cell_and_errors_come_through(tmp_path, warm):
+def models_and_prompts(tmp_path):
     tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
     tiny_llama(seed=1, layers=1).save_pretrained(tmp_path / "d")
     pd.DataFrame({"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["x"],
                   "input_ids": [list(range(40))]}).to_parquet(tmp_path / "p.parquet")
+
+
+def cell_argv(tmp_path, out, method="sd", new_tokens=8, repeats=1):
+    args = ["eval-cell", "--label", "x", "--method", method, "--verifier", str(tmp_path / "v"),
+            "--drafter", str(tmp_path / "d"), "--prompts", str(tmp_path / "p.parquet"), "--dataset", "d",
+            "--context", "c", "--budget", "16", "--gamma", "3", "--max-new-tokens", str(new_tokens),
+            "--repeats", str(repeats), "--out", str(out)]
+    return [sys.executable, "-m", "budgetdraft", *args]
+
+
+def cell(tmp_path, env, out, method="sd"):
+    return subprocess.run(cell_argv(tmp_path, out, method), env=env, capture_output=True, text=True)
+
+
+def test_warm_cell_equals_cold_cell_and_errors_come_through(tmp_path, warm):
+    models_and_prompts(tmp_path)
     cold_env = {k: v for k, v in warm.items() if k != "BUDGETDRAFT_WARM"}
     hot, cold = cell(tmp_path, warm, tmp_path / "hot.parquet"), cell(tmp_path, cold_env, tmp_path / "cold.parquet")
     assert hot.returncode == 0 and cold.returncode == 0, hot.stderr + cold.stderr
@@ -60,6 +80,45 @@ def _running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return "\nState:\tZ" not in state  # an exited child nobody has reaped yet is not running
+
+
+def _descendants(pid: int) -> list[int]:
+    """The running processes below ``pid`` (children, their children, ...)."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (FileNotFoundError, ProcessLookupError):  # exited meanwhile
+            continue
+        if state != "Z":
+            children.setdefault(int(ppid), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def test_a_killed_client_takes_its_command_with_it(tmp_path, server):
+    """A job killed while its cell runs (Snakemake stopped, Ctrl-C, a job timeout) must not leave the cell
+    computing on and writing its file later, beside other cells being timed."""
+    process, env = server
+    models_and_prompts(tmp_path)
+    out, log = tmp_path / "killed.parquet", tmp_path / "killed.log"
+    with open(log, "w") as stderr:  # a log file as under Snakemake (a closed pipe would end the command itself)
+        client = subprocess.Popen(cell_argv(tmp_path, out, new_tokens=200, repeats=1000), env=env, stderr=stderr)
+    deadline = time.time() + 60
+    while "repeat 0" not in log.read_text() and time.time() < deadline:  # minutes of work if it went on
+        time.sleep(0.1)
+    assert "repeat 0" in log.read_text() and _descendants(process.pid), "no command running in the warm process"
+    client.kill()
+    client.wait()
+    deadline = time.time() + 5
+    while _descendants(process.pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _descendants(process.pid)
+    assert not out.exists() and not list(tmp_path.glob(".killed.parquet.*"))
 
 
 def test_the_server_outlives_idle_time_but_not_the_process_that_started_it(tmp_path):

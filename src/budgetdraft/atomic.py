@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 from collections.abc import Iterator
@@ -9,14 +10,43 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True
+
+
+def remove_stale_temps(out: Path) -> None:
+    """Remove the temporary siblings ``.NAME.PID.tmp`` of ``out`` that killed writers left: those whose PID is no
+    running process, or is this process's own (called before this process writes ``out``, such a temp is an
+    earlier process's that had the same PID)."""
+    for tmp in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
+        pid = tmp.name[len(out.name) + 2:-len(".tmp")]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _running(int(pid))):
+            _remove(tmp)
+
+
 @contextmanager
 def atomic_path(out: str | Path, *, keep_existing: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``out`` to write a file or a directory into; on success it replaces ``out``
     in one ``os.replace``, on failure it is removed and ``out`` is left as it was. With ``keep_existing``, an
     ``out`` that exists once the writing is done (another process finished first) is kept and the temporary
-    path is removed instead."""
+    path is removed instead. Temporary paths that killed writers left beside ``out`` are removed first
+    (``remove_stale_temps``)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         yield tmp
@@ -26,7 +56,4 @@ def atomic_path(out: str | Path, *, keep_existing: bool = False) -> Iterator[Pat
             shutil.rmtree(out)
         os.replace(tmp, out)
     finally:
-        if tmp.is_dir():
-            shutil.rmtree(tmp)
-        elif tmp.exists():
-            tmp.unlink()
+        _remove(tmp)

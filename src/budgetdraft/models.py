@@ -91,12 +91,18 @@ def _locate(package: str, member: str) -> Path:
     return path
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | Path) -> str:
+    """sha256 (hex) of a file's bytes, read in 16 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 24), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def files_sha256(paths) -> str:
+    """sha256 (hex) over the names and the ``file_sha256`` of several files, in the given order."""
+    return hashlib.sha256("".join(f"{Path(p).name} {file_sha256(p)}\n" for p in paths).encode()).hexdigest()
 
 
 def embedded_gguf(name: str) -> Path:
@@ -115,7 +121,7 @@ def embedded_gguf(name: str) -> Path:
             for part in parts:
                 with open(part, "rb") as f:
                     shutil.copyfileobj(f, assembled, 1 << 24)
-        if _sha256(tmp) != entry.sha256:
+        if file_sha256(tmp) != entry.sha256:
             raise ValueError(f"embedded model {name!r}: assembled GGUF does not match sha256 {entry.sha256}")
     return target
 
@@ -132,7 +138,7 @@ def _convert_gguf(name: str, out: Path) -> Path:
 
     gguf = embedded_gguf(name)
     if name == "smollm2":  # GGUF of a single package: check it too
-        if _sha256(gguf) != EMBEDDED[name].sha256:
+        if file_sha256(gguf) != EMBEDDED[name].sha256:
             raise ValueError(f"embedded model {name!r}: {gguf} does not match sha256 {EMBEDDED[name].sha256}")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -162,13 +168,18 @@ def truncate_layers(model, layers: int):
 
 
 def resolve(spec: str) -> str:
-    """A local directory (for embedded specs, converted and cached once) or the hub id to hand to from_pretrained."""
+    """A local directory (for embedded specs, converted and cached once) or the hub id to hand to from_pretrained.
+    A path that looks local (starts with ``/``, ``./``, ``../`` or ``~``, or contains ``results/``) and does not
+    exist is a FileNotFoundError, not a hub id."""
     base, options = parse_spec(spec)
     if not base.startswith("embedded:"):
-        if Path(spec).exists() or spec.startswith((".", "/")) or spec.count("/") != 1:
-            if not (Path(spec) / "config.json").is_file():
+        path = os.path.expanduser(spec)
+        if not os.path.exists(path) and (spec.startswith(("/", "./", "../", "~")) or "results/" in spec):
+            raise FileNotFoundError(f"no such model directory: {path}")
+        if os.path.exists(path) or spec.startswith(".") or spec.count("/") != 1:
+            if not (Path(path) / "config.json").is_file():
                 raise ValueError(f"model directory not found or has no config.json: {spec}")
-        return spec
+        return path
     name = base.split(":", 1)[1]
     if name not in EMBEDDED:
         raise ValueError(f"unknown embedded model {name!r} in spec {spec!r}; known: {', '.join(EMBEDDED)}")
@@ -188,6 +199,20 @@ def resolve(spec: str) -> str:
         model = AutoModelForCausalLM.from_pretrained(full, dtype=torch.float32)
         _save_dir_atomically(truncate_layers(model, layers), AutoTokenizer.from_pretrained(full), cut)
     return str(cut)
+
+
+def weights_digest(spec: str) -> str:
+    """sha256 (hex) identifying the weights of ``spec``: ``files_sha256`` of the ``*.safetensors`` and ``*.bin``
+    files of its resolved directory (embedded specs resolve to their converted cache directory). A hub id
+    has no local directory here, so its digest is that of the spec string: a hub model changed upstream under
+    the same id goes unnoticed."""
+    path = Path(resolve(spec))
+    if not path.is_dir():
+        return hashlib.sha256(f"spec:{spec}".encode()).hexdigest()
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".safetensors", ".bin"))
+    if not files:
+        raise ValueError(f"model directory {path} holds no *.safetensors or *.bin weights")
+    return files_sha256(files)
 
 
 def torch_dtype(name: str) -> torch.dtype:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from budgetdraft.atomic import atomic_path
@@ -69,21 +70,31 @@ def cell_name(key) -> str:
 OPTIONAL_COLUMNS = ("device", "mem_kind")  # read when a cell has them
 
 
-def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
-    """Concatenate cell files (`NEEDED_COLUMNS`, plus the `optional` columns each file has); reject missing
-    columns and a cell given twice (in two files)."""
-    if not paths:
-        raise ValueError("no --cells given")
-    frames, owner = [], {}
-    for path in map(Path, paths):
-        if not path.exists():
-            raise FileNotFoundError(f"cell file not found: {path}")
+def read_cell(path: Path, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
+    """One cell file's `NEEDED_COLUMNS` and those of the `optional` columns it has; a missing file, a missing
+    column, or a file that is no readable parquet (cut short by a kill) is an error naming the file."""
+    if not path.exists():
+        raise FileNotFoundError(f"cell file not found: {path}")
+    try:
         names = pq.read_schema(path).names
         missing = [c for c in NEEDED_COLUMNS if c not in names]
         if missing:
             raise ValueError(f"{path}: missing cell columns {missing}")
         present = [c for c in dict.fromkeys(optional) if c in names and c not in NEEDED_COLUMNS]
-        df = pd.read_parquet(path, columns=NEEDED_COLUMNS + present)
+        return pd.read_parquet(path, columns=NEEDED_COLUMNS + present)
+    except pa.ArrowException:
+        raise ValueError(f"{path}: not a readable parquet file (truncated by a kill?): delete it and re-run to "
+                         "re-measure it") from None
+
+
+def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
+    """Concatenate cell files (`read_cell`: `NEEDED_COLUMNS` plus the `optional` columns each file has); reject
+    a cell given twice (in two files)."""
+    if not paths:
+        raise ValueError("no --cells given")
+    frames, owner = [], {}
+    for path in map(Path, paths):
+        df = read_cell(path, optional)
         if df.empty:
             raise ValueError(f"{path}: cell file has no rows")
         for key in df[KEY].drop_duplicates().itertuples(index=False):
@@ -322,8 +333,10 @@ def base_drafter_text(s: Settings) -> str:
     steps = int(s.raw.get("base_drafter_steps", 0))
     if not steps:
         return "untrained drafter"
-    return (rf"base drafter (the truncated model after {steps} steps of $\mathcal{{L}}_A$ on short full-cache "
-            r"windows, not trained by BudgetDraft)")
+    learned = ("the next tokens of text" if s.raw.get("base_drafter_teacher") == "text" else
+               "the verifier's greedy tokens")
+    return (rf"base drafter (the truncated model after {steps} steps on {learned} in short full-cache windows, "
+            r"not trained by BudgetDraft)")
 
 
 def count_word(n: int) -> str:

@@ -10,12 +10,15 @@ that full cache, and keeps its greedy token at every continuation position:
 the verifier): targets[n, i] = x[P+i+1], the last position (no next token) set to IGNORE, which the losses skip.
 
 The file (docs/architecture.md): safetensors with ``input_ids`` int64 [N, P+C] and ``targets`` int64 [N, C],
-metadata ``prefix_len``, ``cont_len``, ``verifier``. A partial file next to the output (``OUT.partial``) is
-rewritten every ``--save-every`` sequences, so a killed run resumes; the final file appears atomically.
+metadata ``prefix_len``, ``cont_len``, ``verifier`` (the spec), ``teacher`` and ``verifier_sha256`` (its
+``weights_digest``). A partial file next to the output (``OUT.partial``) is rewritten every ``--save-every``
+sequences, so a killed run resumes if the teacher, the verifier's weights, P, C and the sequences are unchanged
+(else it starts over); the final file appears atomically.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -70,17 +73,20 @@ def teacher_targets(verifier, input_ids: torch.Tensor, prefix_len: int, prefill_
     return targets
 
 
-def save_targets(path: str | Path, input_ids: torch.Tensor, targets: torch.Tensor, prefix_len: int, verifier: str):
+def save_targets(path: str | Path, input_ids: torch.Tensor, targets: torch.Tensor, prefix_len: int, verifier: str,
+                 teacher: str = "verifier", verifier_sha256: str = ""):
     """Write the targets file atomically (``atomic_path``)."""
     from safetensors.torch import save_file
 
-    metadata = {"prefix_len": str(prefix_len), "cont_len": str(targets.shape[1]), "verifier": verifier}
+    metadata = {"prefix_len": str(prefix_len), "cont_len": str(targets.shape[1]), "verifier": verifier,
+                "teacher": teacher, "verifier_sha256": verifier_sha256}
     with atomic_path(path) as tmp:
         save_file({"input_ids": input_ids.contiguous(), "targets": targets.contiguous()}, str(tmp), metadata=metadata)
 
 
 def load_targets(path: str | Path) -> dict:
-    """{"input_ids": [N, P+C], "targets": [N, C], "prefix_len": P, "cont_len": C, "verifier": str}."""
+    """{"input_ids": [N, P+C], "targets": [N, C], "prefix_len": P, "cont_len": C, "verifier": str, "teacher": str,
+    "verifier_sha256": str} (the last two "" in files written before they were recorded)."""
     from safetensors import safe_open
 
     path = Path(path)
@@ -91,7 +97,8 @@ def load_targets(path: str | Path) -> dict:
         data = {name: f.get_tensor(name) for name in ("input_ids", "targets")}
     data["prefix_len"] = int(meta["prefix_len"])
     data["cont_len"] = int(meta["cont_len"])
-    data["verifier"] = meta.get("verifier", "")
+    for key in ("verifier", "teacher", "verifier_sha256"):
+        data[key] = meta.get(key, "")
     if data["input_ids"].shape[1] != data["prefix_len"] + data["cont_len"]:
         raise ValueError(f"{path}: input_ids width {data['input_ids'].shape[1]} != prefix_len + cont_len")
     return data
@@ -132,8 +139,18 @@ def configure_parser(parser) -> None:
     parser.add_argument("--save-every", type=int, default=16, help="rewrite OUT.partial every k sequences (resume)")
 
 
+def _partial_mismatch(old: dict, input_ids: torch.Tensor, args, verifier_sha256: str) -> list[str]:
+    """What differs between a partial targets file and this call (teacher, verifier weights, P/C, sequences)."""
+    n = old["targets"].shape[0]
+    checks = {"teacher": old["teacher"] == args.teacher,
+              "verifier weights": old["verifier_sha256"] == verifier_sha256,
+              "prefix/continuation lengths": (old["prefix_len"], old["cont_len"]) == (args.prefix_len, args.cont_len),
+              "sequences": n <= input_ids.shape[0] and torch.equal(old["input_ids"], input_ids[:n])}
+    return [name for name, same in checks.items() if not same]
+
+
 def run(args) -> None:
-    from budgetdraft.models import load_model
+    from budgetdraft.models import load_model, weights_digest
 
     if args.prefix_len < 1 or args.cont_len < 1:
         raise ValueError("--prefix-len and --cont-len must be positive")
@@ -142,30 +159,30 @@ def run(args) -> None:
     input_ids = read_sequences(args.sequences, args.prefix_len, args.cont_len, args.num_seqs)
     out = Path(args.out)
     if args.teacher == "text":
-        save_targets(out, input_ids, text_targets(input_ids, args.prefix_len), args.prefix_len, "text")
+        save_targets(out, input_ids, text_targets(input_ids, args.prefix_len), args.prefix_len, "text", "text")
         print(f"{out}: {input_ids.shape[0]} sequences x {args.cont_len} next-token targets of the text")
         return
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
 
+    digest = weights_digest(args.verifier)
     done = None
     if partial.is_file():  # resume only if the partial file was made from the same inputs
         old = load_targets(partial)
-        n = old["targets"].shape[0]
-        same = (old["prefix_len"] == args.prefix_len and old["cont_len"] == args.cont_len
-                and old["verifier"] == args.verifier and n <= input_ids.shape[0]
-                and torch.equal(old["input_ids"], input_ids[:n]))
-        if same:
+        changed = _partial_mismatch(old, input_ids, args, digest)
+        if changed:
+            print(f"{partial}: {', '.join(changed)} differ: restarting from zero", file=sys.stderr)
+        else:
             done = old["targets"]
-            print(f"resuming teacher targets from {partial}: {n} of {input_ids.shape[0]} sequences done")
+            print(f"resuming teacher targets from {partial}: {done.shape[0]} of {input_ids.shape[0]} sequences done")
 
     verifier = load_model(args.verifier, device=args.device, dtype=args.dtype)
 
     def write_partial(targets_so_far):
         n = targets_so_far.shape[0]
         if n % args.save_every == 0 and n < input_ids.shape[0]:
-            save_targets(partial, input_ids[:n], targets_so_far, args.prefix_len, args.verifier)
+            save_targets(partial, input_ids[:n], targets_so_far, args.prefix_len, args.verifier, args.teacher, digest)
 
     targets = teacher_targets(verifier, input_ids, args.prefix_len, args.prefill_chunk, done, write_partial)
-    save_targets(out, input_ids, targets, args.prefix_len, args.verifier)
+    save_targets(out, input_ids, targets, args.prefix_len, args.verifier, args.teacher, digest)
     partial.unlink(missing_ok=True)
     print(f"{out}: {targets.shape[0]} sequences x {targets.shape[1]} targets")

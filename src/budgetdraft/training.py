@@ -13,9 +13,10 @@ One step (batch 1) on sequence x = input_ids[n] (P prefix + C continuation token
 Which sequence and which budget a step uses are pure functions of (seed, step), so a run killed and restarted
 from its last checkpoint reproduces an uninterrupted run bit for bit (CPU).
 
-Files (docs/architecture.md): the run works in ``OUT.tmp/`` (``loss_log.csv``, ``eval_log.csv`` if heldout > 0,
-``checkpoints/step_N/{model.safetensors,state.pt,hparams.json}``) and renames it to ``OUT/`` once the final
-Hugging Face checkpoint (model + config + tokenizer) is written, so ``OUT/`` never exists half-written.
+Files (docs/architecture.md): the run works in ``OUT.tmp/`` (``hparams.json``, ``loss_log.csv``, ``eval_log.csv``
+if heldout > 0, ``checkpoints/step_N/{model.safetensors,state.pt,run.json}``) and renames it to ``OUT/`` once the
+final Hugging Face checkpoint (model + config + tokenizer) is written, so ``OUT/`` never exists half-written. A
+restart resumes only a checkpoint whose ``run.json`` (the run identity) matches the new call.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import os
 import random
 import re
 import shutil
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -67,6 +69,8 @@ VARIANTS = {
 
 # Keys that may change between a killed run and its restart without changing the result.
 RESTART_FREE_KEYS = ("threads", "checkpoint_every")
+# The modules whose code computes a training step (the workflow's SRC["train"]): part of the run identity.
+STEP_CODE = ("training.py", "kvcache.py", "attention.py")
 
 POLICY = "topk_chunks"
 LOG_COLUMNS = ["step", "L_A", "L_C", "budget", "lr", "tokens_per_s", "seconds"]
@@ -272,9 +276,20 @@ def _set_python_rng_state(saved: dict) -> None:
 
 
 def _run_identity(hp: dict, targets_file, init: str) -> dict:
-    """What must be equal for a restart to continue the same run."""
-    ident = {k: v for k, v in hp.items() if k not in RESTART_FREE_KEYS}
-    return {"hparams": ident, "targets": str(Path(targets_file).resolve()), "init": init}
+    """What must be equal for a restart to continue the same run: the hparams (less RESTART_FREE_KEYS) and the
+    sha256 of the targets file, of the init drafter's weights (``weights_digest``) and of the STEP_CODE sources.
+    Paths are not part of it: the same path may hold other contents after the kill."""
+    from budgetdraft.models import file_sha256, files_sha256, weights_digest
+
+    return {"hparams": {k: v for k, v in hp.items() if k not in RESTART_FREE_KEYS},
+            "targets": file_sha256(targets_file), "init": weights_digest(init),
+            "code": files_sha256(Path(__file__).parent / name for name in STEP_CODE)}
+
+
+def _identity_changes(checkpoint: Path, identity: dict) -> list[str]:
+    """The parts of `identity` (hparams, targets, init, code) that differ from the run.json of `checkpoint`."""
+    saved = json.loads((checkpoint / "run.json").read_text())
+    return [key for key in identity if saved.get(key) != identity[key]]
 
 
 def save_checkpoint(work: Path, step: int, drafter, optimizer, scheduler, identity: dict) -> Path:
@@ -305,13 +320,10 @@ def latest_checkpoint(work: Path) -> Path | None:
     return max(done)[1] if done else None
 
 
-def load_checkpoint(path: Path, drafter, optimizer, scheduler, identity: dict) -> int:
+def load_checkpoint(path: Path, drafter, optimizer, scheduler) -> int:
+    """Restore the weights, optimizer, scheduler and RNG states saved in `path`; returns its step."""
     from safetensors.torch import load_model
 
-    saved_identity = json.loads((path / "run.json").read_text())
-    if saved_identity != json.loads(json.dumps(identity, sort_keys=True)):
-        raise ValueError(f"{path} belongs to a different run (hparams, targets or init differ); "
-                         f"delete {path.parent.parent} to start over")
     load_model(drafter, str(path / "model.safetensors"), strict=True, device=str(drafter.device))
     state = torch.load(path / "state.pt", weights_only=True)
     optimizer.load_state_dict(state["optimizer"])
@@ -368,7 +380,9 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
           variant: str | None = None, *, stop_after: int | None = None, progress: bool = True) -> Path | None:
     """Train the drafter `init` on `targets_file`, writing the Hugging Face checkpoint `out`.
 
-    Restarting the same call after a kill resumes from the last checkpoint in `out`.tmp/checkpoints.
+    Restarting the same call after a kill resumes from the last checkpoint in `out`.tmp/checkpoints if the run
+    identity (``_run_identity``: hparams, contents of targets and init, the STEP_CODE) is unchanged; otherwise
+    the stale work directory is discarded, with a line on stderr naming what changed, and training starts over.
     `stop_after=k` returns (None) after step k without finishing, like a kill (tests)."""
     from tqdm import tqdm
 
@@ -396,12 +410,17 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
 
     identity = _run_identity(hp, targets_file, init)
     checkpoint = latest_checkpoint(work)
+    changed = _identity_changes(checkpoint, identity) if checkpoint is not None else []
+    if changed:
+        print(f"{', '.join(changed)} changed since the checkpoint {checkpoint}: restarting from step 0",
+              file=sys.stderr)
+        checkpoint = None
     if checkpoint is not None:
-        start = load_checkpoint(checkpoint, drafter, optimizer, scheduler, identity)
+        start = load_checkpoint(checkpoint, drafter, optimizer, scheduler)
         print(f"resuming from {checkpoint} (step {start} of {hp['steps']})")
     else:
         start = 0
-        if work.exists():  # a run killed before its first checkpoint: start over
+        if work.exists():  # a stale run, or one killed before its first checkpoint: start over
             shutil.rmtree(work)
         work.mkdir(parents=True)
     (work / "hparams.json").write_text(json.dumps({**hp, "variant": variant, "init": init,

@@ -7,16 +7,22 @@ starts ``python -m budgetdraft warm --socket PATH`` for local runs and exports `
 which forks, runs the command in the child exactly as ``python -m budgetdraft`` would, and returns its exit
 status. Without the variable, or when nothing answers on the socket, the command runs in its own process as
 usual. Timings are taken inside the child, so a cell measures the same thing either way. The warm process never
-touches CUDA or torch thread pools (fork safety). It serves for as long as the process that started it (Snakemake)
-lives, however long the training stages keep the grid waiting, and exits when that process is gone or after
-``--idle`` seconds without a request (default: never).
+touches CUDA or torch thread pools, nor starts threads (fork safety). It serves for as long as the process that
+started it (Snakemake) lives, however long the training stages keep the grid waiting, and exits when that process
+is gone or after ``--idle`` seconds without a request (default: never).
+
+Each request gets a *keeper*, a fork of the warm process that forks the command's child into a process group of
+its own and waits for whichever comes first: the child's exit (its status goes to the client) or the client's end
+of the socket closing (the job was killed: Snakemake stopped, Ctrl-C, a timeout), which kills the child's group
+with SIGTERM, so no orphaned cell goes on computing and writing while other cells are timed.
 """
 
 from __future__ import annotations
 
-import array
+import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -83,6 +89,32 @@ def _child(request: dict, fds: list[int]) -> int:
         sys.stderr.flush()
 
 
+def _keep(conn: socket.socket, request: dict, fds: list[int]) -> int:
+    """In a fork of the server: run the command in a child leading its own process group; send its exit status
+    (128 + N when signal N ended it) to the client, or kill the group with SIGTERM when the client's end of
+    ``conn`` closes first (client killed). Returns the status."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server's SIG_IGN would discard the child's status
+    done, done_w = os.pipe()  # only the child holds done_w: done reads EOF once the child has exited
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        os.close(done)
+        os._exit(_child(request, fds))
+    with contextlib.suppress(ProcessLookupError):  # a child that already exited
+        os.setpgid(pid, pid)  # here, not in the child: the group must exist before any kill below
+    for fd in (done_w, *fds):
+        os.close(fd)
+    ready, _, _ = select.select([conn, done], [], [])
+    if done not in ready:  # the client sends nothing more: a readable conn means its end closed
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    code = code if code >= 0 else 128 - code
+    with contextlib.suppress(OSError):  # a client that is gone
+        conn.sendall(struct.pack("!i", code))
+    return code
+
+
 POLL_S = 5.0  # how often an idle server checks that its parent is still there
 
 
@@ -112,11 +144,11 @@ def serve(path: str, idle: float = 0) -> None:
                 continue
             last_request = time.monotonic()
             request, fds = _recv_request(conn)
-            if os.fork() == 0:  # child: run the command with the client's stdio, report its status, leave
+            if os.fork() == 0:  # keeper: run the command, report its status, leave
                 server.close()
-                code = _child(request, fds)
+                code = 1
                 try:
-                    conn.sendall(struct.pack("!i", code))
+                    code = _keep(conn, request, fds)
                 finally:
                     os._exit(code)
             for fd in fds:

@@ -352,6 +352,7 @@ def paper_settings():
                 for hp in [json.loads(variant_hparams(v))]
             },
             "base_drafter_steps": BASE["training"]["steps"] if BASE else 0,
+            "base_drafter_teacher": BASE["teacher"] if BASE else "",
         }
     )
 
