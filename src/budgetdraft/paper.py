@@ -617,11 +617,10 @@ def evidence_text(grid: Grid) -> str:
 
 def timing_text(settings: Settings) -> str:
     """What the times include when the verifier's prefills were shared (``budgetdraft.prefill``)."""
-    from budgetdraft.prefill import TIMED_RUNS
-
-    if not settings.raw.get("share_verifier_prefill"):
+    runs = int(settings.raw.get("verifier_prefill_runs", 0))
+    if not runs:
         return ""
-    return (f" Times include the verifier's prefill, computed once per prompt (median of {TIMED_RUNS} timed runs) and"
+    return (f" Times include the verifier's prefill, computed once per prompt (median of {runs} timed runs) and"
             " charged to every method that decodes the prompt.")
 
 

@@ -289,7 +289,8 @@ def _run_identity(hp: dict, targets_file, init: str) -> dict:
 def _identity_changes(checkpoint: Path, identity: dict) -> list[str]:
     """The parts of `identity` (hparams, targets, init, code) that differ from the run.json of `checkpoint`."""
     saved = json.loads((checkpoint / "run.json").read_text())
-    return [key for key in identity if saved.get(key) != identity[key]]
+    current = json.loads(json.dumps(identity, sort_keys=True))  # as saved: tuples become lists
+    return [key for key in current if saved.get(key) != current[key]]
 
 
 def save_checkpoint(work: Path, step: int, drafter, optimizer, scheduler, identity: dict) -> Path:

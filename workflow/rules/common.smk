@@ -303,6 +303,9 @@ def cell_drafter_flag(wildcards, input):
     return f"--drafter {drafter_flag_dir(input.drafter)}"
 
 
+PREFILL_RUNS = 2  # timed runs of a shared verifier prefill; their median is charged (captions say so)
+
+
 def cell_prefill_flag(wildcards, input):
     """`--verifier-prefill FILE` when the verifier's prefills are shared (`share_verifier_prefill`)."""
     return f"--verifier-prefill {input.prefill}" if "prefill" in input.keys() else ""
@@ -345,7 +348,9 @@ def paper_settings():
             },
             "single_budget": config["single_budget"],
             "lossless_check": config["lossless_check"],
-            "share_verifier_prefill": config["share_verifier_prefill"],
+            "verifier_prefill_runs": (
+                PREFILL_RUNS if config["share_verifier_prefill"] else 0
+            ),
             "variants": {
                 v: {k: hp[k] for k in ("lambda_c", "budgets", "steps")}
                 for v in VARIANTS

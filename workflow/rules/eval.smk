@@ -20,8 +20,9 @@ rule verifier_prefill:
     params:
         device=config["device"],
         dtype=config["verifier_dtype"],
+        runs=PREFILL_RUNS,
     shell:
-        "python -m budgetdraft prefill --verifier {input.verifier} --prompts {input.prompts}"
+        "python -m budgetdraft prefill --verifier {input.verifier} --prompts {input.prompts} --repeats {params.runs}"
         " --device {params.device} --dtype {params.dtype} --threads {threads} --out {output} > {log} 2>&1"
 
 
