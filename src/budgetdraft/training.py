@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from budgetdraft.atomic import atomic_path
+from budgetdraft.jsonarg import json_object
 from budgetdraft.targets import IGNORE
 
 DEFAULTS = {  # the paper's §3.5, plus the machine knobs
@@ -464,8 +465,6 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
 
 def read_hparams(value: str | None) -> dict:
     """--hparams: a JSON object given inline or as a file path."""
-    from budgetdraft.cli import json_object
-
     return json_object(value, "--hparams")
 
 
