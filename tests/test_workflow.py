@@ -1,7 +1,8 @@
 """The Snakemake workflow: dry runs plan the right grid, lint/format are clean, bad configs fail early and clearly.
 
 Each test works on a copy of the workflow in a temporary directory (never on the repository's results/) whose
-`src/budgetdraft/*.py` are empty stand-ins, so planning does not depend on the library being complete.
+`src/budgetdraft/*.py` are empty stand-ins, so planning does not depend on the library being complete; only
+`names.py`, which the workflow itself reads (labels, artifacts), is the real one.
 """
 
 import os
@@ -31,6 +32,7 @@ def workdir(tmp_path):
         path = tmp_path / "src" / "budgetdraft" / f"{module}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
+    shutil.copy(ROOT / "src/budgetdraft/names.py", tmp_path / "src/budgetdraft/names.py")
     return tmp_path
 
 
