@@ -170,3 +170,13 @@ def test_bad_config_fails_naming_the_key(workdir, edit, message):
     assert code != 0
     assert message in out, out[-2000:]
     assert "Job stats" not in out  # rejected before planning any job
+
+
+@pytest.mark.parametrize("key", ["max_new_tokens", "repeats"])
+def test_the_size_of_a_run_has_one_source_the_config(workdir, key):
+    """No default in the schema or in `eval-cell` competes with the config's value: a config without it is rejected."""
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    cfg.pop(key)
+    (workdir / "bad.yaml").write_text(yaml.safe_dump(cfg))
+    code, out = snakemake(workdir, "-n", "all", "--configfile", "bad.yaml", check=False)
+    assert code != 0 and f"'{key}' is a required property" in out, out[-2000:]

@@ -118,13 +118,13 @@ def configure_parser(parser) -> None:
     parser.add_argument("--policy", default="topk_chunks")
     parser.add_argument("--chunk-size", type=int, default=8)
     parser.add_argument("--score-window", type=int, default=32)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--max-new-tokens", type=int, required=True, help="tokens generated per prompt and run")
     parser.add_argument("--warmup", type=int, default=1, help="discarded warm-up generations")
     parser.add_argument("--warmup-tokens", type=int, default=0,
                         help="new tokens of a warm-up generation (0 = --max-new-tokens)")
     parser.add_argument("--warmup-prompt-tokens", type=int, default=0,
                         help="warm up on the last N tokens of the first prompt (0 = the whole prompt)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, required=True, help="timed runs of every prompt")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--verifier-dtype", default="float32")
     parser.add_argument("--drafter-dtype", default="float32")
