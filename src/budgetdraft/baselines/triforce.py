@@ -26,7 +26,6 @@ evicts while prefilling). ``args.budget`` (the cell's B) is not used: TriForce's
 
 from __future__ import annotations
 
-
 import torch
 
 from budgetdraft.baselines import PrefillTap
