@@ -4,9 +4,9 @@ interval, and a verdict, all computed from measured grid cells.
 `python -m budgetdraft claims --settings JSON --cells FILE [FILE ...] --out results/claims.md`
 writes `claims.md` and `claims.json` (same stem).
 
-Cells are loaded with `grid.load_cells` and indexed by `grid.Grid` (lossless check as in `paper`). A prompt is a
-(dataset, sample); every statistic below is a function of per-prompt sums, so it can be recomputed with each prompt
-weighted by its multiplicity in a resample. γ_f = settings `gamma_fixed`; "pooled" sums over datasets and budgets
+Cells are loaded with `grid.load_cells` and indexed by `grid.Grid` (with its lossless check, as for the tables).
+A prompt is a (dataset, sample); every statistic below is a function of per-prompt sums, so it can be recomputed
+with each prompt weighted by its multiplicity in a resample. γ_f = settings `gamma_fixed`; "pooled" sums over datasets and budgets
 (and contexts where said), using only the (dataset, context, budget) places where every arm of the finding has a
 cell; contexts are ordered as settings `contexts` lists them (shortest first). Labels: SD = `sd` (base drafter,
 sparse cache), BD = `lambda0.5` (BudgetDraft), L_A only = `la_only`, λ = 1.0 = `lambda1.0`, single-budget =
