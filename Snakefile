@@ -8,6 +8,9 @@
 Stages (workflow/rules/): models -> data -> targets -> train -> eval (one job per grid cell) -> paper.
 """
 
+import sys
+from pathlib import Path
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -29,6 +32,8 @@ EMBEDDED_ONLY = all(
 )
 OFFLINE = "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1; " if EMBEDDED_ONLY else ""
 shell.prefix(f"export PYTHONPATH=src:$PYTHONPATH; {OFFLINE}set -euo pipefail; ")
+# The workflow itself reads the names it shares with the library (budgetdraft.names: labels, artifacts) from src/.
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 
 include: "workflow/rules/common.smk"

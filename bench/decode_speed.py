@@ -32,6 +32,7 @@ import platform
 import pstats
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -157,7 +158,7 @@ def fmt(x, spec=".2f"):
     return format(x, spec)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verifier", default="embedded:smollm2", help="verifier model spec")
     parser.add_argument("--drafter", default="embedded:smollm2:layers=4", help="drafter model spec")
@@ -182,135 +183,172 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="instead of the table: cProfile one run of each method, top functions by own time")
     parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
-    args = parser.parse_args()
+    return parser
 
-    torch.set_num_threads(args.threads)
-    load_start = load_avg()
-    drafter_spec = args.drafter_dir or args.drafter
+
+@dataclass
+class Bench:
+    """The models and the prompt every method decodes; ``n`` new tokens at draft length ``gamma``."""
+
+    args: argparse.Namespace
+    tokenizer: object
+    verifier: torch.nn.Module
+    drafter: torch.nn.Module
+    ids: list[int]
+    prompt: torch.Tensor  # ids as a (1, P) tensor on the device
+    mask: torch.Tensor  # its attention mask (all ones), for HF generate
+
+    @property
+    def n(self) -> int:
+        return self.args.new_tokens
+
+    @property
+    def gamma(self) -> int:
+        return self.args.gamma
+
+
+def load_bench(args) -> Bench:
+    """Models and prompt; the drafter's generation config set for HF assisted generation at a constant γ (see the
+    module docstring)."""
     tokenizer = load_tokenizer(args.verifier)
     verifier = load_model(args.verifier, args.device, args.dtype)
-    drafter = load_model(drafter_spec, args.device, args.dtype)
-    ids = shakespeare_ids(tokenizer, args.text, args.prompt_tokens)
-    prompt = torch.tensor([ids], device=args.device)
-    mask = torch.ones_like(prompt)
-    n, gamma = args.new_tokens, args.gamma
-
-    # HF assisted generation with a constant γ (see the module docstring)
+    drafter = load_model(args.drafter_dir or args.drafter, args.device, args.dtype)
     gc = drafter.generation_config
-    gc.num_assistant_tokens = gamma
+    gc.num_assistant_tokens = args.gamma
     gc.num_assistant_tokens_schedule = "constant"
     gc.assistant_confidence_threshold = 0.0
+    ids = shakespeare_ids(tokenizer, args.text, args.prompt_tokens)
+    prompt = torch.tensor([ids], device=args.device)
+    return Bench(args, tokenizer, verifier, drafter, ids, prompt, torch.ones_like(prompt))
 
-    def ours_ar(m=None):
-        gen = autoregressive(verifier, ids, m or n, eos_token_id=[])
+
+def ours_ar(b: Bench):
+    def fn(m=None):
+        gen = autoregressive(b.verifier, b.ids, m or b.n, eos_token_id=[])
         return gen.tokens, {"stats": gen.stats}
 
-    def hf_greedy(m=None):
-        count = ForwardCounter(verifier)
-        try:
-            with stock_attention(verifier):
-                out = verifier.generate(input_ids=prompt, attention_mask=mask, do_sample=False,
-                                        max_new_tokens=m or n, min_new_tokens=m or n,
-                                        pad_token_id=tokenizer.pad_token_id or 0)
-        finally:
+    return fn
+
+
+def ours_sd(b: Bench, model, policy: str):
+    def fn(m=None):
+        sd = SparseDrafter(model, b.args.budget, policy, b.args.chunk_size, b.args.score_window)
+        gen = speculative(sd, b.verifier, b.ids, m or b.n, b.gamma, eos_token_id=[])
+        return gen.tokens, {"stats": gen.stats}
+
+    return fn
+
+
+def hf_generate(b: Bench, m, assistant=None):
+    """HF greedy generate (with ``assistant``: assisted generation) of exactly ``m or n`` tokens, stock attention;
+    the extra dict counts the verifier's (and the assistant's) forwards."""
+    prompt = b.prompt
+    counts = {"verifier_forwards": ForwardCounter(b.verifier)}
+    if assistant is not None:
+        counts["drafter_forwards"] = ForwardCounter(assistant)
+    kwargs = {"assistant_model": assistant} if assistant is not None else {}
+    try:
+        with stock_attention(b.verifier, *([assistant] if assistant is not None else [])):
+            out = b.verifier.generate(input_ids=prompt, attention_mask=b.mask, **kwargs,
+                                      do_sample=False, max_new_tokens=m or b.n, min_new_tokens=m or b.n,
+                                      pad_token_id=b.tokenizer.pad_token_id or 0)
+    finally:
+        for count in counts.values():
             count.remove()
-        return out[0, prompt.shape[1] :].tolist(), {"verifier_forwards": count.calls}
+    return out[0, prompt.shape[1] :].tolist(), {key: count.calls for key, count in counts.items()}
 
-    def ours_sd(model, policy):
-        def fn(m=None):
-            sd = SparseDrafter(model, args.budget, policy, args.chunk_size, args.score_window)
-            gen = speculative(sd, verifier, ids, m or n, gamma, eos_token_id=[])
-            return gen.tokens, {"stats": gen.stats}
 
-        return fn
-
-    def hf_assisted(m=None):
-        v_count, d_count = ForwardCounter(verifier), ForwardCounter(drafter)
-        try:
-            with stock_attention(verifier, drafter):
-                out = verifier.generate(input_ids=prompt, attention_mask=mask, assistant_model=drafter,
-                                        do_sample=False, max_new_tokens=m or n, min_new_tokens=m or n,
-                                        pad_token_id=tokenizer.pad_token_id or 0)
-        finally:
-            v_count.remove()
-            d_count.remove()
-        return out[0, prompt.shape[1] :].tolist(), {"verifier_forwards": v_count.calls,
-                                                     "drafter_forwards": d_count.calls}
-
-    methods = [("our AR", ours_ar, "ar")]
+def bench_methods(b: Bench) -> list[tuple]:
+    """(name, fn, kind) of every method run; ``fn(m)`` generates ``m`` (None: ``n``) tokens."""
+    args = b.args
+    methods = [("our AR", ours_ar(b), "ar")]
     if not args.no_hf:
-        methods.append(("HF greedy", hf_greedy, "hf"))
-        methods.append(("HF prefill", lambda m=None: hf_greedy(1), "hf_prefill"))  # its verifier prefill time
+        methods.append(("HF greedy", lambda m=None: hf_generate(b, m), "hf"))
+        methods.append(("HF prefill", lambda m=None: hf_generate(b, 1), "hf_prefill"))  # its verifier prefill time
     for policy in args.policies:
-        methods.append((f"our SD {policy} B={args.budget}" if policy != "full" else "our SD full", ours_sd(drafter, policy),
-                        "sd"))
+        methods.append((f"our SD {policy} B={args.budget}" if policy != "full" else "our SD full",
+                        ours_sd(b, b.drafter, policy), "sd"))
     if not args.no_hf:
-        methods.append((f"HF assisted γ={gamma}", hf_assisted, "hf_sd"))
+        methods.append((f"HF assisted γ={b.gamma}", lambda m=None: hf_generate(b, m, b.drafter), "hf_sd"))
     if args.self_draft:
-        methods.append(("our SD self-draft full", ours_sd(verifier, "full"), "self"))
+        methods.append(("our SD self-draft full", ours_sd(b, b.verifier, "full"), "self"))
+    return methods
 
-    if args.profile:
-        for name, fn, _ in methods:
-            fn(min(n, 2 * gamma + 2))  # warm-up
-            prof = cProfile.Profile()
-            t0 = time.perf_counter()
-            prof.runcall(fn, None)
-            wall = time.perf_counter() - t0
-            buf = io.StringIO()
-            pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(18)
-            print(f"===== {name}: {wall:.2f} s, {n / wall:.1f} tok/s =====")
-            print("\n".join(buf.getvalue().splitlines()[4:]))
-        return
 
-    print(f"verifier {args.verifier} | drafter {drafter_spec} | prompt {len(ids)} tokens of {args.text} | "
-          f"{n} new tokens | γ={gamma} | B={args.budget} | {args.dtype} on {args.device} | "
-          f"threads {torch.get_num_threads()} | repeats {args.repeats} | load avg at start {load_start}", flush=True)
+def profile_methods(methods, n: int, gamma: int) -> None:
+    """cProfile one run of each method (after a short warm-up): the top functions by own time."""
+    for name, fn, _ in methods:
+        fn(min(n, 2 * gamma + 2))  # warm-up
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.runcall(fn, None)
+        wall = time.perf_counter() - t0
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(18)
+        print(f"===== {name}: {wall:.2f} s, {n / wall:.1f} tok/s =====")
+        print("\n".join(buf.getvalue().splitlines()[4:]))
 
-    warmup = min(n, 2 * gamma + 2)
-    results = run_methods(methods, args.repeats, warmup)
 
-    costs = measure_costs(verifier, drafter, prompt, args.budget, gamma, args.cost_steps)
-    self_costs = {"c": 1.0, "c_budget": 1.0}
-    load_end = load_avg()
+@dataclass
+class Reference:
+    """What every row is compared with: our AR's output and times, HF's verifier prefill, the step costs."""
 
-    reference = results["our AR"]["outputs"][0]
-    ar_wall = median(results["our AR"]["walls"])
-    ar_decode = median([e["stats"].decode_s for e in results["our AR"]["extras"]])
+    outputs: list[int]
+    wall: float
+    decode: float
+    hf_prefill: float
+    costs: dict
+
+
+def reference_of(results: dict, costs: dict) -> Reference:
+    """Our AR's numbers; pops the "HF prefill" method from ``results`` (it is no row of its own)."""
+    ar = results["our AR"]
     hf_prefill = median(results.pop("HF prefill")["walls"]) if "HF prefill" in results else float("nan")
-    rows = []
-    for name, res in results.items():
-        kind, extras = res["kind"], res["extras"]
-        wall = median(res["walls"])
-        row = {"method": name, "kind": kind, "wall_s": wall, "walls": res["walls"], "tok_s": n / wall,
-               "new_tokens": [len(o) for o in res["outputs"]],
-               "lossless": all(o == reference for o in res["outputs"]) and len(reference) == n,
-               "speedup_e2e": ar_wall / wall}
-        if kind in ("ar", "sd", "self"):
-            stats = [e["stats"] for e in extras]
-            decode = median([s.decode_s for s in stats])
-            row.update(decode_s=decode, decode_tok_s=(n - 1) / decode, prefill_s=median(
-                [s.verifier_prefill_s + s.drafter_prefill_s for s in stats]),
-                after_prefill_s=median([w - s.verifier_prefill_s for w, s in zip(res["walls"], stats)]))
-        else:  # HF: its verifier prefill is the median time of a 1-token greedy generate
-            row.update(after_prefill_s=wall - hf_prefill)
-        row["after_prefill_tok_s"] = (n - 1) / row["after_prefill_s"]
-        if kind in ("sd", "self"):
-            s = stats[0]
-            row.update(alpha=s.acceptance, tau=s.tau, draft_per_round=s.drafted / s.verifier_forwards,
-                       verifier_forwards=s.verifier_forwards, speedup_decode=ar_decode / row["decode_s"])
-            cost = self_costs if kind == "self" else costs
-            c = cost["c"] if name.endswith("full") else cost["c_budget"]
-            row.update(c=c, predicted=predicted_speedup(s.acceptance, gamma, c))
-            row["measured_over_predicted"] = row["speedup_decode"] / row["predicted"]
-        if kind in ("hf", "hf_sd"):
-            vf = median([e["verifier_forwards"] for e in extras])
-            row.update(verifier_forwards=vf)
-            if kind == "hf_sd":
-                df = median([e["drafter_forwards"] for e in extras])
-                # one assistant forward per drafted token (its first forward of a round also feeds the new tokens)
-                row.update(tau=n / vf, draft_per_round=df / vf, alpha=(n - vf) / df)
-        rows.append(row)
+    return Reference(ar["outputs"][0], median(ar["walls"]), median([e["stats"].decode_s for e in ar["extras"]]),
+                     hf_prefill, costs)
 
+
+def speculative_columns(row: dict, name: str, kind: str, stats, gamma: int, ref: Reference) -> None:
+    """α, τ, drafts per round, c and the predicted speedup of one of our SD rows."""
+    s = stats[0]
+    row.update(alpha=s.acceptance, tau=s.tau, draft_per_round=s.drafted / s.verifier_forwards,
+               verifier_forwards=s.verifier_forwards, speedup_decode=ref.decode / row["decode_s"])
+    cost = {"c": 1.0, "c_budget": 1.0} if kind == "self" else ref.costs
+    c = cost["c"] if name.endswith("full") else cost["c_budget"]
+    row.update(c=c, predicted=predicted_speedup(s.acceptance, gamma, c))
+    row["measured_over_predicted"] = row["speedup_decode"] / row["predicted"]
+
+
+def result_row(name: str, res: dict, n: int, gamma: int, ref: Reference) -> dict:
+    """One method's row of the table (medians over its timed runs)."""
+    kind, extras = res["kind"], res["extras"]
+    wall = median(res["walls"])
+    row = {"method": name, "kind": kind, "wall_s": wall, "walls": res["walls"], "tok_s": n / wall,
+           "new_tokens": [len(o) for o in res["outputs"]],
+           "lossless": all(o == ref.outputs for o in res["outputs"]) and len(ref.outputs) == n,
+           "speedup_e2e": ref.wall / wall}
+    if kind in ("ar", "sd", "self"):
+        stats = [e["stats"] for e in extras]
+        decode = median([s.decode_s for s in stats])
+        row.update(decode_s=decode, decode_tok_s=(n - 1) / decode, prefill_s=median(
+            [s.verifier_prefill_s + s.drafter_prefill_s for s in stats]),
+            after_prefill_s=median([w - s.verifier_prefill_s for w, s in zip(res["walls"], stats)]))
+    else:  # HF: its verifier prefill is the median time of a 1-token greedy generate
+        row.update(after_prefill_s=wall - ref.hf_prefill)
+    row["after_prefill_tok_s"] = (n - 1) / row["after_prefill_s"]
+    if kind in ("sd", "self"):
+        speculative_columns(row, name, kind, stats, gamma, ref)
+    if kind in ("hf", "hf_sd"):
+        vf = median([e["verifier_forwards"] for e in extras])
+        row.update(verifier_forwards=vf)
+        if kind == "hf_sd":
+            df = median([e["drafter_forwards"] for e in extras])
+            # one assistant forward per drafted token (its first forward of a round also feeds the new tokens)
+            row.update(tau=n / vf, draft_per_round=df / vf, alpha=(n - vf) / df)
+    return row
+
+
+def print_rows(rows: list[dict]) -> None:
     header = (f"{'method':<30} {'tok/s':>6} {'s':>6} {'gen tok/s':>9} {'dec tok/s':>9} {'α':>5} {'τ':>5} {'d/rnd':>5} {'c':>5} "
               f"{'x AR':>5} {'x AR dec':>8} {'pred':>5} {'meas/pred':>9} {'lossless':>8}")
     print()
@@ -324,41 +362,76 @@ def main() -> None:
               f"{fmt(r.get('speedup_decode')):>8} {fmt(r.get('predicted')):>5} "
               f"{fmt(r.get('measured_over_predicted')):>9} {str(r['lossless']):>8}")
 
+
+def hf_ratios(rows: list[dict], gamma: int) -> dict:
+    """Our tok/s over HF's: AR over greedy, SD full over assisted; end to end and after the verifier prefill."""
     by_name = {r["method"]: r for r in rows}
+    pairs = {"our_AR_over_HF_greedy": ("our AR", "HF greedy")}
+    if "our SD full" in by_name:
+        pairs["our_SD_full_over_HF_assisted"] = ("our SD full", f"HF assisted γ={gamma}")
     ratios = {}
-    if not args.no_hf:
-        pairs = {"our_AR_over_HF_greedy": ("our AR", "HF greedy")}
-        if "our SD full" in by_name:
-            pairs["our_SD_full_over_HF_assisted"] = ("our SD full", f"HF assisted γ={gamma}")
-        for key, (ours, theirs) in pairs.items():
-            ratios[key] = by_name[ours]["tok_s"] / by_name[theirs]["tok_s"]
-            ratios[key + "_after_prefill"] = (by_name[ours]["after_prefill_tok_s"]
-                                              / by_name[theirs]["after_prefill_tok_s"])
+    for key, (ours, theirs) in pairs.items():
+        ratios[key] = by_name[ours]["tok_s"] / by_name[theirs]["tok_s"]
+        ratios[key + "_after_prefill"] = (by_name[ours]["after_prefill_tok_s"]
+                                          / by_name[theirs]["after_prefill_tok_s"])
+    return ratios
+
+
+def print_summary(args, prompt_len: int, ref: Reference, ratios: dict, loads: tuple) -> None:
+    costs, gamma = ref.costs, args.gamma
     print()
-    print(f"step costs (median of {args.cost_steps}, cache lengths P={len(ids)}, B={min(args.budget, len(ids))}): "
+    print(f"step costs (median of {args.cost_steps}, cache lengths P={prompt_len}, B={min(args.budget, prompt_len)}): "
           f"drafter {costs['drafter_step_s@P'] * 1e3:.1f} ms @P, {costs['drafter_step_s@B'] * 1e3:.1f} ms @B; "
           f"verifier {costs['verifier_step_s@P'] * 1e3:.1f} ms @P; verify of γ+1={gamma + 1} tokens "
           f"{costs[f'verifier_verify{gamma + 1}_s@P'] * 1e3:.1f} ms @P")
     print(f"c = drafter/verifier step = {costs['c']:.3f} (same cache length P), {costs['c_budget']:.3f} "
           f"(drafter at B); verify(γ+1)/step = {costs['verify_over_step']:.2f} (the formula assumes 1)")
     if not args.no_hf:
-        print(f"HF verifier prefill (1-token greedy generate): {hf_prefill:.2f} s")
+        print(f"HF verifier prefill (1-token greedy generate): {ref.hf_prefill:.2f} s")
     for key, label, target in (("our_AR_over_HF_greedy", "our AR / HF greedy       ", 1.0),
                                ("our_SD_full_over_HF_assisted", "our SD full / HF assisted", 1.3)):
         if key in ratios:
             print(f"{label} = {ratios[key]:.2f} end to end, {ratios[key + '_after_prefill']:.2f} after the "
                   f"verifier prefill  (target >= {target})")
-    print(f"load avg: start {load_start}, end {load_end}; threads {torch.get_num_threads()}")
+    print(f"load avg: start {loads[0]}, end {loads[1]}; threads {torch.get_num_threads()}")
 
+
+def write_json(path: str, args, loads: tuple, costs: dict, ratios: dict, rows: list[dict]) -> None:
+    env = {"load_avg_start": loads[0], "load_avg_end": loads[1], "threads": torch.get_num_threads(),
+           "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+           "torch": torch.__version__, "transformers": importlib.metadata.version("transformers")}
+    for r in rows:
+        r.pop("kind", None)
+    with open(path, "w") as f:
+        json.dump({"settings": {k: v for k, v in vars(args).items()}, "env": env, "costs": costs,
+                   "ratios": ratios, "rows": rows}, f, indent=1)
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    torch.set_num_threads(args.threads)
+    load_start = load_avg()
+    b = load_bench(args)
+    n, gamma = b.n, b.gamma
+    methods = bench_methods(b)
+    if args.profile:
+        profile_methods(methods, n, gamma)
+        return
+
+    print(f"verifier {args.verifier} | drafter {args.drafter_dir or args.drafter} | prompt {len(b.ids)} tokens of "
+          f"{args.text} | {n} new tokens | γ={gamma} | B={args.budget} | {args.dtype} on {args.device} | "
+          f"threads {torch.get_num_threads()} | repeats {args.repeats} | load avg at start {load_start}", flush=True)
+    results = run_methods(methods, args.repeats, min(n, 2 * gamma + 2))
+    costs = measure_costs(b.verifier, b.drafter, b.prompt, args.budget, gamma, args.cost_steps)
+    loads = (load_start, load_avg())
+
+    ref = reference_of(results, costs)
+    rows = [result_row(name, res, n, gamma, ref) for name, res in results.items()]
+    print_rows(rows)
+    ratios = {} if args.no_hf else hf_ratios(rows, gamma)
+    print_summary(args, len(b.ids), ref, ratios, loads)
     if args.json:
-        env = {"load_avg_start": load_start, "load_avg_end": load_end, "threads": torch.get_num_threads(),
-               "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-               "torch": torch.__version__, "transformers": importlib.metadata.version("transformers")}
-        for r in rows:
-            r.pop("kind", None)
-        with open(args.json, "w") as f:
-            json.dump({"settings": {k: v for k, v in vars(args).items()}, "env": env, "costs": costs,
-                       "ratios": ratios, "rows": rows}, f, indent=1)
+        write_json(args.json, args, loads, costs, ratios, rows)
 
 
 if __name__ == "__main__":

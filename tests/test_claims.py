@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from budgetdraft import claims, cli, paper
+from budgetdraft import claims, cli
+from budgetdraft.grid import Grid, load_cells, parse_settings
 
 SETTINGS = {
     "datasets": {"d1": "DS-One", "d2": "DS-Two"},
@@ -107,7 +108,7 @@ def write_grid(root: Path, accept=paper_like, labels=LABELS, measured=True) -> d
 
 
 def by_id(paths, settings=SETTINGS, **kw) -> dict:
-    ev = claims.Evidence(claims.load_claim_cells(list(paths)), paper.parse_settings(settings), **kw)
+    ev = claims.Evidence(claims.load_claim_cells(list(paths)), parse_settings(settings), **kw)
     return {f.id: f for f in claims.findings(ev)}
 
 
@@ -131,7 +132,7 @@ def test_speedup_matches_paper_grid_and_prediction(grid):
     f = by_id(grid.values())["F7/0.5K"]
     key = [("lambda0.5", d, "0.5K", f.extra["budget"], f.extra["gamma"]) for d in SETTINGS["datasets"]]
     ar = [grid["ar", d, "0.5K", 0, 0] for d in SETTINGS["datasets"]]
-    g = paper.Grid(paper.load_cells([grid[k] for k in key] + ar))
+    g = Grid(load_cells([grid[k] for k in key] + ar))
     assert f.value == pytest.approx(np.mean([g.speedup(k) for k in key]))  # equal prompts per dataset
     # c = (0.01 s per drafter forward) / (0.1 s per AR step); alpha from the cell
     alpha, gamma = f.extra["alpha"], f.extra["gamma"]
@@ -183,7 +184,7 @@ def test_bootstrap_is_reproducible_stratified_and_paired(grid, tmp_path):
         return 0.1 * (sample + 1) + (0.1 if label == "lambda0.5" else 0.0)
 
     paths = list(write_grid(tmp_path / "offset", offset, ["sd", "lambda0.5"]).values())
-    df, settings = claims.load_claim_cells(paths), paper.parse_settings(SETTINGS)
+    df, settings = claims.load_claim_cells(paths), parse_settings(SETTINGS)
     ev, ev_other = claims.Evidence(df, settings), claims.Evidence(df, settings, seed=1)
     sd, bd = ev.keys("sd", 2, ["1K"]), ev.keys("lambda0.5", 2, ["1K"])
     paired = claims.estimate(ev.acceptance(bd) - ev.acceptance(sd))

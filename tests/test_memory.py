@@ -105,7 +105,7 @@ def test_cell_rows_carry_the_new_columns(tmp_path):
 
     import pandas as pd
 
-    from budgetdraft import cells, paper
+    from budgetdraft import cells, grid
 
     tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
     tiny_llama(seed=1, layers=1).save_pretrained(tmp_path / "d")
@@ -122,4 +122,4 @@ def test_cell_rows_carry_the_new_columns(tmp_path):
     assert row.mem_kind == "cpu_tensor_bytes" and row.peak_mem_mb == row.peak_tensor_mb
     assert row.drafter_kv_mb > 0 and row.verifier_kv_mb > 0 and row.draft_steps == row.drafted
     assert row.draft_s > 0 and row.verify_s > 0
-    assert len(paper.load_cells([args.out])) == 1  # aggregation reads the wider cell files as before
+    assert len(grid.load_cells([args.out])) == 1  # aggregation reads the wider cell files as before

@@ -17,6 +17,8 @@ import pandas as pd
 import pytest
 
 from budgetdraft import paper
+from budgetdraft.grid import Grid, load_cells
+from budgetdraft.names import TABLES
 
 SRC = Path(__file__).resolve().parents[1] / "src"  # the CLI subprocesses run this checkout's library
 
@@ -236,7 +238,7 @@ def test_figures_write_pdf_and_png(cells, tmp_path, artifact):
 
 
 def test_speedup_is_mean_of_per_sample_ratios(cells):
-    grid = paper.Grid(paper.load_cells([cells[("ar", "d1", "1K", 0, 0)], cells[("sd", "d1", "1K", 32, 2)]]))
+    grid = Grid(load_cells([cells[("ar", "d1", "1K", 0, 0)], cells[("sd", "d1", "1K", 32, 2)]]))
     key = ("sd", "d1", "1K", 32, 2)
     assert grid.speedup(key) == pytest.approx(0.61)
     assert list(grid.sample_speedups(key).round(6)) == [round(0.61 * f, 6) for f in SAMPLE_FACTOR.values()]
@@ -264,7 +266,7 @@ def test_a_truncated_cell_file_is_named_with_its_fix(cells, tmp_path):
         cut.write_bytes(data[:size])
         with pytest.raises(ValueError, match=re.escape(f"{cut}: not a readable parquet file (truncated by a kill?): "
                                                        "delete it and re-run to re-measure it")):
-            paper.load_cells([cells[("sd", "d1", "1K", 32, 2)], cut])
+            load_cells([cells[("sd", "d1", "1K", 32, 2)], cut])
 
 
 def test_lossless_violation_detected(cells, tmp_path):
@@ -274,7 +276,7 @@ def test_lossless_violation_detected(cells, tmp_path):
                                          r"budget=64, gamma=2\) sample 1 .*first difference at token 5"):
         paper.build("vram", paths, SETTINGS, tmp_path / "x.tex")
     with pytest.raises(ValueError, match="is in two files"):
-        paper.load_cells([cells[("ar", "d1", "1K", 0, 0)]] * 2)
+        load_cells([cells[("ar", "d1", "1K", 0, 0)]] * 2)
 
 
 def test_lossless_warn_mode_reports_and_builds(cells, tmp_path, capsys):
@@ -291,7 +293,7 @@ def test_trace_maps_every_number_to_cells(cells, tmp_path):
     traced = paper.trace(out, list(cells.values()), SETTINGS)
     assert len(traced) == 2 * 2 * 2 * 2 * 5  # panels x contexts x budgets x datasets x (AR + 2 x speedup/acc)
     assert ("2.51", "speedup (label=lambda0.5, dataset=d1, context=0.5K, budget=32, gamma=4)") in traced
-    for artifact in paper.TABLES:  # every table: numbers in the file, in order, are the ones the cells give
+    for artifact in TABLES:  # every table: numbers in the file, in order, are the ones the cells give
         other = tmp_path / f"{artifact}.tex"
         paper.build(artifact, list(cells.values()), SETTINGS, other)
         assert paper.trace(other, list(cells.values()), SETTINGS)

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from budgetdraft import paper
+from budgetdraft.names import FIGURE_STEMS
+from budgetdraft.names import TABLES as TABLE_LABELS
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = ["main", "comparison", "ablation_lc", "lambda", "single_budget", "vram_gamma", "vram"]
-FIGURES = ["collapse", "gamma_sensitivity", "errorbar"]
+TABLES = list(TABLE_LABELS)
+FIGURES = list(FIGURE_STEMS.values())
 
 
 def snakemake(workdir, *args):

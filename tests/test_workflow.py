@@ -1,7 +1,8 @@
 """The Snakemake workflow: dry runs plan the right grid, lint/format are clean, bad configs fail early and clearly.
 
 Each test works on a copy of the workflow in a temporary directory (never on the repository's results/) whose
-`src/budgetdraft/*.py` are empty stand-ins, so planning does not depend on the library being complete.
+`src/budgetdraft/*.py` are empty stand-ins, so planning does not depend on the library being complete; only
+`names.py`, which the workflow itself reads (labels, artifacts), is the real one.
 """
 
 import os
@@ -31,6 +32,7 @@ def workdir(tmp_path):
         path = tmp_path / "src" / "budgetdraft" / f"{module}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
+    shutil.copy(ROOT / "src/budgetdraft/names.py", tmp_path / "src/budgetdraft/names.py")
     return tmp_path
 
 
@@ -168,3 +170,13 @@ def test_bad_config_fails_naming_the_key(workdir, edit, message):
     assert code != 0
     assert message in out, out[-2000:]
     assert "Job stats" not in out  # rejected before planning any job
+
+
+@pytest.mark.parametrize("key", ["max_new_tokens", "repeats"])
+def test_the_size_of_a_run_has_one_source_the_config(workdir, key):
+    """No default in the schema or in `eval-cell` competes with the config's value: a config without it is rejected."""
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    cfg.pop(key)
+    (workdir / "bad.yaml").write_text(yaml.safe_dump(cfg))
+    code, out = snakemake(workdir, "-n", "all", "--configfile", "bad.yaml", check=False)
+    assert code != 0 and f"'{key}' is a required property" in out, out[-2000:]

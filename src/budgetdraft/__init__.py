@@ -10,10 +10,13 @@ Library layout (one module per noun of the paper):
   training   L_A + lambda * L_C (Algorithm 1)
   prefill    the verifier's prefill of each evaluation prompt, computed once for every grid cell
   cells      one evaluation grid cell -> one parquet file
-  paper      tables and figures of the paper from cell files
+  grid       the measured cells of a run (loaded, checked lossless) and the settings that lay them out
+  tables     the paper's LaTeX tables from a grid;  figures: its figures
+  paper      `budgetdraft paper`: build one table or figure from cell files, trace a table's numbers to its cells
   claims     which of the paper's findings hold in a run: bootstrap intervals and verdicts from cell files
   baselines  TriForce, EAGLE-3
-  atomic     writes that appear whole or not at all
+  names      cell labels and artifact names, shared with the workflow
+  atomic     writes that appear whole or not at all;  jsonarg: JSON objects given on the command line
 """
 
 __version__ = "0.1.0"

@@ -57,3 +57,9 @@ def atomic_path(out: str | Path, *, keep_existing: bool = False) -> Iterator[Pat
         os.replace(tmp, out)
     finally:
         _remove(tmp)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through `atomic_path`."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)

@@ -20,7 +20,9 @@ import torch
 
 from budgetdraft.atomic import atomic_path
 from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.jsonarg import json_object
 from budgetdraft.models import load_model
+from budgetdraft.names import METHODS
 from budgetdraft.prefill import check_covers, load_prefills
 
 CELL_COLUMNS = [
@@ -30,7 +32,6 @@ CELL_COLUMNS = [
     "peak_tensor_mb", "drafter_kv_mb", "verifier_kv_mb", "draft_s", "draft_steps", "verify_s", "device",
     "output_ids", "config",
 ]
-METHODS = ("ar", "sd", "triforce", "eagle3")
 NO_EOS: list[int] = []  # fixed-length generations
 
 
@@ -43,7 +44,7 @@ def make_decoder(args, verifier, prefilled=None):
         raise ValueError(f"--gamma must be >= 1 for method {args.method!r}, got {args.gamma}")
     if not args.drafter:
         raise ValueError(f"method {args.method!r} needs --drafter")
-    extra = json.loads(args.extra) if args.extra else {}
+    extra = json_object(args.extra, "--extra")
     if args.method == "sd":
         drafter_model = load_model(args.drafter, args.device, args.drafter_dtype)
 
@@ -117,13 +118,13 @@ def configure_parser(parser) -> None:
     parser.add_argument("--policy", default="topk_chunks")
     parser.add_argument("--chunk-size", type=int, default=8)
     parser.add_argument("--score-window", type=int, default=32)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--max-new-tokens", type=int, required=True, help="tokens generated per prompt and run")
     parser.add_argument("--warmup", type=int, default=1, help="discarded warm-up generations")
     parser.add_argument("--warmup-tokens", type=int, default=0,
                         help="new tokens of a warm-up generation (0 = --max-new-tokens)")
     parser.add_argument("--warmup-prompt-tokens", type=int, default=0,
                         help="warm up on the last N tokens of the first prompt (0 = the whole prompt)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, required=True, help="timed runs of every prompt")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--verifier-dtype", default="float32")
     parser.add_argument("--drafter-dtype", default="float32")

@@ -4,9 +4,9 @@ interval, and a verdict, all computed from measured grid cells.
 `python -m budgetdraft claims --settings JSON --cells FILE [FILE ...] --out results/claims.md`
 writes `claims.md` and `claims.json` (same stem).
 
-Cells are loaded with `paper.load_cells` and indexed by `paper.Grid` (lossless check as in `paper`). A prompt is a
-(dataset, sample); every statistic below is a function of per-prompt sums, so it can be recomputed with each prompt
-weighted by its multiplicity in a resample. γ_f = settings `gamma_fixed`; "pooled" sums over datasets and budgets
+Cells are loaded with `grid.load_cells` and indexed by `grid.Grid` (with its lossless check, as for the tables).
+A prompt is a (dataset, sample); every statistic below is a function of per-prompt sums, so it can be recomputed
+with each prompt weighted by its multiplicity in a resample. γ_f = settings `gamma_fixed`; "pooled" sums over datasets and budgets
 (and contexts where said), using only the (dataset, context, budget) places where every arm of the finding has a
 cell; contexts are ordered as settings `contexts` lists them (shortest first). Labels: SD = `sd` (base drafter,
 sparse cache), BD = `lambda0.5` (BudgetDraft), L_A only = `la_only`, λ = 1.0 = `lambda1.0`, single-budget =
@@ -14,7 +14,7 @@ sparse cache), BD = `lambda0.5` (BudgetDraft), L_A only = `la_only`, λ = 1.0 = 
 
   acceptance acc(S)   100 · Σ accepted / Σ drafted over the rows of the cells S (%)
   speedup sp(S)       mean over the prompts of S of AR per-prompt time / method per-prompt time, per-prompt time =
-                      mean `total_s` over repeats (`paper.Grid.sample_speedups`; AR = label `ar` of the same
+                      mean `total_s` over repeats (`grid.Grid.sample_speedups`; AR = label `ar` of the same
                       dataset and context)
   mean memory m(S, x) mean of column x over the rows of S
   F1 collapse         acc(SD at the longest context) − acc(SD at the shortest), pooled at γ_f; paper: < 0
@@ -61,8 +61,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from budgetdraft.paper import (AR, BD, LA_ONLY, LAMBDA1, OPTIONAL_COLUMNS, SD, SINGLE, Grid, Settings,
-                               atomic_write_text, load_cells, parse_settings, timing_text)
+from budgetdraft.atomic import atomic_write_text
+from budgetdraft.grid import OPTIONAL_COLUMNS, Grid, Settings, load_cells, parse_settings
+from budgetdraft.names import AR, BD, LA_ONLY, LAMBDA1, SD, SINGLE
+from budgetdraft.tables import timing_text
 
 RESAMPLES, SEED = 2000, 0
 MEASURED_COLUMNS = ["decode_s", "new_tokens", "verifier_forwards", "peak_tensor_mb", "drafter_kv_mb", "verifier_kv_mb",
@@ -77,7 +79,7 @@ PAPER_BEST_SPEEDUP = {"4K": 6.55, "8K": 4.46, "16K": 2.10}
 
 
 def load_claim_cells(paths) -> pd.DataFrame:
-    """`paper.load_cells` plus the measured columns a cell has (`MEASURED_COLUMNS`; NaN where a cell lacks one)."""
+    """`grid.load_cells` plus the measured columns a cell has (`MEASURED_COLUMNS`; NaN where a cell lacks one)."""
     df = load_cells(paths, OPTIONAL_COLUMNS + tuple(MEASURED_COLUMNS))
     return df.reindex(columns=list(dict.fromkeys([*df.columns, *MEASURED_COLUMNS])))
 

@@ -6,9 +6,7 @@ their command runs, so `--help` and light commands start fast.
 
 import argparse
 import importlib
-import json
 import sys
-from pathlib import Path
 
 COMMANDS = {
     "export-model": ("budgetdraft.models", "materialise a verifier/drafter as a Hugging Face directory"),
@@ -24,26 +22,6 @@ COMMANDS = {
     "warm": ("budgetdraft.warm", "serve pre-imported forks to the commands of a local pipeline run"),
 }
 WARM_COMMANDS = ("eval-cell",)  # short, numerous jobs whose start-up (imports) the warm process saves
-
-
-def json_object(value, flag: str) -> dict:
-    """A JSON object given on the command line inline or as a file path (``--hparams``, ``--settings``)."""
-    if isinstance(value, dict):
-        return value
-    if not value:
-        return {}
-    text = str(value)
-    if not text.lstrip().startswith("{"):
-        if not Path(text).is_file():
-            raise ValueError(f"{flag}: {text!r} is neither a JSON object nor a file")
-        text = Path(text).read_text()
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{flag} is not valid JSON: {err}") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"{flag} must be a JSON object")
-    return obj
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""Figures of the paper from measured cells (see `budgetdraft.paper` for the metric definitions).
+"""Figures of the paper from measured cells (see `budgetdraft.grid` for the metric definitions).
 
 Each builder writes OUT (PDF) and OUT with suffix .png, atomically, and returns both paths.
 """
@@ -15,7 +15,8 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from budgetdraft.atomic import atomic_path  # noqa: E402
-from budgetdraft.paper import BD, SD, Grid, Settings  # noqa: E402
+from budgetdraft.grid import Grid, Settings  # noqa: E402
+from budgetdraft.names import BD, SD  # noqa: E402
 
 
 def save(fig, out: Path) -> list[Path]:

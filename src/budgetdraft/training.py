@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from budgetdraft.atomic import atomic_path
+from budgetdraft.jsonarg import json_object
 from budgetdraft.targets import IGNORE
 
 DEFAULTS = {  # the paper's §3.5, plus the machine knobs
@@ -377,6 +378,53 @@ def _copy_tokenizer(init: str, out: Path) -> None:
             shutil.copy2(path, out / path.name)
 
 
+def split_heldout(data: dict, hp: dict) -> tuple[int, dict | None]:
+    """(sequences trained on, the held-out last ``heldout`` sequences or None)."""
+    num_seqs = data["input_ids"].shape[0]
+    num_train = num_seqs - hp["heldout"]
+    if num_train < 1:
+        raise ValueError(f"heldout={hp['heldout']} leaves no training sequences out of {num_seqs}")
+    return num_train, subset(data, slice(num_train, None)) if hp["heldout"] else None
+
+
+def optimizer_and_schedule(drafter, hp: dict):
+    """AdamW over the trainable parameters, with the linear warm-up + cosine schedule (``lr_factor``)."""
+    optimizer = torch.optim.AdamW(trainable_parameters(drafter, hp["freeze_embeddings"]), lr=hp["lr"],
+                                  weight_decay=hp["weight_decay"])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, partial(lr_factor, warmup_steps=hp["warmup_steps"], steps=hp["steps"]))
+    return optimizer, scheduler
+
+
+def resume(work: Path, identity: dict, drafter, optimizer, scheduler, steps: int) -> int:
+    """The step to start from: that of the last checkpoint in ``work`` when the run identity is unchanged (its
+    states restored), else 0 with ``work`` emptied (a line on stderr says what changed)."""
+    checkpoint = latest_checkpoint(work)
+    changed = _identity_changes(checkpoint, identity) if checkpoint is not None else []
+    if changed:
+        print(f"{', '.join(changed)} changed since the checkpoint {checkpoint}: restarting from step 0",
+              file=sys.stderr)
+        checkpoint = None
+    if checkpoint is not None:
+        start = load_checkpoint(checkpoint, drafter, optimizer, scheduler)
+        print(f"resuming from {checkpoint} (step {start} of {steps})")
+        return start
+    if work.exists():  # a stale run, or one killed before its first checkpoint: start over
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    return 0
+
+
+def publish(work: Path, out: Path, drafter, init: str) -> Path:
+    """The finished drafter (and its tokenizer) saved in ``work``, which then becomes ``out``."""
+    drafter.save_pretrained(work, safe_serialization=True)
+    _copy_tokenizer(init, work)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(work, out)
+    return out
+
+
 def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | None = None,
           variant: str | None = None, *, stop_after: int | None = None, progress: bool = True) -> Path | None:
     """Train the drafter `init` on `targets_file`, writing the Hugging Face checkpoint `out`.
@@ -396,34 +444,12 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
     out = Path(out)
     work = out.with_name(out.name + ".tmp")
     data = load_targets(targets_file)
-    num_seqs = data["input_ids"].shape[0]
-    num_train = num_seqs - hp["heldout"]
-    if num_train < 1:
-        raise ValueError(f"heldout={hp['heldout']} leaves no training sequences out of {num_seqs}")
-    heldout = subset(data, slice(num_train, None)) if hp["heldout"] else None
-
+    num_train, heldout = split_heldout(data, hp)
     drafter = load_model(init, device=hp["device"], dtype=hp["dtype"])
     drafter.train()
-    optimizer = torch.optim.AdamW(trainable_parameters(drafter, hp["freeze_embeddings"]), lr=hp["lr"],
-                                  weight_decay=hp["weight_decay"])
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, partial(lr_factor, warmup_steps=hp["warmup_steps"], steps=hp["steps"]))
-
+    optimizer, scheduler = optimizer_and_schedule(drafter, hp)
     identity = _run_identity(hp, targets_file, init)
-    checkpoint = latest_checkpoint(work)
-    changed = _identity_changes(checkpoint, identity) if checkpoint is not None else []
-    if changed:
-        print(f"{', '.join(changed)} changed since the checkpoint {checkpoint}: restarting from step 0",
-              file=sys.stderr)
-        checkpoint = None
-    if checkpoint is not None:
-        start = load_checkpoint(checkpoint, drafter, optimizer, scheduler)
-        print(f"resuming from {checkpoint} (step {start} of {hp['steps']})")
-    else:
-        start = 0
-        if work.exists():  # a stale run, or one killed before its first checkpoint: start over
-            shutil.rmtree(work)
-        work.mkdir(parents=True)
+    start = resume(work, identity, drafter, optimizer, scheduler, hp["steps"])
     (work / "hparams.json").write_text(json.dumps({**hp, "variant": variant, "init": init,
                                                    "targets": str(targets_file)}, indent=1))
     log_file, log = _open_log(work / "loss_log.csv", LOG_COLUMNS, start)
@@ -449,13 +475,7 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
     _log_heldout(drafter, heldout, hp, hp["steps"], eval_log, eval_file)
     for f in (log_file, eval_file):
         f and f.close()
-
-    drafter.save_pretrained(work, safe_serialization=True)
-    _copy_tokenizer(init, work)
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(work, out)
-    return out
+    return publish(work, out, drafter, init)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -464,8 +484,6 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
 
 def read_hparams(value: str | None) -> dict:
     """--hparams: a JSON object given inline or as a file path."""
-    from budgetdraft.cli import json_object
-
     return json_object(value, "--hparams")
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import runpy
 import select
 import signal
 import socket
@@ -69,10 +70,9 @@ def _child(request: dict, fds: list[int]) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ.pop(ENV, None)
-    from budgetdraft.cli import main
-
-    try:
-        main(request["argv"])
+    sys.argv = ["budgetdraft", *request["argv"]]
+    try:  # the program's entry point, as `python -m budgetdraft ARGV` runs it (not the cli module's API)
+        runpy.run_module("budgetdraft", run_name="__main__", alter_sys=True)
         return 0
     except SystemExit as exit_:
         if exit_.code is None or isinstance(exit_.code, int):

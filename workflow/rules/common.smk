@@ -5,6 +5,9 @@ import re
 import shlex
 from pathlib import Path
 
+# Labels and artifacts have one home, shared with the library (src/ is on sys.path: Snakefile).
+from budgetdraft import names
+
 # ---------------------------------------------------------------- names
 
 DATASETS = list(config["datasets"])
@@ -18,22 +21,12 @@ BASE = config.get("base_drafter")
 TRAINING_STAGES = (["base"] if BASE else []) + ["budgetdraft"]
 # TriForce and EAGLE-3 do not use the drafter budget B: one cell (at the largest B) per context is enough.
 BASELINE_BUDGET = max(config["budgets"])
-METHOD = {"ar": "ar", "sd": "sd", "triforce": "triforce", "eagle3": "eagle3"}
-METHOD.update({variant: "sd" for variant in VARIANTS})
-TABLES = [
-    "main",
-    "comparison",
-    "ablation_lc",
-    "lambda",
-    "single_budget",
-    "vram_gamma",
-    "vram",
-]
-FIGURES = {  # file stem under results/figures/ -> paper artifact name
-    "collapse": "fig_collapse",
-    "gamma_sensitivity": "fig_gamma",
-    "errorbar": "fig_errorbar",
-}
+# cell label -> eval-cell --method
+METHOD = {method: method for method in names.METHODS}
+METHOD.update({variant: names.SD for variant in VARIANTS})
+TABLES = list(names.TABLES)
+# file stem under results/figures/ -> artifact
+FIGURES = {stem: artifact for artifact, stem in names.FIGURE_STEMS.items()}
 
 # src/ modules each stage runs: declared as inputs so that editing one reruns exactly its stage.
 # MODEL_CODE: every model forward runs these.
@@ -56,7 +49,12 @@ SRC = {
         "src/budgetdraft/models.py",
         *MODEL_CODE,
     ],
-    "paper": ["src/budgetdraft/paper.py"],
+    "paper": [
+        "src/budgetdraft/paper.py",
+        "src/budgetdraft/grid.py",
+        "src/budgetdraft/tables.py",
+        "src/budgetdraft/names.py",
+    ],
 }
 BASELINE_SRC = {
     "triforce": ["src/budgetdraft/baselines/triforce.py"],
@@ -65,13 +63,6 @@ BASELINE_SRC = {
 
 
 # ---------------------------------------------------------------- checks beyond the schema
-
-REQUIRED_VARIANTS = {  # label -> the artifacts that read its cells
-    "lambda0.5": "the BudgetDraft drafter of every table",
-    "la_only": "the L_C ablation table and claim F4",
-    "lambda1.0": "the lambda table and claim F6",
-    "single_budget": "the single-budget table and claim F5",
-}
 
 
 def check_config(config):
@@ -122,15 +113,15 @@ def check_config(config):
     ]:
         if len(hp["budgets"]) != len(hp["budget_weights"]):
             raise ValueError(f"{name}: budgets and budget_weights differ in length")
-    trained = {**config["training"], **config["variants"].get("single_budget", {})}[
+    trained = {**config["training"], **config["variants"].get(names.SINGLE, {})}[
         "budgets"
     ]
     if trained != [config["single_budget"]["trained_budget"]]:
         raise ValueError(
-            f"single_budget.trained_budget = {config['single_budget']['trained_budget']} but the single_budget "
+            f"single_budget.trained_budget = {config['single_budget']['trained_budget']} but the {names.SINGLE} "
             f"variant trains at budgets {trained}: the table's label would not say what was trained"
         )
-    for label, needed_by in REQUIRED_VARIANTS.items():
+    for label, needed_by in names.REQUIRED_VARIANTS.items():
         if label not in config["variants"]:
             raise ValueError(f"variants must define {label!r} ({needed_by})")
 
@@ -147,7 +138,7 @@ def cell(label, dataset, context, budget, gamma):
 
 def ar_cells(datasets=None, contexts=None):
     return [
-        cell("ar", d, c, 0, 0)
+        cell(names.AR, d, c, 0, 0)
         for d in datasets or DATASETS
         for c in contexts or CONTEXTS
     ]
@@ -183,15 +174,16 @@ def artifact_cells(artifact):
         config["single_budget"],
         config["collapse"],
     )
-    sweeps = sweep_cells("sd") + sweep_cells("lambda0.5")
+    AR, SD, BD = names.AR, names.SD, names.BD
+    sweeps = sweep_cells(SD) + sweep_cells(BD)
     cells = {
         "main": ar_cells() + sweeps,
         "vram_gamma": ar_cells() + sweeps,
-        "vram": ar_cells() + cells_at(["sd", "lambda0.5"]),
-        "ablation_lc": ar_cells() + cells_at(["la_only", "lambda0.5"]),
-        "lambda": ar_cells() + cells_at(["lambda0.5", "lambda1.0"]),
+        "vram": ar_cells() + cells_at([SD, BD]),
+        "ablation_lc": ar_cells() + cells_at([names.LA_ONLY, BD]),
+        "lambda": ar_cells() + cells_at([BD, names.LAMBDA1]),
         "comparison": ar_cells([cmp["dataset"]], cmp["contexts"])
-        + cells_at(["sd", "lambda0.5"], [cmp["dataset"]], cmp["contexts"], cmp["gamma"])
+        + cells_at([SD, BD], [cmp["dataset"]], cmp["contexts"], cmp["gamma"])
         + [
             cell(label, cmp["dataset"], c, BASELINE_BUDGET, cmp["gamma"])
             for label in BASELINES
@@ -199,16 +191,14 @@ def artifact_cells(artifact):
         ],
         "single_budget": ar_cells([single["dataset"]], [single["context"]])
         + cells_at(
-            ["single_budget", "lambda0.5"],
+            [names.SINGLE, BD],
             [single["dataset"]],
             [single["context"]],
             single["gamma"],
         ),
-        "fig_collapse": cells_at(
-            ["sd"], [collapse["dataset"]], None, collapse["gamma"]
-        ),
-        "fig_gamma": ar_cells() + sweep_cells("lambda0.5"),
-        "fig_errorbar": ar_cells() + sweep_cells("lambda0.5"),
+        "fig_collapse": cells_at([SD], [collapse["dataset"]], None, collapse["gamma"]),
+        "fig_gamma": ar_cells() + sweep_cells(BD),
+        "fig_errorbar": ar_cells() + sweep_cells(BD),
     }[artifact]
     return list(dict.fromkeys(cells))  # unique, order kept
 
@@ -241,40 +231,50 @@ def training_data(stage):
 
 
 def base_drafter_dir():
-    """The drafter every other drafter starts from: the base drafter when config `base_drafter` trains one,
-    else the exported drafter untouched (the paper's llama-68m)."""
+    """The drafter every other drafter starts from: the base drafter when config `base_drafter` trains one (a
+    directory() output of rule train_base), else the exported drafter untouched (the paper's llama-68m).
+    """
     return "results/models/drafter_base" if BASE else "results/models/drafter_untrained"
 
 
-def base_drafter_file():
-    """What a rule needs to depend on the base drafter (a trained drafter's directory is not an output)."""
-    return f"{base_drafter_dir()}/model.safetensors" if BASE else base_drafter_dir()
+# The device each kind of job runs on: model jobs on `device`; the training chain (targets, train_base, train) on
+# `training.device`, else `device`; EAGLE-3's head on `baselines.eagle3.training.device`, else `device`.
+TRAINING_DEVICE = config["training"].get("device", config["device"])
+EAGLE3_TRAINING = {
+    "device": config["device"],
+    **config["baselines"].get(names.EAGLE3, {}).get("training", {}),
+}
+
+
+def gpu_slots(device):
+    """GPU slots a job on `device` takes: 1 on CUDA (a counter locally, --gpus=1 on SLURM), else 0."""
+    return 1 if str(device).startswith("cuda") else 0
 
 
 def base_hparams():
     """`training:` merged with `base_drafter.training`, L_A only: the full-cache windows have no prefix to sparsify."""
     return json.dumps(
-        {**config["training"], **BASE["training"], "lambda_c": 0.0}, sort_keys=True
+        {
+            **config["training"],
+            "device": TRAINING_DEVICE,
+            **BASE["training"],
+            "lambda_c": 0.0,
+        },
+        sort_keys=True,
     )
 
 
-def train_gpu(wildcards=None):
-    """GPU slots of a training-stage job (targets, training): 1 when `training.device` is CUDA."""
-    return 1 if str(config["training"].get("device", "cpu")).startswith("cuda") else 0
-
-
-def drafter_input(label):
-    """The file or directory() output a cell label's drafter is read from (None for AR)."""
-    if label == "ar":
+def drafter_dir(label):
+    """The directory a cell label's drafter is read from (a directory() output; None for AR)."""
+    if label == names.AR:
         return None
-    if label in ("sd", "triforce"):
-        return base_drafter_file()
-    if label == "eagle3":
-        return "results/drafters/eagle3"
-    return f"results/drafters/{label}/model.safetensors"
+    if label in (names.SD, names.TRIFORCE):
+        return base_drafter_dir()
+    return f"results/drafters/{label}"
 
 
 def cell_inputs(wildcards):
+    """The verifier, the prompts, the shared prefills (`share_verifier_prefill`) and the drafter (not for AR)."""
     inputs = {
         "verifier": "results/models/verifier",
         "prompts": f"results/data/prompts/{wildcards.dataset}/{wildcards.context}.parquet",
@@ -284,23 +284,14 @@ def cell_inputs(wildcards):
         inputs["prefill"] = (
             f"results/prefill/{wildcards.dataset}/{wildcards.context}.safetensors"
         )
-    drafter = drafter_input(wildcards.label)
-    if drafter is not None:
-        inputs["drafter"] = drafter
+    if drafter_dir(wildcards.label) is not None:
+        inputs["drafter"] = drafter_dir(wildcards.label)
     return inputs
-
-
-def drafter_flag_dir(path):
-    """The directory of a drafter input: a trained drafter's `model.safetensors` names its directory."""
-    path = Path(path)
-    return path.parent if path.name == "model.safetensors" else path
 
 
 def cell_drafter_flag(wildcards, input):
     """`--drafter DIR`, or nothing for AR."""
-    if "drafter" not in input.keys():
-        return ""
-    return f"--drafter {drafter_flag_dir(input.drafter)}"
+    return f"--drafter {input.drafter}" if "drafter" in input.keys() else ""
 
 
 PREFILL_RUNS = 2  # timed runs of a shared verifier prefill; their median is charged (captions say so)
@@ -313,7 +304,7 @@ def cell_prefill_flag(wildcards, input):
 
 def cell_extra_flag(wildcards):
     settings = config["baselines"].get(wildcards.label)
-    if wildcards.label not in ("triforce", "eagle3") or not settings:
+    if wildcards.label not in names.BASELINES or not settings:
         return ""
     extra = {k: v for k, v in settings.items() if k != "training"}
     return f"--extra {shlex.quote(json.dumps(extra, sort_keys=True))}"
@@ -322,7 +313,12 @@ def cell_extra_flag(wildcards):
 def variant_hparams(variant):
     """`training:` merged with the variant's overrides, as handed to `budgetdraft train --hparams`."""
     return json.dumps(
-        {**config["training"], **config["variants"][variant]}, sort_keys=True
+        {
+            **config["training"],
+            "device": TRAINING_DEVICE,
+            **config["variants"][variant],
+        },
+        sort_keys=True,
     )
 
 
@@ -364,8 +360,3 @@ def paper_settings():
 
 def samples(dataset):
     return config["datasets"][dataset].get("samples", config["samples"])
-
-
-def gpu(wildcards=None):
-    """GPU slots a model job takes: 1 on a CUDA device (a counter locally, --gpus=1 on SLURM)."""
-    return 1 if str(config["device"]).startswith("cuda") else 0

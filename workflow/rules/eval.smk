@@ -16,7 +16,7 @@ rule verifier_prefill:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
     resources:
-        gpu=gpu,
+        gpu=gpu_slots(config["device"]),
     params:
         device=config["device"],
         dtype=config["verifier_dtype"],
@@ -49,7 +49,7 @@ rule eval_cell:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
     resources:
-        gpu=gpu,
+        gpu=gpu_slots(config["device"]),
     params:
         method=lambda wc: METHOD[wc.label],
         drafter=cell_drafter_flag,

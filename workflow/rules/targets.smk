@@ -19,11 +19,11 @@ rule targets:
         "../../envs/budgetdraft.yaml"
     threads: config["training"].get("threads", config["threads"])
     resources:
-        gpu=train_gpu,
+        gpu=gpu_slots(TRAINING_DEVICE),
     params:
         prefix_len=lambda wc: training_data(wc.stage)["prefix_len"],
         cont_len=lambda wc: training_data(wc.stage)["cont_len"],
-        device=config["training"].get("device", config["device"]),
+        device=TRAINING_DEVICE,
         dtype=config["verifier_dtype"],
         teacher=lambda wc: BASE["teacher"] if wc.stage == "base" else "verifier",
     shell:

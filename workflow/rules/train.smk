@@ -11,8 +11,7 @@ if BASE:
             targets="results/targets/base.safetensors",
             code=SRC["train"],
         output:
-            model="results/models/drafter_base/model.safetensors",
-            loss="results/models/drafter_base/loss_log.csv",
+            directory("results/models/drafter_base"),
         log:
             "logs/models/drafter_base.log",
         benchmark:
@@ -22,12 +21,11 @@ if BASE:
             "../../envs/budgetdraft.yaml"
         threads: config["training"].get("threads", config["threads"])
         resources:
-            gpu=train_gpu,
+            gpu=gpu_slots(TRAINING_DEVICE),
         params:
-            out=lambda wc, output: output.model.rsplit("/", 1)[0],
             hparams=base_hparams(),
         shell:
-            "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {params.out}"
+            "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {output}"
             " --hparams {params.hparams:q} > {log} 2>&1"
 
 
@@ -40,12 +38,11 @@ rule train:
     or interrupted job keeps its checkpoints, and re-running resumes.
     """
     input:
-        init=base_drafter_file(),
+        init=base_drafter_dir(),
         targets="results/targets/budgetdraft.safetensors",
         code=SRC["train"],
     output:
-        model="results/drafters/{variant}/model.safetensors",
-        loss="results/drafters/{variant}/loss_log.csv",
+        directory("results/drafters/{variant}"),
     log:
         "logs/drafters/{variant}.log",
     benchmark:
@@ -57,13 +54,11 @@ rule train:
         "../../envs/budgetdraft.yaml"
     threads: config["training"].get("threads", config["threads"])
     resources:
-        gpu=train_gpu,
+        gpu=gpu_slots(TRAINING_DEVICE),
     params:
-        init=lambda wc, input: drafter_flag_dir(input.init),
-        out=lambda wc, output: output.model.rsplit("/", 1)[0],
         hparams=lambda wc: variant_hparams(wc.variant),
     shell:
-        "python -m budgetdraft train --init {params.init} --targets {input.targets} --out {params.out}"
+        "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {output}"
         " --hparams {params.hparams:q} > {log} 2>&1"
 
 
@@ -83,11 +78,9 @@ rule train_eagle3:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
     resources:
-        gpu=gpu,
+        gpu=gpu_slots(EAGLE3_TRAINING["device"]),
     params:
-        hparams=json.dumps(
-            config["baselines"].get("eagle3", {}).get("training", {}), sort_keys=True
-        ),
+        hparams=json.dumps(EAGLE3_TRAINING, sort_keys=True),
     shell:
         "python -m budgetdraft train-eagle3 --verifier {input.verifier} --targets {input.targets}"
         " --out {output} --hparams {params.hparams:q} > {log} 2>&1"

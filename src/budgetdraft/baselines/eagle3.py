@@ -215,13 +215,8 @@ def ttt_loss(head, verifier, feats, input_ids, greedy, hp: dict, generator: torc
     return sum(losses) / weight_sum, accs
 
 
-def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *, verbose: bool = True) -> dict:
-    """Train an EAGLE-3 head and write ``out/head.safetensors`` + ``out/eagle3.json`` + ``out/loss_log.csv``."""
-    from safetensors.torch import save_file
-
-    from budgetdraft.models import load_model, torch_dtype
-    from budgetdraft.targets import load_targets
-
+def resolve_hparams(hparams: dict | None) -> dict:
+    """``HPARAMS`` <- ``hparams``, checked: unknown keys and counts below 1 are errors naming the key."""
     unknown = set(hparams or {}) - set(HPARAMS)
     if unknown:
         raise ValueError(f"unknown train-eagle3 hparams {sorted(unknown)}; known: {sorted(HPARAMS)}")
@@ -229,39 +224,77 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     for key in ("steps", "ttt_steps", "ttt_window", "step0_positions"):
         if hp[key] < 1:
             raise ValueError(f"train-eagle3 hparam {key} must be >= 1, got {hp[key]}")
+    return hp
+
+
+def frozen_verifier(verifier_spec: str, hp: dict):
+    from budgetdraft.models import load_model
+
+    verifier = load_model(verifier_spec, hp["device"], hp["verifier_dtype"]).eval()
+    for prm in verifier.parameters():
+        prm.requires_grad_(False)
+    return verifier
+
+
+class SequenceFeatures:
+    """The verifier's features and greedy tokens of each training sequence, kept in memory when they fit in
+    ``feature_cache_mb`` (else recomputed at every visit)."""
+
+    def __init__(self, verifier, input_ids: torch.Tensor, cfg: dict, cache_mb: float):
+        self.verifier, self.input_ids, self.layer_ids = verifier, input_ids, cfg["layer_ids"]
+        feat_mb = input_ids.shape[0] * input_ids.shape[1] * 3 * cfg["hidden_size"] * 4 / 2**20
+        self.cache: dict[int, tuple] | None = {} if feat_mb <= cache_mb else None
+
+    def __call__(self, i: int) -> tuple:
+        if self.cache is not None and i in self.cache:
+            return self.cache[i]
+        with torch.no_grad():
+            feats, greedy = verifier_features(self.verifier, self.input_ids[i : i + 1], self.layer_ids, greedy=True)
+        if self.cache is not None:
+            self.cache[i] = feats, greedy
+        return feats, greedy
+
+
+def save_head(out, head: Eagle3Head, config: dict, log_rows: list[dict]) -> None:
+    """``out/head.safetensors`` + ``out/eagle3.json`` (``config``) + ``out/loss_log.csv``, atomically."""
+    from safetensors.torch import save_file
+
+    with atomic_path(out) as work:
+        work.mkdir()
+        save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(work / HEAD_FILE))
+        (work / CONFIG_FILE).write_text(json.dumps(config, indent=1, sort_keys=True))
+        with open(work / "loss_log.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(log_rows[0]))
+            writer.writeheader()
+            writer.writerows(log_rows)
+
+
+def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *, verbose: bool = True) -> dict:
+    """Train an EAGLE-3 head and write ``out/head.safetensors`` + ``out/eagle3.json`` + ``out/loss_log.csv``."""
+    from budgetdraft.models import torch_dtype
+    from budgetdraft.targets import load_targets
+    from budgetdraft.training import lr_factor  # the drafter's schedule: linear warm-up, then cosine
+
+    hp = resolve_hparams(hparams)
     if hp["threads"]:
         torch.set_num_threads(int(hp["threads"]))
     torch.manual_seed(int(hp["seed"]))
-    device = hp["device"]
-    verifier = load_model(verifier_spec, device, hp["verifier_dtype"]).eval()
-    for prm in verifier.parameters():
-        prm.requires_grad_(False)
+    verifier = frozen_verifier(verifier_spec, hp)
     data = load_targets(targets_file)
-    input_ids = data["input_ids"].to(device)  # the targets are recomputed at every position (ttt_loss)
+    input_ids = data["input_ids"].to(hp["device"])  # the targets are recomputed at every position (ttt_loss)
     if data["verifier"] and verbose:
         print(f"sequences from the targets of verifier {data['verifier']}")
     cfg = head_config(verifier, hp["layer_ids"])
-    head = Eagle3Head(cfg).to(device=device, dtype=torch_dtype(hp["dtype"]))
+    head = Eagle3Head(cfg).to(device=hp["device"], dtype=torch_dtype(hp["dtype"]))
     opt = torch.optim.AdamW(head.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
-    from budgetdraft.training import lr_factor  # the drafter's schedule: linear warm-up, then cosine
-
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, hp["warmup_steps"], hp["steps"]))
-    n_seq = input_ids.shape[0]
-    feat_mb = n_seq * input_ids.shape[1] * 3 * cfg["hidden_size"] * 4 / 2**20
-    cache: dict[int, tuple] | None = {} if feat_mb <= hp["feature_cache_mb"] else None
+    features = SequenceFeatures(verifier, input_ids, cfg, hp["feature_cache_mb"])
     generator = torch.Generator().manual_seed(int(hp["seed"]))
-    order = torch.randperm(n_seq, generator=generator)
-    log_rows = []
-    t0 = time.time()
+    order = torch.randperm(input_ids.shape[0], generator=generator)
+    log_rows, t0 = [], time.time()
     for step in range(hp["steps"]):
-        i = int(order[step % n_seq])
-        if cache is not None and i in cache:
-            feats, greedy = cache[i]
-        else:
-            with torch.no_grad():
-                feats, greedy = verifier_features(verifier, input_ids[i : i + 1], cfg["layer_ids"], greedy=True)
-            if cache is not None:
-                cache[i] = feats, greedy
+        i = int(order[step % input_ids.shape[0]])
+        feats, greedy = features(i)
         loss, accs = ttt_loss(head, verifier, feats, input_ids[i : i + 1], greedy, hp, generator)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -274,15 +307,7 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
         if verbose and (step % hp["log_every"] == 0 or step == hp["steps"] - 1):
             print(f"step {step}: loss {log_rows[-1]['loss']:.4f} acc0 {log_rows[-1]['acc_step0']:.3f} "
                   f"acc {log_rows[-1]['acc_mean']:.3f} ({time.time() - t0:.1f} s)", flush=True)
-    with atomic_path(out) as work:
-        work.mkdir()
-        save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(work / HEAD_FILE))
-        (work / CONFIG_FILE).write_text(json.dumps({**cfg, "verifier": verifier_spec, "targets": str(targets_file),
-                                                    "hparams": hp}, indent=1, sort_keys=True))
-        with open(work / "loss_log.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(log_rows[0]))
-            writer.writeheader()
-            writer.writerows(log_rows)
+    save_head(out, head, {**cfg, "verifier": verifier_spec, "targets": str(targets_file), "hparams": hp}, log_rows)
     return {"first_loss": log_rows[0]["loss"], "last_loss": log_rows[-1]["loss"], "rows": log_rows}
 
 

@@ -26,8 +26,6 @@ evicts while prefilling). ``args.budget`` (the cell's B) is not used: TriForce's
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from budgetdraft.baselines import PrefillTap
@@ -84,8 +82,8 @@ class TriForceDrafter:
         self.retrieval_budget, self.streaming_budget, self.sinks = retrieval_budget, streaming_budget, sinks
         self.chunk_size, self.gamma_inner, self.prefill_chunk = chunk_size, gamma_inner, prefill_chunk
         self.tap = PrefillTap(verifier, queries=True) if tap else None
-        # inner-level statistics (the cell's acceptance/τ are the outer level's)
-        self.inner_drafted = self.inner_accepted = self.retrieval_forwards = self.small_forwards = 0
+        # forwards of each inner level (the cell's acceptance/τ are the outer level's)
+        self.retrieval_forwards = self.small_forwards = 0
 
     # ------------------------------------------------------------------------------------------ prefill
     def _full_verifier_cache(self, prompt):
@@ -191,8 +189,6 @@ class TriForceDrafter:
             k = 0
             while k < len(small) and small[k] == choice[k]:
                 k += 1
-            self.inner_drafted += len(small)
-            self.inner_accepted += k
             self.retrieval.truncate(base + len(r_feed) + k)
             r_pos += len(r_feed) + k
             produced += small[:k] + [choice[k]]
@@ -227,11 +223,6 @@ class TriForceDrafter:
 
     def weight_tensors(self):
         return module_tensors(self.model)  # the small drafter; the retrieval level runs the verifier's weights
-
-    def inner_stats(self) -> dict:
-        return {"inner_drafted": self.inner_drafted, "inner_accepted": self.inner_accepted,
-                "inner_acceptance": self.inner_accepted / self.inner_drafted if self.inner_drafted else math.nan,
-                "retrieval_forwards": self.retrieval_forwards, "small_forwards": self.small_forwards}
 
 
 def settings(args, extra: dict) -> dict:

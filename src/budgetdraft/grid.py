@@ -1,0 +1,249 @@
+"""Measured grid cells and the settings that lay them out: what tables, figures and claims all read.
+
+A cell file (`budgetdraft.cells`, see docs/architecture.md) holds one row per (sample, repeat) of one
+(label, dataset, context, budget, gamma). Definitions used everywhere (`budgetdraft.tables`, `budgetdraft.figures`,
+`budgetdraft.claims`):
+
+  per-sample time   mean over repeats of `total_s`
+  speedup           mean over samples of AR per-sample time / method per-sample time (matched by `sample`;
+                    the AR cell is label `ar`, budget 0, gamma 0 of the same dataset and context)
+  acceptance (%)    100 * sum(accepted) / sum(drafted) over the cell
+  AR tok/s          mean `tok_per_s` of the AR cell
+  peak memory (GB)  mean `peak_mem_mb` / 1024 over the cell's rows
+
+While loading, every row's `output_ids` is compared with the AR cell's output for the same
+(dataset, context, sample): greedy speculative decoding is lossless, so any difference is an error.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from budgetdraft.jsonarg import json_object
+from budgetdraft.names import AR
+
+KEY = ["label", "dataset", "context", "budget", "gamma"]
+NEEDED_COLUMNS = KEY + ["sample", "repeat", "total_s", "tok_per_s", "drafted", "accepted", "peak_mem_mb",
+                        "output_ids"]
+
+
+def cell_name(key) -> str:
+    label, dataset, context, budget, gamma = key
+    return f"(label={label}, dataset={dataset}, context={context}, budget={budget}, gamma={gamma})"
+
+
+# ----------------------------------------------------------------------------------------------- cells
+
+
+OPTIONAL_COLUMNS = ("device", "mem_kind")  # read when a cell has them
+
+
+def read_cell(path: Path, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
+    """One cell file's `NEEDED_COLUMNS` and those of the `optional` columns it has; a missing file, a missing
+    column, or a file that is no readable parquet (cut short by a kill) is an error naming the file."""
+    if not path.exists():
+        raise FileNotFoundError(f"cell file not found: {path}")
+    try:
+        names = pq.read_schema(path).names
+        missing = [c for c in NEEDED_COLUMNS if c not in names]
+        if missing:
+            raise ValueError(f"{path}: missing cell columns {missing}")
+        present = [c for c in dict.fromkeys(optional) if c in names and c not in NEEDED_COLUMNS]
+        return pd.read_parquet(path, columns=NEEDED_COLUMNS + present)
+    except pa.ArrowException:
+        raise ValueError(f"{path}: not a readable parquet file (truncated by a kill?): delete it and re-run to "
+                         "re-measure it") from None
+
+
+def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
+    """Concatenate cell files (`read_cell`: `NEEDED_COLUMNS` plus the `optional` columns each file has); reject
+    a cell given twice (in two files)."""
+    if not paths:
+        raise ValueError("no --cells given")
+    frames, owner = [], {}
+    for path in map(Path, paths):
+        df = read_cell(path, optional)
+        if df.empty:
+            raise ValueError(f"{path}: cell file has no rows")
+        for key in df[KEY].drop_duplicates().itertuples(index=False):
+            key = tuple(key)
+            if key in owner:
+                raise ValueError(f"cell {cell_name(key)} is in two files: {owner[key]} and {path}")
+            owner[key] = path
+        frames.append(df)
+    df = pd.concat(frames, ignore_index=True)
+    for col in ("label", "dataset", "context"):
+        df[col] = df[col].astype(str)
+    for col in ("budget", "gamma", "sample", "repeat"):
+        df[col] = df[col].astype(int)
+    return df
+
+
+def check_lossless(df: pd.DataFrame, mode: str = "error") -> None:
+    """Every row's output_ids must equal the AR output of its (dataset, context, sample).
+
+    Without an AR cell for that (dataset, context), the first cell (sorted by key) is the reference.
+    ``mode="warn"`` reports mismatches on stderr instead of failing: with an fp16 verifier a batched verify and a
+    single-token step can round a near-tie differently, so rare flips are not a decoding bug there."""
+    ids = df["output_ids"].map(lambda a: np.asarray(a, dtype=np.int64).tobytes())
+    for (dataset, context), group in df.groupby(["dataset", "context"], sort=True):
+        keys = sorted({tuple(k) for k in group[KEY].itertuples(index=False)})
+        ref_key = (AR, dataset, context, 0, 0)
+        if ref_key not in keys:
+            ref_key = keys[0]
+        is_ref = np.ones(len(group), dtype=bool)
+        for col, val in zip(KEY, ref_key):
+            is_ref &= (group[col] == val).to_numpy()
+        ref_rows = group[is_ref].sort_values("repeat")
+        reference = dict(zip(ref_rows["sample"], ids.loc[ref_rows.index]))
+        expected = group["sample"].map(reference)
+        bad = expected.notna() & (expected != ids.loc[group.index])
+        if bad.any():
+            row = group.loc[bad[bad].index[0]]
+            got = np.asarray(row["output_ids"], dtype=np.int64)
+            want = np.frombuffer(reference[row["sample"]], dtype=np.int64)
+            n = min(len(got), len(want))
+            diff = np.flatnonzero(got[:n] != want[:n])
+            where = f"first difference at token {diff[0]}" if len(diff) else f"lengths {len(got)} vs {len(want)}"
+            key = tuple(row[KEY])
+            message = (f"lossless check failed: cell {cell_name(key)} sample {row['sample']} repeat "
+                       f"{row['repeat']} generated different output_ids than {cell_name(ref_key)} ({where}); "
+                       f"{int(bad.sum())} row(s) of {dataset}/{context} differ")
+            if mode != "warn":
+                raise ValueError(message)
+            print(f"budgetdraft paper: warning: {message}", file=sys.stderr)
+
+
+class Grid:
+    """Measured cells, indexed by (label, dataset, context, budget, gamma), with the paper's metrics."""
+
+    def __init__(self, df: pd.DataFrame, check: bool = True, lossless: str = "error"):
+        if check:
+            check_lossless(df, lossless)
+        if "device" in df.columns and df["device"].nunique() > 1:
+            print(f"budgetdraft paper: warning: cells come from several devices: {sorted(df['device'].unique())}",
+                  file=sys.stderr)
+        self.df = df
+        per_sample = df.groupby(KEY + ["sample"], sort=True).agg(
+            time=("total_s", "mean"), accepted=("accepted", "sum"), drafted=("drafted", "sum"))
+        self.samples = {tuple(k): g.droplevel(KEY) for k, g in per_sample.groupby(level=KEY, sort=False)}
+        self.rows = {tuple(k): g for k, g in df.groupby(KEY, sort=False)}
+
+    def has(self, key) -> bool:
+        return tuple(key) in self.rows
+
+    def need(self, *key):
+        key = tuple(key)
+        if key not in self.rows:
+            raise ValueError(f"missing cell {cell_name(key)}: not among the --cells given")
+        return key
+
+    def gammas(self, label, dataset, context, budget) -> list[int]:
+        return sorted(k[4] for k in self.rows if k[:4] == (label, dataset, context, budget))
+
+    def ar_key(self, dataset, context):
+        return self.need(AR, dataset, context, 0, 0)
+
+    def sample_speedups(self, key) -> pd.Series:
+        """AR per-sample time / method per-sample time, indexed by sample."""
+        key = self.need(*key)
+        ar_key = self.ar_key(key[1], key[2])
+        method, ar = self.samples[key]["time"], self.samples[ar_key]["time"]
+        if set(method.index) != set(ar.index):
+            raise ValueError(f"cell {cell_name(key)} has samples {sorted(method.index)} but the AR cell "
+                             f"{cell_name(ar_key)} has {sorted(ar.index)}")
+        return ar.loc[method.index] / method
+
+    def speedup(self, key) -> float:
+        return float(self.sample_speedups(key).mean())
+
+    def sample_acceptance(self, key) -> pd.Series:
+        s = self.samples[self.need(*key)]
+        return 100.0 * s["accepted"] / s["drafted"].where(s["drafted"] > 0)
+
+    def acceptance(self, key) -> float:
+        rows = self.rows[self.need(*key)]
+        drafted = rows["drafted"].sum()
+        return 100.0 * rows["accepted"].sum() / drafted if drafted > 0 else math.nan
+
+    def ar_tok_s(self, dataset, context) -> float:
+        return float(self.rows[self.ar_key(dataset, context)]["tok_per_s"].mean())
+
+    @cached_property
+    def memory(self) -> tuple[str, float, str]:
+        """(unit, MB per unit, what `peak_mem_mb` measures) of these cells: CUDA's max_memory_allocated in GB as in
+        the paper, or, on CPU, the bytes held in weights and KV caches in MB (a sparse cache moves it by < 1 MB)."""
+        kinds = set(self.df["mem_kind"]) if "mem_kind" in self.df else {"cpu_peak_rss"}
+        if kinds == {"cuda_max_allocated"}:
+            return "GB", 1024.0, (r"peak GPU memory (\texttt{max\_memory\_allocated}), converted from "
+                                  r"\texttt{peak\_mem\_mb}")
+        if kinds == {"cpu_tensor_bytes"}:
+            return "MB", 1.0, ("memory held in weights and KV caches, counted from the tensors on CPU (not VRAM: "
+                               "activations and the process's other memory are not included)")
+        raise ValueError(f"cells measure peak memory in different ways ({sorted(kinds)}): re-run the older cells")
+
+    def peak(self, key) -> float:
+        """Mean `peak_mem_mb` of a cell, in the unit of `memory`."""
+        return float(self.rows[self.need(*key)]["peak_mem_mb"].mean()) / self.memory[1]
+
+
+# -------------------------------------------------------------------------------------------- settings
+
+
+@dataclass
+class Settings:
+    raw: dict
+
+    def get(self, dotted: str):
+        node = self.raw
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise ValueError(f"settings: missing key '{dotted}'")
+            node = node[part]
+        return node
+
+    @property
+    def datasets(self) -> dict:
+        return dict(self.get("datasets"))
+
+    @property
+    def contexts(self) -> list[str]:
+        return [str(c) for c in self.get("contexts")]
+
+    @property
+    def budgets(self) -> list[int]:
+        return [int(b) for b in self.get("budgets")]
+
+    def sweep(self, grid: Grid, label, dataset, context, budgets=None) -> list[int]:
+        """The gamma sweep at (dataset, context): settings `gammas[context]` if given (then every cell is
+        required), else every gamma present for `label` at any budget; each gamma needs every budget."""
+        budgets = self.budgets if budgets is None else budgets
+        given = self.raw.get("gammas", {}).get(context) if isinstance(self.raw.get("gammas"), dict) else None
+        if given is not None:
+            gammas = sorted(int(g) for g in given)
+        else:
+            gammas = sorted({g for b in budgets for g in grid.gammas(label, dataset, context, b)})
+            if not gammas:
+                grid.need(label, dataset, context, budgets[0], "any")
+        for g in gammas:
+            for b in budgets:
+                grid.need(label, dataset, context, b, g)
+        return gammas
+
+
+def parse_settings(text_or_path) -> Settings:
+    return Settings(settings_dict(text_or_path))
+
+
+def settings_dict(text_or_path) -> dict:
+    """The settings as a plain dict, from a dict, a JSON string or a JSON file."""
+    return json_object(text_or_path, "--settings")

@@ -1,0 +1,36 @@
+"""The one home of the names the library and the workflow share: cell labels, methods, the paper's artifacts.
+
+No imports beyond the standard library: the workflow (`workflow/rules/common.smk`) reads this module too, before any
+job runs and without the heavy dependencies of the other modules.
+"""
+
+# Cell labels: methods without a trained drafter, and the trained variants the tables read.
+AR, SD, TRIFORCE, EAGLE3 = "ar", "sd", "triforce", "eagle3"
+BD, LA_ONLY, LAMBDA1, SINGLE = "lambda0.5", "la_only", "lambda1.0", "single_budget"
+METHODS = (AR, SD, TRIFORCE, EAGLE3)  # how `eval-cell --method` decodes; a trained variant decodes as SD
+BASELINES = (TRIFORCE, EAGLE3)
+METHOD_NAMES = {AR: "AR", SD: "SD (sparse/full)", TRIFORCE: "TriForce", EAGLE3: "EAGLE-3", BD: "BudgetDraft"}
+REQUIRED_VARIANTS = {  # trained variant (cell label) -> the artifacts that read its cells
+    BD: "the BudgetDraft drafter of every table",
+    LA_ONLY: "the L_C ablation table and claim F4",
+    LAMBDA1: "the lambda table and claim F6",
+    SINGLE: "the single-budget table and claim F5",
+}
+
+# The paper's artifacts: tables (results/tables/NAME.tex) and figures (results/figures/STEM.pdf and .png).
+TABLES = {  # artifact -> LaTeX label
+    "main": "tab:best_speedup_and_accept_per_budget",
+    "comparison": "tab:comparison",
+    "ablation_lc": "tab:ablation_lc",
+    "lambda": "tab:lambda_sensitivity_full",
+    "single_budget": "tab:single_budget_ablation",
+    "vram_gamma": "tab:peak_vram_gamma_full",
+    "vram": "tab:peak_vram",
+}
+FIGURES = {  # artifact -> LaTeX label
+    "fig_collapse": "fig:collapse",
+    "fig_gamma": "fig:gamma_sensitivity_budget_avg",
+    "fig_errorbar": "fig:errorbar",
+}
+FIGURE_STEMS = {"fig_collapse": "collapse", "fig_gamma": "gamma_sensitivity", "fig_errorbar": "errorbar"}
+ARTIFACTS = {**TABLES, **FIGURES}
