@@ -111,7 +111,10 @@ def sentencepiece_model(tokenizer) -> bytes:
     """`tokenizer` (``llama2_like_tokenizer``) as a SentencePiece BPE ``tokenizer.model``, the form the Llama-2-era
     hub repositories ship: ``<unk>``/``<s>``/``</s>`` then byte pieces, then every other piece scored by its rank
     (SentencePiece merges the best-scored pair first; tokenizers numbers pieces in merge order). Needs protobuf."""
-    from sentencepiece import sentencepiece_model_pb2 as pb
+    try:
+        from sentencepiece import sentencepiece_model_pb2 as pb
+    except ImportError as err:
+        raise RuntimeError(f"writing a tokenizer.model needs protobuf (pinned in envs/requirements.txt): {err}") from None
 
     model = pb.ModelProto()
     model.trainer_spec.model_type = pb.TrainerSpec.BPE
