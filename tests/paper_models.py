@@ -114,13 +114,12 @@ def sentencepiece_model(tokenizer) -> bytes:
     try:
         from sentencepiece import sentencepiece_model_pb2 as pb
     except ImportError as err:
-        raise RuntimeError(f"writing a tokenizer.model needs protobuf (pinned in envs/requirements.txt): {err}") from None
+        raise RuntimeError(f"a tokenizer.model needs protobuf (pinned in envs/requirements.txt): {err}") from None
 
     model = pb.ModelProto()
-    model.trainer_spec.model_type = pb.TrainerSpec.BPE
-    model.trainer_spec.vocab_size = VOCAB
-    model.trainer_spec.byte_fallback = True
-    model.trainer_spec.unk_id, model.trainer_spec.bos_id, model.trainer_spec.eos_id, model.trainer_spec.pad_id = 0, 1, 2, -1
+    spec = model.trainer_spec
+    spec.model_type, spec.vocab_size, spec.byte_fallback = pb.TrainerSpec.BPE, VOCAB, True
+    spec.unk_id, spec.bos_id, spec.eos_id, spec.pad_id = 0, 1, 2, -1
     model.normalizer_spec.name = "identity"
     model.normalizer_spec.add_dummy_prefix = True
     model.normalizer_spec.remove_extra_whitespaces = False

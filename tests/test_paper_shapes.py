@@ -171,10 +171,15 @@ def test_paper_config_runs_offline_to_the_tables(paper_dirs, tmp_path, monkeypat
     cells = sorted((work / "results/cells").rglob("*.parquet"))
     assert {c.relative_to(work / "results/cells").parts[0] for c in cells} == {
         "ar", "sd", "la_only", "lambda0.5", "lambda1.0", "single_budget", "triforce", "eagle3"}
-    prompt_len = pq.read_table(work / f"results/data/prompts/lwm/{CONTEXT}.parquet").column("input_ids")
-    assert len(prompt_len[0]) == CONTEXT  # every cell decoded past position 2,304 > 2,048
+    for path in cells:  # every cell decoded at positions 2,304 and beyond, with the paper's fp16 verifier
+        for row in pq.read_table(path).to_pylist():
+            assert row["prompt_tokens"] == CONTEXT and row["new_tokens"] >= 1, path
+            assert json.loads(row["config"])["verifier_dtype"] == "float16", path
     train = pq.read_table(work / "results/data/train/budgetdraft.parquet").column("input_ids")
     assert {len(ids) for ids in train.to_pylist()} == {PREFIX + 16}
     for variant in ("la_only", "lambda0.5", "lambda1.0", "single_budget"):
-        log = (work / f"results/drafters/{variant}/loss_log.csv").read_text().splitlines()
+        trained = work / "results/drafters" / variant
+        log = (trained / "loss_log.csv").read_text().splitlines()
         assert len(log) == 1 + cfg["training"]["steps"], variant
+        assert json.loads((trained / "hparams.json").read_text())["prefill_chunk"] < PREFIX  # a chunked prefill
+        assert json.loads((trained / "config.json").read_text())["max_position_embeddings"] == 2048
