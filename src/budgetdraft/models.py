@@ -238,9 +238,23 @@ def load_model(spec: str, device: str = "cpu", dtype: str = "float32"):
 
 
 def load_tokenizer(spec: str):
+    """The tokenizer of ``spec``; ``trust_remote_code`` stays off. A directory whose tokenizer is only a
+    SentencePiece ``tokenizer.model`` (the Llama-2-era hub repositories, e.g. the paper's JackFram/llama-68m) is
+    converted by transformers, which needs protobuf for it: without, a ValueError says so (transformers itself
+    falls back to reading the file as tiktoken and fails with a message about tiktoken)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve(spec), trust_remote_code=False)
+    path = resolve(spec)
+    local = Path(path)
+    if (local / "tokenizer.model").is_file() and not (local / "tokenizer.json").is_file():
+        try:
+            import google.protobuf  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                f"the tokenizer of {spec!r} is a SentencePiece tokenizer.model without tokenizer.json: reading it "
+                "needs protobuf (pinned in envs/requirements.txt: pip install -r envs/requirements.txt)"
+            ) from None
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
 
 
 def check_pair(drafter, verifier) -> None:
@@ -252,14 +266,14 @@ def check_pair(drafter, verifier) -> None:
 
 def export(spec: str, out: str | Path) -> Path:
     """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     src = resolve(spec)
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, trust_remote_code=False)
-    return _save_dir_atomically(model, AutoTokenizer.from_pretrained(src), out)
+    return _save_dir_atomically(model, load_tokenizer(spec), out)
 
 
 def configure_parser(parser) -> None:
