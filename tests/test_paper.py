@@ -232,9 +232,46 @@ def test_captions_say_what_stands_behind_each_entry_and_take_lambda_from_the_var
 def test_figures_write_pdf_and_png(cells, tmp_path, artifact):
     out = tmp_path / "figs" / f"{artifact}.pdf"
     written = paper.build(artifact, list(cells.values()), SETTINGS, out)
-    assert written == [out, out.with_suffix(".png")]
+    assert written == [out, out.with_suffix(".png"), paper.sources_path(out)]
     assert out.read_bytes().startswith(b"%PDF") and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     assert not [p for p in out.parent.iterdir() if ".tmp" in p.name]
+    assert paper.trace_file(out)  # every plotted series re-derives from the recorded cells
+
+
+def test_trace_file_checks_cells_outputs_and_plotted_values_by_content(cells, tmp_path):
+    paths = [tmp_path / "cells" / f"{i}.parquet" for i in range(len(cells))]
+    for src, dst in zip(cells.values(), paths):
+        dst.parent.mkdir(exist_ok=True)
+        dst.write_bytes(src.read_bytes())
+    table, figure = tmp_path / "main.tex", tmp_path / "collapse.pdf"
+    paper.build("main", paths, SETTINGS, table)
+    paper.build("fig_collapse", paths, SETTINGS, figure)
+    assert paper.trace_file(table) and paper.trace_file(figure)
+
+    caption = table.read_text().replace("\\caption{", "\\caption{Typed. ", 1)  # a line that holds no number
+    table.write_text(caption)
+    with pytest.raises(ValueError, match="main.tex changed since it was built"):
+        paper.trace_file(table)
+    sources = json.loads(paper.sources_path(table).read_text())
+    sources["outputs"]["main.tex"] = paper.file_sha256(table)  # even with its digest forged, the caption is checked
+    paper.sources_path(table).write_text(json.dumps(sources))
+    with pytest.raises(ValueError, match="line .* is not what the cells and settings give"):
+        paper.trace_file(table)
+
+    recorded = json.loads(paper.sources_path(figure).read_text())
+    series = next(iter(recorded["values"]))
+    recorded["values"][series]["acceptance"][0] += 1.0  # a plotted point that the cells do not give
+    paper.sources_path(figure).write_text(json.dumps(recorded))
+    with pytest.raises(ValueError, match="plotted values not derived from the cells"):
+        paper.trace_file(figure)
+
+    sd = next(p for p, k in zip(paths, cells) if k[0] == "sd")
+    frame = pd.read_parquet(sd)
+    frame.loc[0, "accepted"] += 1  # a cell changed after the artifacts were built
+    frame.to_parquet(sd)
+    for artifact in (table, figure):
+        with pytest.raises(ValueError, match="changed since the artifact was built"):
+            paper.trace_file(artifact)
 
 
 def test_speedup_is_mean_of_per_sample_ratios(cells):

@@ -1,8 +1,10 @@
-"""Atomic writes: a file or directory appears complete under its final name, or not at all."""
+"""Files: atomic writes (a file or directory appears complete under its final name, or not at all) and content
+digests (sha256) that identify what a result was made from."""
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -63,3 +65,17 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through `atomic_path`."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 (hex) of a file's bytes, read in 16 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def files_sha256(paths) -> str:
+    """sha256 (hex) over the names and the ``file_sha256`` of several files, in the given order."""
+    return hashlib.sha256("".join(f"{Path(p).name} {file_sha256(p)}\n" for p in paths).encode()).hexdigest()

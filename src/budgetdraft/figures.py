@@ -1,6 +1,8 @@
 """Figures of the paper from measured cells (see `budgetdraft.grid` for the metric definitions).
 
-Each builder writes OUT (PDF) and OUT with suffix .png, atomically, and returns both paths.
+Each builder draws one figure from the grid and returns it with the values it plotted (JSON-able, by series);
+`draw` writes OUT (PDF) and OUT with suffix .png atomically, and `budgetdraft.paper` records the values next to
+them so that `paper.trace_file` can re-derive every plotted point from the cells.
 """
 
 from __future__ import annotations
@@ -29,14 +31,16 @@ def save(fig, out: Path) -> list[Path]:
     return paths
 
 
-def fig_collapse(grid: Grid, s: Settings, out: Path) -> list[Path]:
+def fig_collapse(grid: Grid, s: Settings):
     """Acceptance of SD (sparse/full) vs context length, one line per budget (the largest labelled 'full')."""
     dataset, gamma = s.get("collapse.dataset"), int(s.get("collapse.gamma"))
     contexts, budgets = s.contexts, sorted(s.budgets)
     lengths = [int(n) for n in s.raw.get("context_tokens", {}).values()]  # "full" is fewer tokens than every prompt
     fig, ax = plt.subplots(figsize=(4.8, 3.2))
+    values = {}
     for budget in budgets:
         acc = [grid.acceptance(grid.need(SD, dataset, c, budget, gamma)) for c in contexts]
+        values[f"B={budget}"] = {"context": list(contexts), "acceptance": acc}
         label = f"full = {budget} tokens" if budget == budgets[-1] else f"$B={budget}$"
         ax.plot(range(len(contexts)), acc, marker="o", label=label)
     ax.set_xticks(range(len(contexts)), contexts)
@@ -47,15 +51,16 @@ def fig_collapse(grid: Grid, s: Settings, out: Path) -> list[Path]:
     ax.grid(alpha=0.3)
     ax.legend(title=f"KV budget (prompts: {min(lengths)}–{max(lengths)} tokens)" if lengths else "KV budget",
               fontsize=7, title_fontsize=7)
-    return save(fig, out)
+    return fig, values
 
 
-def gamma_grid(grid: Grid, s: Settings, out: Path, errorbars: bool) -> list[Path]:
+def gamma_grid(grid: Grid, s: Settings, errorbars: bool):
     """rows contexts x cols datasets: BudgetDraft acceptance (left axis) and speedup (right axis) vs gamma,
     averaged over budgets. errorbars: mean +- std over (sample, budget) points of per-sample values."""
     ds = s.datasets
     fig, axes = plt.subplots(len(s.contexts), len(ds), figsize=(3.6 * len(ds), 2.8 * len(s.contexts)),
                              squeeze=False)
+    values = {}
     for i, context in enumerate(s.contexts):
         for j, (dataset, name) in enumerate(ds.items()):
             ax = axes[i][j]
@@ -71,6 +76,8 @@ def gamma_grid(grid: Grid, s: Settings, out: Path, errorbars: bool) -> list[Path
                 else:
                     acc_m.append(np.mean([grid.acceptance(k) for k in keys]))
                     sp_m.append(np.mean([grid.speedup(k) for k in keys]))
+            values[f"{context} {dataset}"] = {"gamma": list(gammas), "acceptance": acc_m, "speedup": sp_m,
+                                              **({"acceptance_std": acc_s, "speedup_std": sp_s} if errorbars else {})}
             ax2 = ax.twinx()
             if errorbars:
                 ax.errorbar(gammas, acc_m, yerr=acc_s, color="C0", marker="o", ms=3, capsize=2, label="acceptance")
@@ -97,15 +104,41 @@ def gamma_grid(grid: Grid, s: Settings, out: Path, errorbars: bool) -> list[Path
                 lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
                 ax.legend(lines, ["acceptance", "speedup"], fontsize=7, loc="lower left")
     fig.tight_layout()
-    return save(fig, out)
+    return fig, values
 
 
-def fig_gamma(grid: Grid, s: Settings, out: Path) -> list[Path]:
-    return gamma_grid(grid, s, out, errorbars=False)
+def fig_gamma(grid: Grid, s: Settings):
+    return gamma_grid(grid, s, errorbars=False)
 
 
-def fig_errorbar(grid: Grid, s: Settings, out: Path) -> list[Path]:
-    return gamma_grid(grid, s, out, errorbars=True)
+def fig_errorbar(grid: Grid, s: Settings):
+    return gamma_grid(grid, s, errorbars=True)
 
 
 FIGURE_BUILDERS = {"fig_collapse": fig_collapse, "fig_gamma": fig_gamma, "fig_errorbar": fig_errorbar}
+
+
+def plotted_values(artifact: str, grid: Grid, s: Settings) -> dict:
+    """The values figure ``artifact`` plots, as plain floats (NaN where a point has no data)."""
+    fig, values = FIGURE_BUILDERS[artifact](grid, s)
+    plt.close(fig)
+    return plain(values)
+
+
+def draw(artifact: str, grid: Grid, s: Settings, out: Path) -> tuple[list[Path], dict]:
+    """Write figure ``artifact`` to ``out`` (.pdf) and its .png; return the paths and the plotted values."""
+    fig, values = FIGURE_BUILDERS[artifact](grid, s)
+    return save(fig, out), plain(values)
+
+
+def plain(values):
+    """``values`` with numpy scalars turned into Python floats / ints, so they compare equal after JSON."""
+    if isinstance(values, dict):
+        return {str(k): plain(v) for k, v in values.items()}
+    if isinstance(values, (list, tuple)):
+        return [plain(v) for v in values]
+    if isinstance(values, (np.integer, int)) and not isinstance(values, bool):
+        return int(values)
+    if isinstance(values, (np.floating, float)):
+        return float(values)
+    return values

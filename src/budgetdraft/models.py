@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from budgetdraft.atomic import atomic_path
+from budgetdraft.atomic import atomic_path, file_sha256, files_sha256
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -89,20 +89,6 @@ def _locate(package: str, member: str) -> Path:
     if not path.is_file():
         raise ValueError(f"embedded model file missing: {path} (package {package!r} is installed but incomplete)")
     return path
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 (hex) of a file's bytes, read in 16 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def files_sha256(paths) -> str:
-    """sha256 (hex) over the names and the ``file_sha256`` of several files, in the given order."""
-    return hashlib.sha256("".join(f"{Path(p).name} {file_sha256(p)}\n" for p in paths).encode()).hexdigest()
 
 
 def embedded_gguf(name: str) -> Path:

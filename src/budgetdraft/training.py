@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from budgetdraft.atomic import atomic_path
+from budgetdraft.atomic import atomic_path, file_sha256, files_sha256
 from budgetdraft.jsonarg import json_object
 from budgetdraft.targets import IGNORE
 
@@ -280,7 +280,7 @@ def _run_identity(hp: dict, targets_file, init: str) -> dict:
     """What must be equal for a restart to continue the same run: the hparams (less RESTART_FREE_KEYS) and the
     sha256 of the targets file, of the init drafter's weights (``weights_digest``) and of the STEP_CODE sources.
     Paths are not part of it: the same path may hold other contents after the kill."""
-    from budgetdraft.models import file_sha256, files_sha256, weights_digest
+    from budgetdraft.models import weights_digest
 
     return {"hparams": {k: v for k, v in hp.items() if k not in RESTART_FREE_KEYS},
             "targets": file_sha256(targets_file), "init": weights_digest(init),

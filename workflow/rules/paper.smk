@@ -5,7 +5,7 @@ rule table:
         code=SRC["paper"],
     output:
         tex="results/tables/{artifact}.tex",
-        sources="results/tables/{artifact}.sources.json",  # provenance: the cells + settings, see `trace_file`
+        sources="results/tables/{artifact}.sources.json",  # provenance: cells + settings by sha256, see `trace_file`
     log:
         "logs/tables/{artifact}.log",
     wildcard_constraints:
@@ -31,6 +31,7 @@ rule figure:
             category="Figures",
         ),
         png="results/figures/{figure}.png",
+        sources="results/figures/{figure}.sources.json",  # provenance: cells, outputs, plotted values
     log:
         "logs/figures/{figure}.log",
     wildcard_constraints:
