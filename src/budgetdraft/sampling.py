@@ -58,7 +58,7 @@ def sampling_distribution(logits: torch.Tensor, sampling: Sampling) -> torch.Ten
         logits = logits.masked_fill(logits < kth, -torch.inf)
     probs = logits.softmax(-1)
     if sampling.top_p < 1:
-        sorted_probs, order = probs.sort(-1, descending=True, stable=True)
+        sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
         before = sorted_probs.cumsum(-1) - sorted_probs  # mass of the tokens ranked above each one
         drop = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, before >= sampling.top_p)
         probs = probs.masked_fill(drop, 0.0)  # keeps the smallest top set whose mass reaches top_p
