@@ -5,14 +5,18 @@ The end-to-end tests compare the empirical distribution of the first generated t
 with the exact one, computed from the verifier's logits by enumerating every prefix in the top-k support, and
 show that the same test rejects a broken acceptance rule."""
 
+import argparse
+import json
 import re
 import subprocess
 import sys
 from collections import Counter
 
+import pandas as pd
 import pytest
 import torch
 
+from budgetdraft import cells, paper
 from budgetdraft import sampling as sampling_module
 from budgetdraft.decoding import (SharedPrefill, SparseDrafter, Verifier, autoregressive, ids_tensor, prompt_key,
                                   speculative)
@@ -348,3 +352,53 @@ def test_temperature_zero_reproduces_greedy_on_the_real_model(real_pair):
     assert speculative(SparseDrafter(drafter, 16), verifier, ids, 20, 5, eos_token_id=[], sampling=cold).tokens == \
         greedy.tokens
     assert autoregressive(verifier, ids, 20, eos_token_id=[], sampling=cold).tokens == greedy.tokens
+
+
+# ---- grid cells and aggregation in sampling mode -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cell_inputs(tiny, prompt, tmp_path_factory):
+    root = tmp_path_factory.mktemp("cells")
+    for name, model in zip(("verifier", "drafter"), tiny):
+        model.save_pretrained(root / name)
+    pd.DataFrame({"sample": [0, 1], "doc_id": ["a", "b"], "input_ids": [prompt, prompt[5:]]}).to_parquet(
+        root / "prompts.parquet")
+    return root
+
+
+def cell(cell_inputs, method, *flags):
+    """One grid cell's rows (2 prompts x 2 repeats, 10 new tokens) on the tiny pair."""
+    parser = argparse.ArgumentParser()
+    cells.configure_parser(parser)
+    budget, gamma = ("0", "0") if method == "ar" else ("8", "3")
+    args = parser.parse_args([
+        "--label", method, "--method", method, "--verifier", str(cell_inputs / "verifier"),
+        "--drafter", str(cell_inputs / "drafter"), "--prompts", str(cell_inputs / "prompts.parquet"),
+        "--dataset", "d", "--context", "c", "--budget", budget, "--gamma", gamma, "--max-new-tokens", "10",
+        "--repeats", "2", "--warmup", "0", "--out", "unused", *flags])
+    return cells.run_cell(args)
+
+
+def test_cells_record_the_sampling_and_aggregation_checks_one_decoding_per_group(cell_inputs, capsys):
+    hot = ["--temperature", "1.2", "--top-k", "10", "--seed", "3"]
+    greedy_ar, greedy_sd = cell(cell_inputs, "ar"), cell(cell_inputs, "sd")
+    sampled_ar, sampled_sd = cell(cell_inputs, "ar", *hot), cell(cell_inputs, "sd", *hot)
+    assert json.loads(greedy_sd["config"][0])["temperature"] == 0.0
+    recorded = json.loads(sampled_sd["config"][0])
+    assert (recorded["temperature"], recorded["top_p"], recorded["top_k"], recorded["seed"]) == (1.2, 1.0, 10, 3)
+    for frame in (sampled_ar, sampled_sd):  # the repeats of a prompt decode the same sample
+        assert frame.groupby("sample")["output_ids"].agg(lambda s: len({tuple(x) for x in s})).eq(1).all()
+    assert list(sampled_sd["output_ids"][0]) != list(greedy_sd["output_ids"][0])
+    assert sampled_sd["drafted"].sum() > 0 and 0 <= sampled_sd["accepted"].sum() <= sampled_sd["drafted"].sum()
+
+    paper.check_lossless(pd.concat([greedy_ar, greedy_sd], ignore_index=True))  # greedy: token for token
+    assert "skipped" not in capsys.readouterr().err
+    paper.check_lossless(pd.concat([sampled_ar, sampled_sd], ignore_index=True))
+    assert "d/c was decoded by sampling (temperature=1.2, top_p=1.0, top_k=10, seed=3)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"cells of d/c were decoded differently \(greedy; temperature=1.2"):
+        paper.check_lossless(pd.concat([greedy_ar, sampled_sd], ignore_index=True))
+
+
+def test_a_greedy_only_method_refuses_sampling_naming_the_flag(cell_inputs):
+    with pytest.raises(ValueError, match="--temperature 0.9: method 'triforce' decodes greedily only"):
+        cell(cell_inputs, "triforce", "--temperature", "0.9")
