@@ -402,3 +402,16 @@ def test_cells_record_the_sampling_and_aggregation_checks_one_decoding_per_group
 def test_a_greedy_only_method_refuses_sampling_naming_the_flag(cell_inputs):
     with pytest.raises(ValueError, match="--temperature 0.9: method 'triforce' decodes greedily only"):
         cell(cell_inputs, "triforce", "--temperature", "0.9")
+
+
+@pytest.mark.real
+def test_cli_decode_samples_reproducibly():
+    def decode(*flags):
+        run = subprocess.run([sys.executable, "-m", "budgetdraft", "decode", "--method", "sd", "--budget", "16",
+                              "--max-new-tokens", "6", "--threads", "1", "--prompt", "To be, or not to be", *flags],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.split("\n{", 1)[0]  # the text, without the metrics
+
+    hot = ("--temperature", "1.5", "--top-k", "20", "--seed", "11")
+    assert decode(*hot) == decode(*hot)
