@@ -180,3 +180,37 @@ def test_the_size_of_a_run_has_one_source_the_config(workdir, key):
     (workdir / "bad.yaml").write_text(yaml.safe_dump(cfg))
     code, out = snakemake(workdir, "-n", "all", "--configfile", "bad.yaml", check=False)
     assert code != 0 and f"'{key}' is a required property" in out, out[-2000:]
+
+
+def sampled_cell_command(workdir, sampling, baselines=()):
+    """The planned `eval-cell` command of one SD cell of config/ci.yaml with `sampling:` set (None: left out)."""
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    if sampling is not None:
+        cfg["sampling"] = sampling
+    cfg["baselines"]["enabled"] = list(baselines)
+    (workdir / "s.yaml").write_text(yaml.safe_dump(cfg))
+    code, out = snakemake(workdir, "-n", "-p", "results/cells/sd/gs/128/B16_g5.parquet", "--configfile", "s.yaml",
+                          check=False)
+    return code, out, next((line for line in out.splitlines() if "eval-cell" in line), "")
+
+
+def test_sampling_reaches_the_cells_only_when_set(workdir):
+    _, _, greedy = sampled_cell_command(workdir, None, ["triforce", "eagle3"])
+    assert greedy and "--temperature" not in greedy and "--seed" not in greedy  # greedy: the command as it was
+    _, _, explicit_greedy = sampled_cell_command(workdir, {"temperature": 0, "top_k": 5}, ["triforce"])
+    assert explicit_greedy == greedy
+    _, _, hot = sampled_cell_command(workdir, {"temperature": 0.7, "top_p": 0.9})
+    assert "--temperature 0.7 --top-p 0.9 --top-k 0 --seed 0 --out" in hot
+
+
+@pytest.mark.parametrize("sampling, baselines, message", [
+    ({"temperature": -1}, [], "['sampling']['temperature']"),
+    ({"temperature": 1, "top_p": 0}, [], "['sampling']['top_p']"),
+    ({"temperature": 1, "top_k": 2.5}, [], "['sampling']['top_k']"),
+    ({"temperature": 1, "topp": 0.5}, [], "'topp' was unexpected"),
+    ({"temperature": 0.5}, ["triforce"], "sampling.temperature = 0.5 but baselines.enabled = ['triforce']"),
+])
+def test_bad_sampling_fails_naming_the_key(workdir, sampling, baselines, message):
+    code, out, _ = sampled_cell_command(workdir, sampling, baselines)
+    assert code != 0 and message in out, out[-2000:]
+    assert "Job stats" not in out

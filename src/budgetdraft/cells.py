@@ -3,6 +3,8 @@
 The models are loaded once; one warm-up generation is discarded, then every prompt of the dataset × context is
 decoded ``repeats`` times. Every run generates exactly ``max_new_tokens`` tokens (EOS does not stop it, as in
 the paper), so all methods of a cell row decode the same tokens and aggregation can check losslessness.
+In sampling mode (``--temperature`` > 0; methods ar and sd) every run draws from a stream seeded by ``--seed``, so
+the repeats of a prompt decode the same sample; the flags are recorded in the rows' ``config``.
 The file is written atomically: a killed or failed cell leaves no file, and re-running the target redoes it.
 """
 
@@ -24,6 +26,7 @@ from budgetdraft.jsonarg import json_object
 from budgetdraft.models import load_model
 from budgetdraft.names import METHODS
 from budgetdraft.prefill import check_covers, load_prefills
+from budgetdraft.sampling import add_sampling_flags, sampling_from_args
 
 CELL_COLUMNS = [
     "label", "method", "dataset", "context", "budget", "gamma", "policy", "sample", "doc_id", "repeat",
@@ -32,14 +35,20 @@ CELL_COLUMNS = [
     "peak_tensor_mb", "drafter_kv_mb", "verifier_kv_mb", "draft_s", "draft_steps", "verify_s", "device",
     "output_ids", "config",
 ]
+SAMPLING_METHODS = ("ar", "sd")  # the baselines draft greedily only
 NO_EOS: list[int] = []  # fixed-length generations
 
 
 def make_decoder(args, verifier, prefilled=None):
     """A function (prompt_ids, new_tokens) -> Generation for the cell's method (``prefilled``: shared verifier
     prefills, see ``budgetdraft.prefill``)."""
+    sampling = sampling_from_args(args)
+    if sampling is not None and args.method not in SAMPLING_METHODS:
+        raise ValueError(f"--temperature {args.temperature}: method {args.method!r} decodes greedily only; sampling "
+                         f"runs with methods {', '.join(SAMPLING_METHODS)}")
     if args.method == "ar":
-        return lambda ids, n: autoregressive(verifier, ids, n, eos_token_id=NO_EOS, prefilled=prefilled)
+        return lambda ids, n: autoregressive(verifier, ids, n, eos_token_id=NO_EOS, prefilled=prefilled,
+                                             sampling=sampling)
     if args.gamma < 1:
         raise ValueError(f"--gamma must be >= 1 for method {args.method!r}, got {args.gamma}")
     if not args.drafter:
@@ -55,7 +64,7 @@ def make_decoder(args, verifier, prefilled=None):
         baseline = importlib.import_module(f"budgetdraft.baselines.{args.method}")
         new_drafter = baseline.drafter_factory(verifier, args, extra)
     return lambda ids, n: speculative(new_drafter(), verifier, ids, n, args.gamma, eos_token_id=NO_EOS,
-                                      prefilled=prefilled)
+                                      prefilled=prefilled, sampling=sampling)
 
 
 def device_name(device: str) -> str:
@@ -133,6 +142,7 @@ def configure_parser(parser) -> None:
                         help="the prompts' verifier prefills from `budgetdraft prefill`: copied in, their recorded "
                              "seconds charged, instead of recomputed in every run")
     parser.add_argument("--extra", default="", help="JSON of method-specific settings (triforce, eagle3)")
+    add_sampling_flags(parser)
     parser.add_argument("--out", required=True)
 
 

@@ -4,6 +4,10 @@ Speculative decoding is lossless: every emitted token is the verifier's own gree
 before it, so the output equals ``autoregressive(...)`` token for token (up to float ties between a batched
 verify and single-token steps, ~1e-6 in the logits).
 
+Sampling mode (``sampling=Sampling(...)``, ``budgetdraft.sampling``): AR draws every token from the verifier's
+sampling distribution p; speculative decoding draws drafts from the drafter's q and keeps them by the speculative
+sampling rule, so its output has AR's distribution (not its tokens). ``sampling=None`` is the greedy code path.
+
 Cache invariants of ``speculative``, with ``out`` the tokens emitted so far:
   verifier cache = prompt + out[:-1]                 (out[-1] is fed at the next verify)
   drafter cache  = sparse(prompt) + out[:-len(pending)]   (pending: emitted but not yet seen by the drafter)
@@ -22,6 +26,7 @@ from budgetdraft.kvcache import (POLICIES, PreallocatedCache, check_budget, gath
                                  num_layers, prefill)
 from budgetdraft.metrics import (DecodeStats, Stopwatch, cache_bytes, module_tensors, peak_memory, reset_peak_memory,
                                  storage_bytes)
+from budgetdraft.sampling import Sampler, Sampling, add_sampling_flags, sampling_from_args
 
 
 @dataclass
@@ -46,11 +51,13 @@ def prompt_key(prompt_ids) -> str:
 @dataclass
 class SharedPrefill:
     """The verifier's prefill of one prompt, computed once (``budgetdraft prefill``): its KV cache per layer, the
-    greedy first token, and the seconds it took, which every run that reuses it is charged."""
+    greedy first token, and the seconds it took, which every run that reuses it is charged; ``logits`` [V] of the
+    last prompt position let sampling mode draw the first token (None in files written without them)."""
 
     kv: list[tuple[torch.Tensor, torch.Tensor]]
     first_token: int
     seconds: float
+    logits: torch.Tensor | None = None
 
 
 def check_request(model, prompt_len: int, max_new_tokens: int) -> None:
@@ -93,18 +100,25 @@ class Verifier:
         self.prefilled = prefilled or {}
         self.device = model.device
 
-    def prefill(self, prompt: torch.Tensor, capacity: int) -> int:
-        """Prefill the prompt [1, P]; returns the greedy first new token."""
+    def prefill(self, prompt: torch.Tensor, capacity: int, sampler: Sampler | None = None) -> int:
+        """Prefill the prompt [1, P]; returns the first new token: greedy, or drawn by ``sampler``
+        (``self.last_logits`` [V] keeps the logits it comes from)."""
         self.length = prompt.shape[1]
         shared = self.prefilled.get(prompt_key(prompt[0])) if self.prefilled else None
         if shared is not None:
             self.cache = PreallocatedCache.from_kv(shared.kv, capacity)
             self.recorded_prefill_s = shared.seconds
-            return shared.first_token
+            if sampler is None:
+                return shared.first_token
+            if shared.logits is None:
+                raise ValueError("the shared verifier prefill holds no first-token logits, which sampling needs: "
+                                 "rebuild it with `budgetdraft prefill`")
+            return sampler.sample(shared.logits)[0]
         self.cache = PreallocatedCache(num_layers(self.model), capacity)
         logits, _ = prefill(self.model, prompt, self.cache, chunk_len=self.prefill_chunk)
         self.recorded_prefill_s = None
-        return int(logits.argmax(-1))
+        self.last_logits = logits[0]
+        return int(logits.argmax(-1)) if sampler is None else sampler.sample(logits[0])[0]
 
     @torch.no_grad()
     def hidden(self, tokens: list[int], output_hidden_states: bool = False):
@@ -136,6 +150,22 @@ class Verifier:
         while k < len(drafts) and drafts[k] == choice[k]:
             k += 1
         return k, choice[k]
+
+    @torch.no_grad()
+    def distributions(self, hidden: torch.Tensor, sampler: Sampler) -> torch.Tensor:
+        """p [q, V]: the verifier's sampling distribution after each row of ``hidden`` [1, q, H]."""
+        return sampler.distribution(self.model.get_output_embeddings()(hidden)[0])
+
+    def sample(self, hidden: torch.Tensor, sampler: Sampler) -> int:
+        """A token drawn from p after the last row of ``hidden`` (AR sampling)."""
+        return sampler.draw(self.distributions(hidden[:, -1:], sampler)[0])
+
+    def verify_sampled(self, hidden: torch.Tensor, drafts: list[int], q: torch.Tensor | None,
+                       sampler: Sampler) -> tuple[int, int]:
+        """``verify`` for sampling mode: accepted drafts k and the next token by the speculative sampling rule
+        (``Sampler.speculative_step``), q [γ, V] the drafter's distributions the drafts were drawn from."""
+        p = self.distributions(hidden, sampler)
+        return sampler.speculative_step(p, q, drafts) if drafts else (0, sampler.draw(p[0]))
 
     def rollback(self, length: int) -> None:
         self.cache.truncate(length)
@@ -170,20 +200,32 @@ class SparseDrafter:
         self.cache = PreallocatedCache.from_kv(gathered_kv(full, idx), kept[0] + capacity)
         self.position = prompt_len  # real position of the next token fed
 
-    @torch.no_grad()
     def draft(self, pending: list[int], gamma: int) -> list[int]:
         """Feed the ``pending`` tokens, then propose ``gamma`` greedy tokens; the drafter cache ends up holding
         pending + the first gamma − 1 drafts."""
+        return self._draft(pending, gamma, lambda logits: (int(logits.argmax()), None))[0]
+
+    def draft_sampled(self, pending: list[int], gamma: int, sampler: Sampler) -> tuple[list[int], torch.Tensor]:
+        """``draft`` for sampling mode: each draft drawn from q, the drafter's sampling distribution; returns the
+        drafts and q [gamma, V]."""
+        drafts, q = self._draft(pending, gamma, sampler.sample)
+        return drafts, torch.stack(q)
+
+    @torch.no_grad()
+    def _draft(self, pending: list[int], gamma: int, choose) -> tuple[list[int], list]:
+        """``gamma`` drafts, each ``choose(logits [V]) -> (token, its distribution or None)``."""
         self.start = self.cache.get_seq_length()
-        drafts, feed = [], pending
+        drafts, dists, feed = [], [], pending
         for _ in range(gamma):
             logits = self.model(input_ids=ids_tensor(feed, self.device), past_key_values=self.cache,
                                 position_ids=position_range(self.position, len(feed), self.device), use_cache=True,
                                 logits_to_keep=1).logits
             self.position += len(feed)
-            feed = [int(logits[0, -1].argmax())]
-            drafts.append(feed[0])
-        return drafts
+            token, dist = choose(logits[0, -1])
+            feed = [token]
+            drafts.append(token)
+            dists.append(dist)
+        return drafts, dists
 
     def rollback(self, kept_new: int) -> None:
         """Keep only the first ``kept_new`` tokens fed during the last ``draft``."""
@@ -215,33 +257,51 @@ def drafter_kv_bytes(drafter) -> int:
 
 
 def timed_prefill(verifier: Verifier, prompt: torch.Tensor, capacity: int, stats: DecodeStats,
-                  device) -> tuple[int, float]:
+                  device, sampler: Sampler | None = None) -> tuple[int, float]:
     """The verifier's prefill: its first token, with ``stats.verifier_prefill_s`` its seconds (for a shared
     prefill, the seconds recorded when it was computed) and the correction to add to the run's wall time (recorded
     − spent copying the shared cache in; 0 when computed here)."""
     with Stopwatch(device) as t:
-        first = verifier.prefill(prompt, capacity)
+        first = verifier.prefill(prompt, capacity, sampler)
     recorded = verifier.recorded_prefill_s
     stats.verifier_prefill_s, stats.verifier_forwards = (t.seconds if recorded is None else recorded), 1
     return first, stats.verifier_prefill_s - t.seconds
 
 
-def timed_draft(drafter, pending: list[int], g: int, stats: DecodeStats, device) -> list[int]:
-    """``drafter.draft(pending, g)`` (nothing when g = 0), its seconds and steps added to ``stats``."""
+def timed_draft(drafter, pending: list[int], g: int, stats: DecodeStats, device,
+                sampler: Sampler | None = None) -> tuple[list[int], torch.Tensor | None]:
+    """``drafter.draft(pending, g)`` (nothing when g = 0), its seconds and steps added to ``stats``; with a
+    ``sampler``, ``drafter.draft_sampled`` and the drafter's distributions q [g, V] (else None)."""
     if g == 0:
-        return []
+        return [], None
     with Stopwatch(device) as t:
-        drafts = drafter.draft(pending, g)
+        drafts, q = (drafter.draft(pending, g), None) if sampler is None else drafter.draft_sampled(pending, g, sampler)
     stats.draft_s += t.seconds
     stats.draft_steps += len(drafts)
-    return drafts
+    return drafts, q
+
+
+def check_sampling(verifier_model, drafter=None) -> None:
+    """Sampling mode needs the verifier's true logits from its LM head and a drafter that samples its drafts."""
+    cfg = verifier_model.config
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None) not in (None, 1, 1.0):
+        raise ValueError(f"sampling: the verifier ({cfg.model_type}) rescales its logits after the LM head, which "
+                         "the sampling path does not apply; decode it greedily (temperature 0)")
+    if drafter is not None and not hasattr(drafter, "draft_sampled"):
+        raise ValueError(f"sampling: the {type(drafter).__name__} drafter drafts greedily only; sample with the sparse "
+                         "drafter (method sd) or decode greedily (temperature 0)")
 
 
 @torch.no_grad()
 def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *, eos_token_id=None,
-                   prefill_chunk: int | None = None, prefilled: dict[str, SharedPrefill] | None = None) -> Generation:
-    """Greedy AR decoding on a full pre-allocated cache."""
+                   prefill_chunk: int | None = None, prefilled: dict[str, SharedPrefill] | None = None,
+                   sampling: Sampling | None = None) -> Generation:
+    """AR decoding on a full pre-allocated cache: greedy, or each token drawn from the verifier's sampling
+    distribution (``sampling``)."""
     check_request(verifier_model, len(prompt_ids), max_new_tokens)
+    sampler = None if sampling is None else Sampler(sampling)
+    if sampler is not None:
+        check_sampling(verifier_model)
     device, eos = verifier_model.device, _eos_ids(verifier_model, eos_token_id)
     stats = DecodeStats(prompt_tokens=len(prompt_ids))
     verifier = Verifier(verifier_model, prefill_chunk, prefilled)
@@ -249,13 +309,14 @@ def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *
     reset_peak_memory(device)
     with Stopwatch(device) as total:  # the prefill yields the first token
         first, correction = timed_prefill(verifier, ids_tensor(prompt_ids, device), len(prompt_ids) + max_new_tokens,
-                                          stats, device)
+                                          stats, device, sampler)
         out = [first]
         stats.record_memory(weights, verifier.kv_bytes())
         out, done = _finish(out, max_new_tokens, eos)
         while not done:
             with Stopwatch(device) as t:
-                token = verifier.greedy(verifier.hidden([out[-1]]).last_hidden_state)[0]
+                hidden = verifier.hidden([out[-1]]).last_hidden_state
+                token = verifier.greedy(hidden)[0] if sampler is None else verifier.sample(hidden, sampler)
             stats.verify_s += t.seconds
             stats.verifier_forwards += 1
             stats.record_memory(weights, verifier.kv_bytes())
@@ -266,12 +327,16 @@ def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *
 @torch.no_grad()
 def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: int, gamma: int, *,
                 eos_token_id=None, prefill_chunk: int | None = None,
-                prefilled: dict[str, SharedPrefill] | None = None) -> Generation:
+                prefilled: dict[str, SharedPrefill] | None = None, sampling: Sampling | None = None) -> Generation:
     """Greedy speculative decoding: ``drafter`` proposes γ tokens, the verifier checks them in one forward on
-    its full cache, the longest agreeing prefix is kept plus the verifier's own next token (the bonus)."""
+    its full cache, the longest agreeing prefix is kept plus the verifier's own next token (the bonus).
+    With ``sampling``: drafts drawn from q, kept by the speculative sampling rule (``Sampler.speculative_step``)."""
     if gamma < 1:
         raise ValueError(f"gamma (draft length) must be >= 1, got {gamma}")
     check_request(verifier_model, len(prompt_ids), max_new_tokens)
+    sampler = None if sampling is None else Sampler(sampling)
+    if sampler is not None:
+        check_sampling(verifier_model, drafter)
     if hasattr(drafter, "model"):
         from budgetdraft.models import check_pair
 
@@ -284,7 +349,7 @@ def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: 
     weights = weight_bytes(verifier_model, drafter)
     reset_peak_memory(device)
     with Stopwatch(device) as total:
-        first, correction = timed_prefill(verifier, prompt, capacity, stats, device)
+        first, correction = timed_prefill(verifier, prompt, capacity, stats, device, sampler)
         out = [first]
         with Stopwatch(device) as t:
             drafter.prefill(prompt.to(drafter.device), max_new_tokens + gamma + 1)
@@ -294,12 +359,15 @@ def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: 
         pending = [out[-1]]
         while not done:
             g = min(gamma, max_new_tokens - len(out) - 1)  # never draft past the last token still wanted
-            drafts = timed_draft(drafter, pending, g, stats, device)
+            drafts, q = timed_draft(drafter, pending, g, stats, device, sampler)
             base = verifier.length
             with Stopwatch(device) as t:
                 vout = verifier.hidden([out[-1]] + drafts,
                                        output_hidden_states=getattr(drafter, "needs_hidden", False))
-                k, bonus = verifier.verify(vout.last_hidden_state, drafts)
+                if sampler is None:
+                    k, bonus = verifier.verify(vout.last_hidden_state, drafts)
+                else:
+                    k, bonus = verifier.verify_sampled(vout.last_hidden_state, drafts, q, sampler)
             stats.verify_s += t.seconds
             stats.record_round(len(drafts), k)
             verifier.rollback(base + 1 + k)
@@ -345,6 +413,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--verifier-dtype", default="float32")
     parser.add_argument("--drafter-dtype", default="float32")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    add_sampling_flags(parser)
 
 
 def run(args) -> None:
@@ -352,6 +421,7 @@ def run(args) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    sampling = sampling_from_args(args)
     text = args.prompt or "Once upon a time"
     if args.prompt_file:
         with open(args.prompt_file, encoding="utf-8") as f:
@@ -364,11 +434,11 @@ def run(args) -> None:
         ids = tokenizer(text)["input_ids"]
     verifier = load_model(args.verifier, args.device, args.verifier_dtype)
     if args.method == "ar":
-        gen = autoregressive(verifier, ids, args.max_new_tokens)
+        gen = autoregressive(verifier, ids, args.max_new_tokens, sampling=sampling)
     else:
         drafter_model = load_model(args.drafter, args.device, args.drafter_dtype)
         drafter = SparseDrafter(drafter_model, args.budget, args.policy, args.chunk_size, args.score_window)
-        gen = speculative(drafter, verifier, ids, args.max_new_tokens, args.gamma)
+        gen = speculative(drafter, verifier, ids, args.max_new_tokens, args.gamma, sampling=sampling)
     print(tokenizer.decode(gen.tokens, skip_special_tokens=True))
     print(json.dumps({k: v for k, v in gen.stats.as_dict().items()
                       if k not in ("reached_by_position", "accepted_by_position")}, indent=1))

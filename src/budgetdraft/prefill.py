@@ -3,7 +3,8 @@
 On a CPU the verifier's prefill is most of a grid cell at long contexts (≈ 5 s for a 1,024-token prompt at one
 thread, against ≈ 3 s for 16 new tokens), and every cell of a (dataset, context) recomputes the same one: same
 model, same prompt, same numbers. ``budgetdraft prefill`` computes it once per prompt, times it (median of
-``--repeats`` runs after a warm-up, in the same conditions as a cell) and saves the KV cache and the first token.
+``--repeats`` runs after a warm-up, in the same conditions as a cell) and saves the KV cache, the first token and
+the last position's logits (sampling mode draws the first token from them).
 A cell given ``--verifier-prefill`` copies that cache in instead of recomputing it and is charged the recorded
 seconds, so every end-to-end time still includes the verifier's prefill, the same figure for every method. The
 cache is the verifier's own output, bit for bit: tokens, acceptance and losslessness are unchanged.
@@ -50,6 +51,7 @@ def record_prefills(verifier_model, prompts: list[list[int]], repeats: int, warm
         for layer in range(num_layers(verifier_model)):
             k, v = verifier.cache.kv(layer)
             tensors[f"{key}.{layer}.k"], tensors[f"{key}.{layer}.v"] = k.contiguous(), v.contiguous()
+        tensors[f"{key}.logits"] = verifier.last_logits.contiguous()
         meta[key] = {"first_token": first, "seconds": statistics.median(seconds), "runs_s": seconds,
                      "prompt_tokens": len(ids)}
     return tensors, meta
@@ -67,9 +69,11 @@ def load_prefills(path: str | Path, device="cpu") -> dict[str, SharedPrefill]:
         if METADATA_KEY not in metadata:
             raise ValueError(f"{path} is not a verifier prefill file (no {METADATA_KEY!r} metadata)")
         meta = json.loads(metadata[METADATA_KEY])
-        layers = len({name.split(".")[1] for name in f.keys()}) if meta else 0
+        names = set(f.keys())
+        layers = len({name.split(".")[1] for name in names if name.endswith((".k", ".v"))}) if meta else 0
         return {key: SharedPrefill([(f.get_tensor(f"{key}.{i}.k"), f.get_tensor(f"{key}.{i}.v"))
-                                    for i in range(layers)], m["first_token"], m["seconds"])
+                                    for i in range(layers)], m["first_token"], m["seconds"],
+                                   f.get_tensor(f"{key}.logits") if f"{key}.logits" in names else None)
                 for key, m in meta.items()}
 
 

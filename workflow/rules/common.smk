@@ -40,12 +40,14 @@ SRC = {
     "prefill": [
         "src/budgetdraft/prefill.py",
         "src/budgetdraft/decoding.py",
+        "src/budgetdraft/sampling.py",
         *MODEL_CODE,
     ],
     "eval": [
         "src/budgetdraft/cells.py",
         "src/budgetdraft/prefill.py",
         "src/budgetdraft/decoding.py",
+        "src/budgetdraft/sampling.py",
         "src/budgetdraft/models.py",
         *MODEL_CODE,
     ],
@@ -63,6 +65,17 @@ BASELINE_SRC = {
 
 
 # ---------------------------------------------------------------- checks beyond the schema
+
+
+def sampling():
+    """`sampling:` with the schema's defaults for the keys it leaves out (temperature 0 = greedy)."""
+    return {
+        "temperature": 0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "seed": 0,
+        **config.get("sampling", {}),
+    }
 
 
 def check_config(config):
@@ -124,6 +137,12 @@ def check_config(config):
     for label, needed_by in names.REQUIRED_VARIANTS.items():
         if label not in config["variants"]:
             raise ValueError(f"variants must define {label!r} ({needed_by})")
+    enabled = config["baselines"].get("enabled", [])
+    if sampling()["temperature"] > 0 and enabled:
+        raise ValueError(
+            f"sampling.temperature = {sampling()['temperature']} but baselines.enabled = {enabled}: the baselines "
+            "decode greedily only; set baselines.enabled: [] to sample, or sampling.temperature: 0"
+        )
 
 
 check_config(config)
@@ -295,6 +314,14 @@ def cell_drafter_flag(wildcards, input):
 
 
 PREFILL_RUNS = 2  # timed runs of a shared verifier prefill; their median is charged (captions say so)
+
+
+def cell_sampling_flags():
+    """The sampling flags of `eval-cell`; none when greedy, so a greedy cell's command is what it always was."""
+    s = sampling()
+    if s["temperature"] == 0:
+        return ""
+    return f" --temperature {s['temperature']} --top-p {s['top_p']} --top-k {s['top_k']} --seed {s['seed']}"
 
 
 def cell_prefill_flag(wildcards, input):

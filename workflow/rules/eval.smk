@@ -55,6 +55,7 @@ rule eval_cell:
         drafter=cell_drafter_flag,
         extra=cell_extra_flag,
         prefill=cell_prefill_flag,
+        sampling=cell_sampling_flags(),
         policy=config["policy"],
         chunk_size=config["chunk_size"],
         score_window=config["score_window"],
@@ -76,5 +77,5 @@ rule eval_cell:
         " --warmup-tokens {params.warmup_tokens}"
         " --warmup-prompt-tokens {params.warmup_prompt_tokens} --repeats {params.repeats}"
         " --device {params.device} --verifier-dtype {params.verifier_dtype}"
-        " --drafter-dtype {params.drafter_dtype} --threads {threads} {params.extra} {params.prefill}"
+        " --drafter-dtype {params.drafter_dtype} --threads {threads} {params.extra} {params.prefill}{params.sampling}"
         " --out {output} > {log} 2>&1"
