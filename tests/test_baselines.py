@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import tiny_llama
 from transformers import LlamaForCausalLM
 
 from budgetdraft.baselines import eagle3, triforce
@@ -18,7 +19,6 @@ from budgetdraft.baselines.triforce import TriForceDrafter, retrieval_indices
 from budgetdraft.cli import main as cli
 from budgetdraft.decoding import autoregressive, speculative
 from budgetdraft.targets import save_targets, teacher_targets
-from conftest import tiny_llama
 
 torch.set_num_threads(1)
 VOCAB = 64

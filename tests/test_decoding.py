@@ -6,10 +6,10 @@ import sys
 
 import pytest
 import torch
+from conftest import shakespeare_text, tiny_llama
 
 from budgetdraft.decoding import SparseDrafter, Verifier, autoregressive, ids_tensor, speculative
 from budgetdraft.models import EMBEDDED, EmbeddedGGUF, check_pair, embedded_gguf, load_model, resolve
-from conftest import shakespeare_text, tiny_llama
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,17 @@
 import pytest
 import torch
+from conftest import tiny_llama
 from transformers import DynamicCache
 
-from budgetdraft.kvcache import (PreallocatedCache, gathered_cache, gathered_kv, keep_indices, prefill, streaming,
-                                 topk_chunks)
-from conftest import tiny_llama
+from budgetdraft.kvcache import (
+    PreallocatedCache,
+    gathered_cache,
+    gathered_kv,
+    keep_indices,
+    prefill,
+    streaming,
+    topk_chunks,
+)
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,12 @@
 
 import pytest
 import torch
+from conftest import tiny_llama
 
 from budgetdraft.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
 from budgetdraft.baselines.triforce import TriForceDrafter
 from budgetdraft.decoding import SparseDrafter, autoregressive, speculative, weight_bytes
 from budgetdraft.metrics import module_tensors, storage_bytes
-from conftest import tiny_llama
 
 NEW, GAMMA = 8, 3
 KV_TOKEN_BYTES = 2 * 2 * 16 * 4  # keys + values, 2 KV heads of dim 16, float32: per token and layer

@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+import paper_models
 import pytest
 import torch
 import yaml
 
-import paper_models
 from budgetdraft import paper
 
 ROOT = Path(__file__).resolve().parents[1]

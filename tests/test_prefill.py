@@ -4,10 +4,10 @@ tokens as a run that prefills itself, and the recorded prefill seconds charged i
 import pandas as pd
 import pytest
 import torch
+from conftest import tiny_llama
 
 from budgetdraft.decoding import SparseDrafter, autoregressive, prompt_key, speculative
 from budgetdraft.prefill import check_covers, load_prefills, record_prefills, save_prefills
-from conftest import tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +70,9 @@ def test_a_file_that_is_not_a_prefill_file_is_refused(tmp_path):
 @pytest.mark.real
 def test_a_cell_with_a_shared_prefill_decodes_what_the_real_verifier_decodes(real_pair, tmp_path):
     """The command line end to end on the real model: `prefill`, then `eval-cell --verifier-prefill`."""
-    from budgetdraft.cli import main
     from conftest import shakespeare_text
+
+    from budgetdraft.cli import main
 
     verifier, _, tokenizer = real_pair
     ids = tokenizer(shakespeare_text()[50000:60000])["input_ids"][:160]

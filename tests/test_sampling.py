@@ -15,15 +15,28 @@ from collections import Counter
 import pandas as pd
 import pytest
 import torch
+from conftest import shakespeare_text, tiny_llama
 
 from budgetdraft import cells, grid
 from budgetdraft import sampling as sampling_module
-from budgetdraft.decoding import (SharedPrefill, SparseDrafter, Verifier, autoregressive, ids_tensor, prompt_key,
-                                  speculative)
+from budgetdraft.decoding import (
+    SharedPrefill,
+    SparseDrafter,
+    Verifier,
+    autoregressive,
+    ids_tensor,
+    prompt_key,
+    speculative,
+)
 from budgetdraft.prefill import load_prefills, record_prefills, save_prefills
-from budgetdraft.sampling import (Sampler, Sampling, acceptance_probability, residual, sampling_distribution,
-                                  sampling_from_flags)
-from conftest import shakespeare_text, tiny_llama
+from budgetdraft.sampling import (
+    Sampler,
+    Sampling,
+    acceptance_probability,
+    residual,
+    sampling_distribution,
+    sampling_from_flags,
+)
 
 LEVEL = 1e-3  # chi-square test level: a correct rule passes above it; a broken one falls far below
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from conftest import tiny_llama
 from safetensors.torch import load_file
 
 from budgetdraft import training
 from budgetdraft.cli import main as cli
 from budgetdraft.models import weights_digest
-from budgetdraft.targets import IGNORE, load_targets, save_targets, sequence_targets, teacher_targets, text_targets
-from conftest import tiny_llama
+from budgetdraft.targets import IGNORE, load_targets, save_targets, teacher_targets, text_targets
 
 torch.set_num_threads(1)
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import tiny_llama
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

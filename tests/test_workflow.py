@@ -106,6 +106,15 @@ def test_lint_and_format_are_clean(workdir):
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_python_lint_and_format_are_clean():
+    """ruff (configured in pyproject.toml, pinned in envs/requirements.txt) finds nothing and would reformat nothing."""
+    ruff = shutil.which("ruff")
+    assert ruff, "ruff is pinned in envs/requirements.txt: install it with bash envs/install.sh"
+    for args in (["check"], ["format", "--check"]):
+        proc = subprocess.run([ruff, *args, "src", "tests", "bench"], cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, f"ruff {' '.join(args)}:\n{proc.stdout}{proc.stderr}"
+
+
 # Without profiles/default, whose `forcerun: [table, figure]` re-aggregates tables on every run: these tests check
 # what Snakemake itself reruns after a code edit.
 NO_PROFILE = ("--workflow-profile", "none")

@@ -27,10 +27,10 @@ import json
 import random
 import re
 import sqlite3
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import distribution
 from pathlib import Path
-from typing import Callable, Iterator
 
 from budgetdraft.atomic import atomic_path
 

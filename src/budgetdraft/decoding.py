@@ -22,10 +22,25 @@ from dataclasses import dataclass
 
 import torch
 
-from budgetdraft.kvcache import (POLICIES, PreallocatedCache, check_budget, gathered_kv, keep_indices, needs_scores,
-                                 num_layers, prefill)
-from budgetdraft.metrics import (DecodeStats, Stopwatch, cache_bytes, module_tensors, peak_memory, reset_peak_memory,
-                                 storage_bytes)
+from budgetdraft.kvcache import (
+    POLICIES,
+    PreallocatedCache,
+    check_budget,
+    gathered_kv,
+    keep_indices,
+    needs_scores,
+    num_layers,
+    prefill,
+)
+from budgetdraft.metrics import (
+    DecodeStats,
+    Stopwatch,
+    cache_bytes,
+    module_tensors,
+    peak_memory,
+    reset_peak_memory,
+    storage_bytes,
+)
 from budgetdraft.sampling import Sampler, Sampling, add_sampling_flags, sampling_from_args
 
 

@@ -13,8 +13,6 @@ After sparsification the cache length no longer equals the real position, so eve
 
 from __future__ import annotations
 
-import math
-
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
 
@@ -84,7 +82,7 @@ class PreallocatedCache(Cache):
         super().__init__(layers=[PreallocatedLayer(capacity) for _ in range(num_layers)])
 
     @classmethod
-    def from_kv(cls, kv: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> "PreallocatedCache":
+    def from_kv(cls, kv: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> PreallocatedCache:
         """A cache holding the given per-layer keys/values [B, H_kv, T, D], with room for ``capacity`` entries."""
         cache = cls(len(kv), capacity)
         for layer, (k, v) in zip(cache.layers, kv):

@@ -21,7 +21,7 @@ class Stopwatch:
     def __init__(self, device: torch.device | str):
         self.device = device
 
-    def __enter__(self) -> "Stopwatch":
+    def __enter__(self) -> Stopwatch:
         synchronize(self.device)
         self.t0 = time.perf_counter()
         return self

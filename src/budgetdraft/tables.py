@@ -145,7 +145,7 @@ def table_main(grid: Grid, s: Settings) -> Table:
         p.row(["Context", "Budget"] + ["AR", SD_NAME, BD_NAME] * len(ds))
         p.add(r"\midrule")
 
-        def entries(context, budget):
+        def entries(context, budget, p=p, by=by):  # called at once, in this iteration
             out = []
             for dataset in ds:
                 g = best_run(grid, s, dataset, context, budget, by)

@@ -138,7 +138,7 @@ def serve(path: str, idle: float = 0) -> None:
         while True:
             try:
                 conn, _ = server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 if os.getppid() != parent or (idle and time.monotonic() - last_request > idle):
                     return
                 continue

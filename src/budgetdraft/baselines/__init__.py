@@ -18,7 +18,7 @@ import torch
 
 from budgetdraft.kvcache import decoder_layers
 
-_ARMED: list["PrefillTap"] = []  # at most one live tap per process: a new drafter disarms an unused old one
+_ARMED: list[PrefillTap] = []  # at most one live tap per process: a new drafter disarms an unused old one
 
 
 class PrefillTap:

@@ -30,8 +30,7 @@ import torch
 
 from budgetdraft.baselines import PrefillTap
 from budgetdraft.decoding import ids_tensor, position_range
-from budgetdraft.kvcache import (PreallocatedCache, attention_queries, decoder_layers, num_layers, prefill,
-                                 streaming)
+from budgetdraft.kvcache import PreallocatedCache, attention_queries, decoder_layers, num_layers, prefill, streaming
 from budgetdraft.metrics import cache_bytes, module_tensors
 
 DEFAULTS = {"retrieval_budget": 256, "streaming_budget": 16, "sinks": 4, "chunk_size": 8, "gamma_inner": 1}
