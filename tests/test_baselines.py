@@ -61,8 +61,9 @@ def test_retrieval_keeps_first_chunk_and_at_most_budget_per_head():
 @pytest.mark.parametrize("gamma_inner", [1, 3])
 def test_triforce_is_lossless_tiny(tiny, gamma, gamma_inner):
     verifier, small, prompt, ref = tiny
-    drafter = TriForceDrafter(verifier, small, retrieval_budget=32, streaming_budget=16, sinks=4, chunk_size=8,
-                              gamma_inner=gamma_inner)
+    drafter = TriForceDrafter(
+        verifier, small, retrieval_budget=32, streaming_budget=16, sinks=4, chunk_size=8, gamma_inner=gamma_inner
+    )
     gen = speculative(drafter, verifier, prompt, 40, gamma, eos_token_id=[])
     assert gen.tokens == ref
     assert all(k.shape[1] <= 32 and set(range(8)) <= set(k[0].tolist()) for k in drafter.kept)
@@ -102,8 +103,10 @@ def test_eagle3_is_lossless_tiny(tiny, gamma):
     torch.manual_seed(0)
     head = Eagle3Head(head_config(verifier)).eval()
     assert speculative(Eagle3Drafter(verifier, head), verifier, prompt, 40, gamma, eos_token_id=[]).tokens == ref
-    assert speculative(Eagle3Drafter(verifier, head, tap=False), verifier, prompt, 40, gamma,
-                       eos_token_id=[]).tokens == ref
+    assert (
+        speculative(Eagle3Drafter(verifier, head, tap=False), verifier, prompt, 40, gamma, eos_token_id=[]).tokens
+        == ref
+    )
 
 
 def test_eagle3_inference_matches_training_time_test(tiny):
@@ -138,17 +141,28 @@ def tiny_targets(tmp_path_factory):
 
 def test_eagle3_training_lowers_loss(tiny_targets):
     hp = {"steps": 40, "lr": 3e-3, "warmup_steps": 3, "ttt_steps": 3, "log_every": 100}
-    result = eagle3.train(str(tiny_targets / "verifier"), tiny_targets / "targets.safetensors",
-                          tiny_targets / "head", hp, verbose=False)
+    result = eagle3.train(
+        str(tiny_targets / "verifier"), tiny_targets / "targets.safetensors", tiny_targets / "head", hp, verbose=False
+    )
     losses = [r["loss"] for r in result["rows"]]
     assert sum(losses[-6:]) / 6 < 0.8 * sum(losses[:6]) / 6
 
 
 def test_train_eagle3_cli_writes_a_loadable_head(tiny_targets, tmp_path):
     out = tmp_path / "eagle3"
-    cli(["train-eagle3", "--verifier", str(tiny_targets / "verifier"), "--targets",
-         str(tiny_targets / "targets.safetensors"), "--out", str(out), "--hparams",
-         json.dumps({"steps": 3, "ttt_steps": 2, "seed": 1, "threads": 1})])
+    cli(
+        [
+            "train-eagle3",
+            "--verifier",
+            str(tiny_targets / "verifier"),
+            "--targets",
+            str(tiny_targets / "targets.safetensors"),
+            "--out",
+            str(out),
+            "--hparams",
+            json.dumps({"steps": 3, "ttt_steps": 2, "seed": 1, "threads": 1}),
+        ]
+    )
     assert {p.name for p in out.iterdir()} == {"head.safetensors", "eagle3.json", "loss_log.csv"}
     cfg = json.loads((out / "eagle3.json").read_text())
     assert cfg["hparams"]["steps"] == 3 and cfg["draft_vocab"] == "full"
@@ -159,8 +173,19 @@ def test_train_eagle3_cli_writes_a_loadable_head(tiny_targets, tmp_path):
     ref = autoregressive(verifier, prompt, 12, eos_token_id=[]).tokens
     assert speculative(new_drafter(), verifier, prompt, 12, 3, eos_token_id=[]).tokens == ref
     with pytest.raises(SystemExit):  # unknown hparams are one clear error
-        cli(["train-eagle3", "--verifier", str(tiny_targets / "verifier"), "--targets",
-             str(tiny_targets / "targets.safetensors"), "--out", str(out), "--hparams", '{"stepz": 1}'])
+        cli(
+            [
+                "train-eagle3",
+                "--verifier",
+                str(tiny_targets / "verifier"),
+                "--targets",
+                str(tiny_targets / "targets.safetensors"),
+                "--out",
+                str(out),
+                "--hparams",
+                '{"stepz": 1}',
+            ]
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -29,8 +29,18 @@ SETTINGS = {
 LABELS = ["sd", "lambda0.5", "la_only", "lambda1.0", "single_budget"]
 SAMPLES, REPEATS, NEW_TOKENS, DRAFTED = range(6), [0, 1], 16, 50
 SPEED = {"ar": 1.0, "sd": 1.2, "lambda0.5": 2.0, "la_only": 1.5, "lambda1.0": 1.9, "single_budget": 1.4}
-MEASURED = ["decode_s", "new_tokens", "verifier_forwards", "peak_tensor_mb", "drafter_kv_mb", "verifier_kv_mb",
-            "mem_kind", "draft_s", "draft_steps", "verify_s"]
+MEASURED = [
+    "decode_s",
+    "new_tokens",
+    "verifier_forwards",
+    "peak_tensor_mb",
+    "drafter_kv_mb",
+    "verifier_kv_mb",
+    "mem_kind",
+    "draft_s",
+    "draft_steps",
+    "verify_s",
+]
 
 
 def ar_time(sample):
@@ -51,9 +61,13 @@ def wiggle(sample):  # per-prompt noise: 0, +0.04, -0.04, ... (sums to 0 over th
 
 def paper_like(label, dataset, context, budget, sample):
     """Every finding of the paper, built in: SD collapses with context and small B; BudgetDraft does not."""
-    base = {"sd": (0.6 if context == "0.5K" else 0.1) * (0.5 if budget == 32 else 1.0),
-            "lambda0.5": 0.8, "lambda1.0": 0.78, "la_only": 0.5,
-            "single_budget": 0.7 if budget == SETTINGS["single_budget"]["trained_budget"] else 0.3}[label]
+    base = {
+        "sd": (0.6 if context == "0.5K" else 0.1) * (0.5 if budget == 32 else 1.0),
+        "lambda0.5": 0.8,
+        "lambda1.0": 0.78,
+        "la_only": 0.5,
+        "single_budget": 0.7 if budget == SETTINGS["single_budget"]["trained_budget"] else 0.3,
+    }[label]
     return base + wiggle(sample)
 
 
@@ -77,16 +91,34 @@ def write_cell(root: Path, accept, label, dataset, context, budget, gamma, measu
             total = ar_time(s) / SPEED[label] * (0.98 if r == 0 else 1.02)
             drafted = 0 if label == "ar" else DRAFTED
             steps = 0 if label == "ar" else gamma * 5
-            row = dict(label=label, dataset=dataset, context=context, budget=budget, gamma=gamma, sample=s, repeat=r,
-                       total_s=total, tok_per_s=NEW_TOKENS / total, drafted=drafted,
-                       accepted=round(accept(label, dataset, context, budget, s) * drafted) if drafted else 0,
-                       peak_mem_mb=PEAK_MB(context) + (0.5 if r else -0.5),
-                       output_ids=np.arange(NEW_TOKENS, dtype=np.int32) + 100 * s)
+            row = dict(
+                label=label,
+                dataset=dataset,
+                context=context,
+                budget=budget,
+                gamma=gamma,
+                sample=s,
+                repeat=r,
+                total_s=total,
+                tok_per_s=NEW_TOKENS / total,
+                drafted=drafted,
+                accepted=round(accept(label, dataset, context, budget, s) * drafted) if drafted else 0,
+                peak_mem_mb=PEAK_MB(context) + (0.5 if r else -0.5),
+                output_ids=np.arange(NEW_TOKENS, dtype=np.int32) + 100 * s,
+            )
             if measured:
-                row.update(decode_s=total - 0.5, new_tokens=NEW_TOKENS, verifier_forwards=5,
-                           peak_tensor_mb=PEAK_MB(context) - 10, drafter_kv_mb=0.0 if label == "ar" else KV_MB(budget),
-                           verifier_kv_mb=10.0, mem_kind="cuda_max_allocated", draft_s=0.01 * steps,
-                           draft_steps=steps, verify_s=0.1 * (NEW_TOKENS - 1 if label == "ar" else 5))
+                row.update(
+                    decode_s=total - 0.5,
+                    new_tokens=NEW_TOKENS,
+                    verifier_forwards=5,
+                    peak_tensor_mb=PEAK_MB(context) - 10,
+                    drafter_kv_mb=0.0 if label == "ar" else KV_MB(budget),
+                    verifier_kv_mb=10.0,
+                    mem_kind="cuda_max_allocated",
+                    draft_s=0.01 * steps,
+                    draft_steps=steps,
+                    verify_s=0.1 * (NEW_TOKENS - 1 if label == "ar" else 5),
+                )
             rows.append(row)
     path = root / label / dataset / context / f"B{budget}_g{gamma}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -171,8 +203,10 @@ def test_report_moves_with_the_cells(tmp_path):
 
 
 def test_bootstrap_is_reproducible_stratified_and_paired(grid, tmp_path):
-    a, b = claims.build(list(grid.values()), SETTINGS, tmp_path / "a.md"), claims.build(
-        list(grid.values()), SETTINGS, tmp_path / "b.md")
+    a, b = (
+        claims.build(list(grid.values()), SETTINGS, tmp_path / "a.md"),
+        claims.build(list(grid.values()), SETTINGS, tmp_path / "b.md"),
+    )
     assert a[1].read_text() == b[1].read_text() and a[0].read_text() == b[0].read_text()
 
     m = claims.multiplicities([np.array([0, 1, 2]), np.array([3, 4])], 5, resamples=100, seed=0)
@@ -223,8 +257,13 @@ def test_budget_that_costs_sd_nothing_is_named(tmp_path):
 
 def test_cli_writes_report_and_rejects_bad_settings(grid, tmp_path, capsys):
     out = tmp_path / "claims.md"
-    settings = {**SETTINGS, "variants": {"lambda0.5": {"lambda_c": 0.5, "budgets": [32, 64]},
-                                         "lambda1.0": {"lambda_c": 1.0, "budgets": [32, 64]}}}
+    settings = {
+        **SETTINGS,
+        "variants": {
+            "lambda0.5": {"lambda_c": 0.5, "budgets": [32, 64]},
+            "lambda1.0": {"lambda_c": 1.0, "budgets": [32, 64]},
+        },
+    }
     cli.main(["claims", "--settings", json.dumps(settings), "--cells", *map(str, grid.values()), "--out", str(out)])
     assert capsys.readouterr().out.split() == [str(out), str(tmp_path / "claims.json")]
     text = out.read_text()
@@ -234,7 +273,8 @@ def test_cli_writes_report_and_rejects_bad_settings(grid, tmp_path, capsys):
     assert "| lambda0.5 | 12 | 600 / 600 / 600 | 6 × 2 |" in text
     data = json.loads((tmp_path / "claims.json").read_text())
     assert {"id", "claim", "paper", "value", "ci_low", "ci_high", "verdict", "why", "prompts", "drafted"} <= set(
-        data["findings"][0])
+        data["findings"][0]
+    )
     assert data["header"]["prompts_per_dataset"] == {"d1": 6, "d2": 6}
     bad = {k: v for k, v in SETTINGS.items() if k != "gamma_fixed"}
     with pytest.raises(SystemExit, match="gamma_fixed"):

@@ -106,6 +106,7 @@ def test_metrics_are_consistent(pair, prompt):
 
 # ---- bad input: a clear ValueError naming the value ----------------------------------------------------------
 
+
 def test_gamma_below_one_is_rejected(pair, prompt):
     with pytest.raises(ValueError, match="gamma"):
         speculative(SparseDrafter(pair[1], 16), pair[0], prompt, 10, 0)
@@ -152,13 +153,17 @@ def test_a_missing_local_model_directory_is_not_taken_for_a_hub_id(tmp_path, mon
 
 
 def test_cli_reports_bad_input_in_one_line(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "budgetdraft", "decode", "--verifier", str(tmp_path / "nope")],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "budgetdraft", "decode", "--verifier", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode != 0
     assert "error: no such model directory" in run.stderr and "Traceback" not in run.stderr
 
 
 # ---- the real embedded model pair (SmolLM2-135M-Instruct verifier, its 4-layer cut as drafter) ---------------
+
 
 @pytest.fixture(scope="module")
 def real_prompt(real_pair):
@@ -189,8 +194,9 @@ def test_other_policies_are_lossless_on_the_real_model(real_pair, real_prompt, p
 @pytest.mark.parametrize("gamma", [3, 5])
 def test_real_chat_prompt_that_ends_with_eos(real_pair, gamma):
     verifier, drafter, tokenizer = real_pair
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                        add_generation_prompt=True, return_dict=False)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, return_dict=False
+    )
     ar = autoregressive(verifier, ids, 60)
     assert ar.tokens[-1] == tokenizer.eos_token_id and len(ar.tokens) < 60  # the instruct model stops by itself
     sd = speculative(SparseDrafter(drafter, 16), verifier, ids, 60, gamma)

@@ -81,8 +81,12 @@ def test_sparse_cache_with_real_positions_equals_full_forward_masking_dropped_po
     allowed[:, 48:] = torch.tril(torch.ones(8, 8, dtype=torch.bool))
     mask = torch.zeros(1, 1, 8, 56).masked_fill(~allowed, float("-inf"))
     with torch.no_grad():
-        ref = model(input_ids=cont, past_key_values=gathered_cache(full_cache, None),
-                    position_ids=torch.arange(48, 56)[None], attention_mask=mask).logits
+        ref = model(
+            input_ids=cont,
+            past_key_values=gathered_cache(full_cache, None),
+            position_ids=torch.arange(48, 56)[None],
+            attention_mask=mask,
+        ).logits
     torch.testing.assert_close(got, ref, rtol=0, atol=1e-5)
     # ... and without the real positions the result is different (the reason they are passed explicitly).
     wrong = PreallocatedCache.from_kv(gathered_kv(full_cache, shared), capacity=8)
@@ -117,10 +121,15 @@ def test_streaming_keeps_sinks_and_recent_window():
     assert streaming(6, 8).tolist() == list(range(6))
 
 
-@pytest.mark.parametrize("policy,budget,chunk,message", [
-    ("topk_chunks", 0, 8, "budget"), ("topk_chunks", -5, 8, "budget"), ("topk_chunks", 16, 0, "chunk_size"),
-    ("h2o", 16, 8, "policy"),
-])
+@pytest.mark.parametrize(
+    "policy,budget,chunk,message",
+    [
+        ("topk_chunks", 0, 8, "budget"),
+        ("topk_chunks", -5, 8, "budget"),
+        ("topk_chunks", 16, 0, "chunk_size"),
+        ("h2o", 16, 8, "policy"),
+    ],
+)
 def test_bad_sparse_settings_name_the_value(policy, budget, chunk, message):
     with pytest.raises(ValueError, match=message):
         keep_indices(policy, [torch.ones(20)], 20, budget, chunk, 1)
@@ -160,8 +169,9 @@ def test_grouped_query_attention_on_the_real_model(real_pair):
             cache = PreallocatedCache(verifier.config.num_hidden_layers)
             prefill(verifier, ids[:, :294], cache, chunk_len=100)  # chunked: several queries on a longer cache
             with torch.no_grad():
-                logits[impl] = verifier(input_ids=ids[:, 294:], past_key_values=cache,
-                                        position_ids=torch.arange(294, 300)[None]).logits
+                logits[impl] = verifier(
+                    input_ids=ids[:, 294:], past_key_values=cache, position_ids=torch.arange(294, 300)[None]
+                ).logits
     finally:
         verifier.set_attn_implementation(attention.NAME)
     assert verifier.config.num_attention_heads == 3 * verifier.config.num_key_value_heads

@@ -25,8 +25,9 @@ def prompt(length: int) -> list[int]:
 
 def sd(pair, length: int, budget: int):
     verifier, drafter = pair
-    return speculative(SparseDrafter(drafter, budget, "topk_chunks", 8, 8), verifier, prompt(length), NEW, GAMMA,
-                       eos_token_id=[]).stats
+    return speculative(
+        SparseDrafter(drafter, budget, "topk_chunks", 8, 8), verifier, prompt(length), NEW, GAMMA, eos_token_id=[]
+    ).stats
 
 
 def test_storage_bytes_counts_each_storage_once():
@@ -96,8 +97,9 @@ def test_eagle3_counts_its_head(pair):
     stats = speculative(Eagle3Drafter(verifier, head), verifier, prompt(64), NEW, GAMMA, eos_token_id=[]).stats
     assert stats.drafter_kv_mb == (64 + NEW + GAMMA + 1 + 1) * KV_TOKEN_BYTES / MB  # one layer
     head_bytes = storage_bytes(module_tensors(head))
-    assert stats.peak_tensor_mb == pytest.approx((weight_bytes(verifier) + head_bytes) / MB + stats.verifier_kv_mb
-                                                 + stats.drafter_kv_mb)
+    assert stats.peak_tensor_mb == pytest.approx(
+        (weight_bytes(verifier) + head_bytes) / MB + stats.verifier_kv_mb + stats.drafter_kv_mb
+    )
 
 
 def test_cell_rows_carry_the_new_columns(tmp_path):
@@ -109,14 +111,41 @@ def test_cell_rows_carry_the_new_columns(tmp_path):
 
     tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
     tiny_llama(seed=1, layers=1).save_pretrained(tmp_path / "d")
-    pd.DataFrame({"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["x"],
-                  "input_ids": [prompt(40)]}).to_parquet(tmp_path / "p.parquet")
+    pd.DataFrame(
+        {"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["x"], "input_ids": [prompt(40)]}
+    ).to_parquet(tmp_path / "p.parquet")
     parser = argparse.ArgumentParser()
     cells.configure_parser(parser)
-    args = parser.parse_args(["--label", "sd", "--method", "sd", "--verifier", str(tmp_path / "v"), "--drafter",
-                              str(tmp_path / "d"), "--prompts", str(tmp_path / "p.parquet"), "--dataset", "d",
-                              "--context", "c", "--budget", "16", "--gamma", "3", "--max-new-tokens", "8",
-                              "--repeats", "1", "--warmup", "0", "--out", str(tmp_path / "cell.parquet")])
+    args = parser.parse_args(
+        [
+            "--label",
+            "sd",
+            "--method",
+            "sd",
+            "--verifier",
+            str(tmp_path / "v"),
+            "--drafter",
+            str(tmp_path / "d"),
+            "--prompts",
+            str(tmp_path / "p.parquet"),
+            "--dataset",
+            "d",
+            "--context",
+            "c",
+            "--budget",
+            "16",
+            "--gamma",
+            "3",
+            "--max-new-tokens",
+            "8",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--out",
+            str(tmp_path / "cell.parquet"),
+        ]
+    )
     cells.write_atomically(cells.run_cell(args), args.out)
     row = pd.read_parquet(args.out).iloc[0]
     assert row.mem_kind == "cpu_tensor_bytes" and row.peak_mem_mb == row.peak_tensor_mb

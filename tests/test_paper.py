@@ -28,11 +28,19 @@ SETTINGS = {
     "budgets": [32, 64],
     "gamma_fixed": 2,
     "collapse": {"dataset": "d1", "gamma": 2},
-    "comparison": {"dataset": "d2", "contexts": ["0.5K", "1K"], "gamma": 2,
-                   "drafter_sizes": {"sd": "1M", "triforce": "1M+9M", "eagle3": "head", "lambda0.5": "1M"}},
+    "comparison": {
+        "dataset": "d2",
+        "contexts": ["0.5K", "1K"],
+        "gamma": 2,
+        "drafter_sizes": {"sd": "1M", "triforce": "1M+9M", "eagle3": "head", "lambda0.5": "1M"},
+    },
     "single_budget": {"dataset": "d2", "context": "1K", "gamma": 4, "trained_budget": 32},
-    "variants": {"la_only": {"lambda_c": 0.0}, "lambda0.5": {"lambda_c": 0.5}, "lambda1.0": {"lambda_c": 1.0},
-                 "single_budget": {"lambda_c": 0.5}},
+    "variants": {
+        "la_only": {"lambda_c": 0.0},
+        "lambda0.5": {"lambda_c": 0.5},
+        "lambda1.0": {"lambda_c": 1.0},
+        "single_budget": {"lambda_c": 0.5},
+    },
 }
 SWEEP = {"0.5K": [2, 4, 6], "1K": [2, 4]}
 SAMPLES, REPEATS, NEW_TOKENS = [0, 1, 2], [0, 1], 16
@@ -59,9 +67,16 @@ def SPEEDUP(label, dataset, context, budget, gamma):
 
 
 def ACCEPT(label, gamma, budget):  # fraction with one decimal -> accepted counts are integers
-    return {"ar": 0.0, "sd": {2: 0.3, 4: 0.2, 6: 0.1}.get(gamma), "lambda0.5": {2: 0.9, 4: 0.7, 6: 0.5}.get(gamma),
-            "la_only": 0.6, "lambda1.0": 0.8, "single_budget": {32: 0.4, 64: 0.2}.get(budget),
-            "triforce": 0.5, "eagle3": 0.5}[label]
+    return {
+        "ar": 0.0,
+        "sd": {2: 0.3, 4: 0.2, 6: 0.1}.get(gamma),
+        "lambda0.5": {2: 0.9, 4: 0.7, 6: 0.5}.get(gamma),
+        "la_only": 0.6,
+        "lambda1.0": 0.8,
+        "single_budget": {32: 0.4, 64: 0.2}.get(budget),
+        "triforce": 0.5,
+        "eagle3": 0.5,
+    }[label]
 
 
 def PEAK_GB(label, dataset, context, budget, gamma):
@@ -76,7 +91,9 @@ def output_ids(dataset, context, sample):
 def write_cell(root: Path, label, dataset, context, budget, gamma, method=None, corrupt_sample=None) -> Path:
     rows = []
     for s in SAMPLES:
-        t = ar_time(s) / (SPEEDUP(label, dataset, context, budget, gamma) * (1.0 if label == "ar" else SAMPLE_FACTOR[s]))
+        t = ar_time(s) / (
+            SPEEDUP(label, dataset, context, budget, gamma) * (1.0 if label == "ar" else SAMPLE_FACTOR[s])
+        )
         for r in REPEATS:
             total = t * REPEAT_JITTER[r]
             drafted = 0 if label == "ar" else 10 * (s + 1)
@@ -84,16 +101,38 @@ def write_cell(root: Path, label, dataset, context, budget, gamma, method=None, 
             ids = output_ids(dataset, context, s)
             if s == corrupt_sample:
                 ids = ids[:5] + [ids[5] + 1] + ids[6:]
-            rows.append(dict(
-                label=label, method=method or label, dataset=dataset, context=context, budget=budget, gamma=gamma,
-                policy="topk_chunks", sample=s, doc_id=f"doc{s}", repeat=r, prompt_tokens=100, new_tokens=NEW_TOKENS,
-                verifier_prefill_s=0.1, drafter_prefill_s=0.01, decode_s=total - 0.11, total_s=total,
-                tok_per_s=NEW_TOKENS / total, drafted=drafted, accepted=accepted, verifier_forwards=5,
-                acceptance=accepted / drafted if drafted else float("nan"), tau=2.0,
-                accept_by_position=[0.5] * gamma, peak_mem_mb=PEAK_GB(label, dataset, context, budget, gamma) * 1024
-                + (-1.0 if r == 0 else 1.0), mem_kind="cuda_max_allocated", device="cpu",
-                output_ids=np.asarray(ids, dtype=np.int32),
-                config="{}"))
+            rows.append(
+                dict(
+                    label=label,
+                    method=method or label,
+                    dataset=dataset,
+                    context=context,
+                    budget=budget,
+                    gamma=gamma,
+                    policy="topk_chunks",
+                    sample=s,
+                    doc_id=f"doc{s}",
+                    repeat=r,
+                    prompt_tokens=100,
+                    new_tokens=NEW_TOKENS,
+                    verifier_prefill_s=0.1,
+                    drafter_prefill_s=0.01,
+                    decode_s=total - 0.11,
+                    total_s=total,
+                    tok_per_s=NEW_TOKENS / total,
+                    drafted=drafted,
+                    accepted=accepted,
+                    verifier_forwards=5,
+                    acceptance=accepted / drafted if drafted else float("nan"),
+                    tau=2.0,
+                    accept_by_position=[0.5] * gamma,
+                    peak_mem_mb=PEAK_GB(label, dataset, context, budget, gamma) * 1024 + (-1.0 if r == 0 else 1.0),
+                    mem_kind="cuda_max_allocated",
+                    device="cpu",
+                    output_ids=np.asarray(ids, dtype=np.int32),
+                    config="{}",
+                )
+            )
     path = root / label / dataset / context / f"B{budget}_g{gamma}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(path)
@@ -154,8 +193,13 @@ def test_main_picks_best_gamma_and_shows_sd_at_the_same_gamma(cells, tmp_path):
     # (A): best speedup is gamma=4 (2.5 + 0.01); SD shown at gamma=4 (0.5 + 0.2 + 0.01).
     assert entries(a_row)[2:5] == [f"{ar_d1:.2f}", r"0.71$\times$/20.00", r"2.51$\times$/70.00"]
     # (B): best acceptance is gamma=2 (90 %); SD at gamma=2; d2 adds 0.2 to BudgetDraft's speedup.
-    assert entries(b_row)[3:8] == [r"0.61$\times$/30.00", r"1.51$\times$/90.00", entries(b_row)[5],
-                                   r"0.61$\times$/30.00", r"1.71$\times$/90.00"]
+    assert entries(b_row)[3:8] == [
+        r"0.61$\times$/30.00",
+        r"1.51$\times$/90.00",
+        entries(b_row)[5],
+        r"0.61$\times$/30.00",
+        r"1.71$\times$/90.00",
+    ]
 
 
 def test_comparison_rows_and_omitted_baselines(cells, tmp_path):
@@ -301,16 +345,23 @@ def test_a_truncated_cell_file_is_named_with_its_fix(cells, tmp_path):
         cut = tmp_path / "results" / "cells" / "cut.parquet"
         cut.parent.mkdir(parents=True, exist_ok=True)
         cut.write_bytes(data[:size])
-        with pytest.raises(ValueError, match=re.escape(f"{cut}: not a readable parquet file (truncated by a kill?): "
-                                                       "delete it and re-run to re-measure it")):
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
+                f"{cut}: not a readable parquet file (truncated by a kill?): delete it and re-run to re-measure it"
+            ),
+        ):
             load_cells([cells[("sd", "d1", "1K", 32, 2)], cut])
 
 
 def test_lossless_violation_detected(cells, tmp_path):
     bad = write_cell(tmp_path / "bad", "lambda0.5", "d2", "1K", 64, 2, corrupt_sample=1)
     paths = [p for k, p in cells.items() if k != ("lambda0.5", "d2", "1K", 64, 2)] + [bad]
-    with pytest.raises(ValueError, match=r"lossless check failed: cell \(label=lambda0\.5, dataset=d2, context=1K, "
-                                         r"budget=64, gamma=2\) sample 1 .*first difference at token 5"):
+    with pytest.raises(
+        ValueError,
+        match=r"lossless check failed: cell \(label=lambda0\.5, dataset=d2, context=1K, "
+        r"budget=64, gamma=2\) sample 1 .*first difference at token 5",
+    ):
         paper.build("vram", paths, SETTINGS, tmp_path / "x.tex")
     with pytest.raises(ValueError, match="is in two files"):
         load_cells([cells[("ar", "d1", "1K", 0, 0)]] * 2)
@@ -341,8 +392,9 @@ def test_trace_maps_every_number_to_cells(cells, tmp_path):
 
 def run_cli(*args):
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.run([sys.executable, "-m", "budgetdraft", "paper", *args], capture_output=True, text=True,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "budgetdraft", "paper", *args], capture_output=True, text=True, env=env
+    )
 
 
 def test_cli(cells, tmp_path):
@@ -350,13 +402,23 @@ def test_cli(cells, tmp_path):
     settings.write_text(json.dumps(SETTINGS))
     paths = [str(p) for p in cells.values()]
     out = tmp_path / "t" / "ablation.tex"
-    done = run_cli("--artifact", "ablation_lc", "--out", str(out), "--settings", json.dumps(SETTINGS), "--cells", *paths)
+    done = run_cli(
+        "--artifact", "ablation_lc", "--out", str(out), "--settings", json.dumps(SETTINGS), "--cells", *paths
+    )
     assert done.returncode == 0, done.stderr
     assert r"\label{tab:ablation_lc}" in out.read_text()
     fig = tmp_path / "t" / "collapse.pdf"
     done = run_cli("--artifact", "fig_collapse", "--out", str(fig), "--settings", str(settings), "--cells", *paths)
     assert done.returncode == 0, done.stderr
     assert fig.stat().st_size > 0 and fig.with_suffix(".png").stat().st_size > 0
-    done = run_cli("--artifact", "single_budget", "--out", str(tmp_path / "s.tex"), "--settings", str(settings),
-                   "--cells", *[str(p) for k, p in cells.items() if k[0] != "single_budget"])
+    done = run_cli(
+        "--artifact",
+        "single_budget",
+        "--out",
+        str(tmp_path / "s.tex"),
+        "--settings",
+        str(settings),
+        "--cells",
+        *[str(p) for k, p in cells.items() if k[0] != "single_budget"],
+    )
     assert done.returncode != 0 and "missing cell (label=single_budget, dataset=d2, context=1K" in done.stderr

@@ -36,8 +36,9 @@ def paper_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("paper_models")
     tokenizer = paper_models.llama2_like_tokenizer()
     return {
-        "verifier": paper_models.write_model(paper_models.yarn_llama_2_7b_128k(), root / "yarn-llama-2-7b-128k",
-                                             tokenizer, seed=1),
+        "verifier": paper_models.write_model(
+            paper_models.yarn_llama_2_7b_128k(), root / "yarn-llama-2-7b-128k", tokenizer, seed=1
+        ),
         "drafter": paper_models.write_model(paper_models.LLAMA_68M, root / "llama-68m", tokenizer, seed=2),
     }
 
@@ -48,19 +49,29 @@ def paper_cpu_config(paper_cfg: dict, verifier: str, drafter: str) -> dict:
     label = str(CONTEXT)
     budgets = [256, 1024]
     cfg.update(
-        verifier=verifier, drafter=drafter,
-        datasets={key: {**d, "source": source} for (key, d), source in
-                  zip(paper_cfg["datasets"].items(), ("shakespeare_plays", "sotu_summary", "kjv_lwm"))},
+        verifier=verifier,
+        drafter=drafter,
+        datasets={
+            key: {**d, "source": source}
+            for (key, d), source in zip(paper_cfg["datasets"].items(), ("shakespeare_plays", "sotu_summary", "kjv_lwm"))
+        },
         samples=1,
-        contexts={label: CONTEXT}, budgets=budgets, gammas={label: [5]},
-        max_new_tokens=8, repeats=1, warmup_tokens=2, warmup_prompt_tokens=32,
-        device="cpu", threads=1,
+        contexts={label: CONTEXT},
+        budgets=budgets,
+        gammas={label: [5]},
+        max_new_tokens=8,
+        repeats=1,
+        warmup_tokens=2,
+        warmup_prompt_tokens=32,
+        device="cpu",
+        threads=1,
         training_data={"source": "embedded_rest", "sequences": 2, "prefix_len": PREFIX, "cont_len": 16},
     )
     cfg["comparison"]["contexts"] = [label]
     cfg["single_budget"].update(context=label, gamma=5, trained_budget=budgets[-1])
-    cfg["training"].update(steps=1, warmup_steps=1, checkpoint_every=1, budgets=budgets, budget_weights=[0.6, 0.4],
-                           device="cpu", threads=1)
+    cfg["training"].update(
+        steps=1, warmup_steps=1, checkpoint_every=1, budgets=budgets, budget_weights=[0.6, 0.4], device="cpu", threads=1
+    )
     cfg["baselines"]["triforce"].update(retrieval_budget=1024)
     cfg["baselines"]["eagle3"]["training"].update(steps=1, warmup_steps=1, device="cpu", threads=1)
     return cfg
@@ -71,17 +82,44 @@ def test_paper_cpu_config_keeps_the_papers_settings():
     paper_cfg = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
     cfg = paper_cpu_config(paper_cfg, "V", "D")
     changed = {k for k in paper_cfg if cfg[k] != paper_cfg[k]}
-    assert changed == {"verifier", "drafter", "datasets", "samples", "contexts", "budgets", "gammas",
-                       "max_new_tokens", "repeats", "device", "threads", "training_data", "comparison",
-                       "single_budget", "training", "baselines"}, changed
+    assert changed == {
+        "verifier",
+        "drafter",
+        "datasets",
+        "samples",
+        "contexts",
+        "budgets",
+        "gammas",
+        "max_new_tokens",
+        "repeats",
+        "device",
+        "threads",
+        "training_data",
+        "comparison",
+        "single_budget",
+        "training",
+        "baselines",
+    }, changed
     assert set(cfg) - set(paper_cfg) == {"warmup_tokens", "warmup_prompt_tokens"}  # a short warm-up run
-    for key in ("share_verifier_prefill", "verifier_dtype", "lossless_check", "drafter_dtype", "policy",
-                "chunk_size", "score_window", "gamma_fixed", "verifier_max_positions", "warmup", "collapse"):
+    for key in (
+        "share_verifier_prefill",
+        "verifier_dtype",
+        "lossless_check",
+        "drafter_dtype",
+        "policy",
+        "chunk_size",
+        "score_window",
+        "gamma_fixed",
+        "verifier_max_positions",
+        "warmup",
+        "collapse",
+    ):
         assert cfg[key] == paper_cfg[key], key
     assert "base_drafter" not in cfg  # llama-68m is used untouched
     assert [d["name"] for d in cfg["datasets"].values()] == [d["name"] for d in paper_cfg["datasets"].values()]
     assert {k: cfg["training"][k] for k in ("lr", "lambda_c", "grad_clip", "weight_decay", "dtype")} == {
-        k: paper_cfg["training"][k] for k in ("lr", "lambda_c", "grad_clip", "weight_decay", "dtype")}
+        k: paper_cfg["training"][k] for k in ("lr", "lambda_c", "grad_clip", "weight_decay", "dtype")
+    }
     assert cfg["baselines"]["eagle3"]["training"]["verifier_dtype"] == "bfloat16"
     assert CONTEXT > paper_models.LLAMA_68M["max_position_embeddings"] < PREFIX
 
@@ -115,11 +153,11 @@ def test_paper_models_load_natively(paper_dirs):
     cache = PreallocatedCache(2, 2200)
     prefill(drafter, ids[:, :2100], cache, chunk_len=2048)  # positions 0..2099, in two chunks
     with torch.no_grad():
-        at_real = drafter(input_ids=ids[:, 2100:2101], past_key_values=cache,
-                          position_ids=torch.tensor([[2100]])).logits
+        at_real = drafter(
+            input_ids=ids[:, 2100:2101], past_key_values=cache, position_ids=torch.tensor([[2100]])
+        ).logits
         cache.truncate(2100)
-        at_cap = drafter(input_ids=ids[:, 2100:2101], past_key_values=cache,
-                         position_ids=torch.tensor([[2047]])).logits
+        at_cap = drafter(input_ids=ids[:, 2100:2101], past_key_values=cache, position_ids=torch.tensor([[2047]])).logits
     assert torch.isfinite(at_real).all() and not torch.allclose(at_real, at_cap)  # position 2100 is not clamped
 
 
@@ -146,11 +184,22 @@ def test_paper_config_runs_offline_to_the_tables(paper_dirs, tmp_path, monkeypat
     paper_cfg = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
     cfg = paper_cpu_config(paper_cfg, str(paper_dirs["verifier"]), str(paper_dirs["drafter"]))
     (work / "config/paper_cpu.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "RAYON_NUM_THREADS": "1",
+    }
     start = time.time()
-    run = subprocess.run([sys.executable, "-m", "snakemake", "all", "--configfile", "config/paper_cpu.yaml",
-                          "--cores", "2"], cwd=work, capture_output=True, text=True, env=env)
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "all", "--configfile", "config/paper_cpu.yaml", "--cores", "2"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     print(f"paper-shaped pipeline: {time.time() - start:.0f} s")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
@@ -170,7 +219,15 @@ def test_paper_config_runs_offline_to_the_tables(paper_dirs, tmp_path, monkeypat
 
     cells = sorted((work / "results/cells").rglob("*.parquet"))
     assert {c.relative_to(work / "results/cells").parts[0] for c in cells} == {
-        "ar", "sd", "la_only", "lambda0.5", "lambda1.0", "single_budget", "triforce", "eagle3"}
+        "ar",
+        "sd",
+        "la_only",
+        "lambda0.5",
+        "lambda1.0",
+        "single_budget",
+        "triforce",
+        "eagle3",
+    }
     for path in cells:  # every cell decoded at positions 2,304 and beyond, with the paper's fp16 verifier
         for row in pq.read_table(path).to_pylist():
             assert row["prompt_tokens"] == CONTEXT and row["new_tokens"] >= 1, path

@@ -44,13 +44,15 @@ def test_decoding_from_a_shared_prefill_gives_the_same_tokens_and_charges_its_ti
     drafter = tiny_llama(seed=1, layers=1)
     for p in prompts:
         ar = autoregressive(verifier, p, 20, eos_token_id=[])
-        for run in (autoregressive(verifier, p, 20, eos_token_id=[], prefilled=prefilled),
-                    speculative(SparseDrafter(drafter, 16), verifier, p, 20, gamma, eos_token_id=[],
-                                prefilled=prefilled)):
+        for run in (
+            autoregressive(verifier, p, 20, eos_token_id=[], prefilled=prefilled),
+            speculative(SparseDrafter(drafter, 16), verifier, p, 20, gamma, eos_token_id=[], prefilled=prefilled),
+        ):
             assert run.tokens == ar.tokens
             assert run.stats.verifier_prefill_s == prefilled[prompt_key(p)].seconds
-            assert run.stats.total_s == pytest.approx(run.stats.verifier_prefill_s + run.stats.drafter_prefill_s
-                                                      + run.stats.decode_s)
+            assert run.stats.total_s == pytest.approx(
+                run.stats.verifier_prefill_s + run.stats.drafter_prefill_s + run.stats.decode_s
+            )
 
 
 def test_a_prompt_missing_from_the_file_is_an_error_that_names_it(shared, prompts):
@@ -78,17 +80,56 @@ def test_a_cell_with_a_shared_prefill_decodes_what_the_real_verifier_decodes(rea
     ids = tokenizer(shakespeare_text()[50000:60000])["input_ids"][:160]
     prompts = tmp_path / "prompts.parquet"
     pd.DataFrame({"sample": [0], "doc_id": ["hamlet"], "input_ids": [ids]}).to_parquet(prompts)
-    main(["prefill", "--verifier", "embedded:smollm2", "--prompts", str(prompts), "--repeats", "1",
-          "--out", str(tmp_path / "p.safetensors")])
-    args = ["eval-cell", "--label", "sd", "--method", "sd", "--verifier", "embedded:smollm2",
-            "--drafter", "embedded:smollm2:layers=4", "--prompts", str(prompts), "--dataset", "gs",
-            "--context", "160", "--budget", "32", "--gamma", "3", "--max-new-tokens", "12", "--repeats", "1",
-            "--warmup-tokens", "2", "--warmup-prompt-tokens", "16"]
+    main(
+        [
+            "prefill",
+            "--verifier",
+            "embedded:smollm2",
+            "--prompts",
+            str(prompts),
+            "--repeats",
+            "1",
+            "--out",
+            str(tmp_path / "p.safetensors"),
+        ]
+    )
+    args = [
+        "eval-cell",
+        "--label",
+        "sd",
+        "--method",
+        "sd",
+        "--verifier",
+        "embedded:smollm2",
+        "--drafter",
+        "embedded:smollm2:layers=4",
+        "--prompts",
+        str(prompts),
+        "--dataset",
+        "gs",
+        "--context",
+        "160",
+        "--budget",
+        "32",
+        "--gamma",
+        "3",
+        "--max-new-tokens",
+        "12",
+        "--repeats",
+        "1",
+        "--warmup-tokens",
+        "2",
+        "--warmup-prompt-tokens",
+        "16",
+    ]
     main(args + ["--verifier-prefill", str(tmp_path / "p.safetensors"), "--out", str(tmp_path / "shared.parquet")])
     main(args + ["--out", str(tmp_path / "own.parquet")])
     shared, own = pd.read_parquet(tmp_path / "shared.parquet"), pd.read_parquet(tmp_path / "own.parquet")
     assert list(shared.columns) == list(own.columns)
-    assert list(shared.output_ids[0]) == list(own.output_ids[0]) == autoregressive(verifier, ids, 12,
-                                                                                   eos_token_id=[]).tokens
+    assert (
+        list(shared.output_ids[0])
+        == list(own.output_ids[0])
+        == autoregressive(verifier, ids, 12, eos_token_id=[]).tokens
+    )
     recorded = next(iter(load_prefills(tmp_path / "p.safetensors").values())).seconds
     assert shared.verifier_prefill_s[0] == recorded

@@ -43,6 +43,7 @@ LEVEL = 1e-3  # chi-square test level: a correct rule passes above it; a broken 
 
 # ---- the chi-square goodness-of-fit test ------------------------------------------------------------------------
 
+
 def chi_square_p_value(observed: Counter, expected: dict, n: int, min_expected: float = 5.0) -> float:
     """P-value of the observed counts of n draws against the exact probabilities ``expected`` (outcome -> p).
     An observed outcome of probability 0 gives p-value 0; outcomes expected fewer than ``min_expected`` times are
@@ -79,8 +80,9 @@ def exact_prefix_distribution(verifier, prompt: list[int], length: int, sampling
 
 def first_tokens(decode, seeds, length: int, sampling: Sampling) -> Counter:
     """Counts of the first ``length`` tokens of ``decode(Sampling with seed s)`` over ``seeds``."""
-    return Counter(tuple(decode(Sampling(sampling.temperature, sampling.top_p, sampling.top_k, s)).tokens[:length])
-                   for s in seeds)
+    return Counter(
+        tuple(decode(Sampling(sampling.temperature, sampling.top_p, sampling.top_k, s)).tokens[:length]) for s in seeds
+    )
 
 
 def accept_every_draft(monkeypatch):
@@ -94,6 +96,7 @@ def resample_from_p(monkeypatch):
 
 
 # ---- the rule, exactly -------------------------------------------------------------------------------------------
+
 
 def one_step_marginal(p: torch.Tensor, q: torch.Tensor, accept=acceptance_probability, resample=residual):
     """P(emitted token = y) of one speculative step: x ~ q, kept with probability accept(p(x), q(x)), else
@@ -110,8 +113,10 @@ def one_step_marginal(p: torch.Tensor, q: torch.Tensor, accept=acceptance_probab
 
 def synthetic_pairs():
     g = torch.Generator().manual_seed(0)
-    pairs = [(torch.rand(7, generator=g, dtype=torch.float64), torch.rand(7, generator=g, dtype=torch.float64))
-             for _ in range(20)]
+    pairs = [
+        (torch.rand(7, generator=g, dtype=torch.float64), torch.rand(7, generator=g, dtype=torch.float64))
+        for _ in range(20)
+    ]
     pairs.append((torch.tensor([0.5, 0.5, 0, 0]), torch.tensor([0, 0, 0.3, 0.7])))  # disjoint supports
     pairs.append((torch.tensor([0.2, 0.3, 0.5, 0]), torch.tensor([0.2, 0.3, 0.5, 0])))  # p = q
     pairs.append((torch.tensor([0.0, 1.0, 0, 0]), torch.tensor([0.1, 0.2, 0.3, 0.4])))  # one-hot p
@@ -158,6 +163,7 @@ def test_speculative_step_draws_chains_of_drafts_from_p():
 
 # ---- the sampling distribution -----------------------------------------------------------------------------------
 
+
 def test_temperature_top_k_and_top_p():
     logits = torch.tensor([2.0, 1.0, 0.5, -1.0, 3.0])
     assert torch.allclose(sampling_distribution(logits, Sampling(0.7)), (logits.double() / 0.7).softmax(-1))
@@ -173,15 +179,18 @@ def test_temperature_top_k_and_top_p():
     assert torch.allclose(sampling_distribution(logits[None].repeat(3, 1), Sampling(1.0, top_k=2))[2], top2)
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("temperature", -0.5, "temperature must be >= 0, got -0.5"),
-    ("temperature", float("nan"), "temperature must be >= 0"),
-    ("top_p", 0.0, r"top_p must be in \(0, 1\], got 0.0"),
-    ("top_p", 1.5, r"top_p must be in \(0, 1\], got 1.5"),
-    ("top_k", -1, "top_k must be an integer >= 0, got -1"),
-    ("top_k", 2.5, "top_k must be an integer >= 0, got 2.5"),
-    ("seed", 0.5, "seed must be an integer, got 0.5"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("temperature", -0.5, "temperature must be >= 0, got -0.5"),
+        ("temperature", float("nan"), "temperature must be >= 0"),
+        ("top_p", 0.0, r"top_p must be in \(0, 1\], got 0.0"),
+        ("top_p", 1.5, r"top_p must be in \(0, 1\], got 1.5"),
+        ("top_k", -1, "top_k must be an integer >= 0, got -1"),
+        ("top_k", 2.5, "top_k must be an integer >= 0, got 2.5"),
+        ("seed", 0.5, "seed must be an integer, got 0.5"),
+    ],
+)
 def test_bad_sampling_settings_are_named(field, value, message):
     with pytest.raises(ValueError, match=message):
         Sampling(**{field: value})
@@ -196,12 +205,14 @@ def test_temperature_zero_is_the_greedy_code_path():
 
 # ---- the decoders on tiny random models --------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny():
     """Verifier and drafter, both random with tied embeddings: under a top-3 cut they agree on about a third of
     the drafts, so rejections, accepted chains and bonus tokens all occur."""
-    return tiny_llama(seed=0, layers=3, tie_word_embeddings=True), tiny_llama(seed=0, layers=2,
-                                                                             tie_word_embeddings=True)
+    return tiny_llama(seed=0, layers=3, tie_word_embeddings=True), tiny_llama(
+        seed=0, layers=2, tie_word_embeddings=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -248,11 +259,14 @@ def test_speculative_sampling_matches_the_verifiers_distribution_tiny(tiny, prom
     verifier, drafter = tiny
     exact = exact_prefix_distribution(verifier, prompt, 3, setting)
     n = 600
-    sd = first_tokens(lambda s: speculative(SparseDrafter(drafter, 8), verifier, prompt, 4, 3, eos_token_id=[],
-                                            sampling=s), range(n), 3, setting)
+    sd = first_tokens(
+        lambda s: speculative(SparseDrafter(drafter, 8), verifier, prompt, 4, 3, eos_token_id=[], sampling=s),
+        range(n),
+        3,
+        setting,
+    )
     assert chi_square_p_value(sd, exact, n) > LEVEL
-    ar = first_tokens(lambda s: autoregressive(verifier, prompt, 3, eos_token_id=[], sampling=s), range(n), 3,
-                      setting)
+    ar = first_tokens(lambda s: autoregressive(verifier, prompt, 3, eos_token_id=[], sampling=s), range(n), 3, setting)
     assert chi_square_p_value(ar, exact, n) > LEVEL
 
 
@@ -263,12 +277,17 @@ def test_the_distribution_test_rejects_a_broken_rule_tiny(tiny, prompt, monkeypa
     exact = exact_prefix_distribution(verifier, prompt, 3, setting)
     breakage(monkeypatch)
     n = 300
-    sd = first_tokens(lambda s: speculative(SparseDrafter(drafter, 8), verifier, prompt, 4, 3, eos_token_id=[],
-                                            sampling=s), range(n), 3, setting)
+    sd = first_tokens(
+        lambda s: speculative(SparseDrafter(drafter, 8), verifier, prompt, 4, 3, eos_token_id=[], sampling=s),
+        range(n),
+        3,
+        setting,
+    )
     assert chi_square_p_value(sd, exact, n) < 1e-6
 
 
 # ---- shared prefills, unsupported drafters, the command line -----------------------------------------------------
+
 
 def test_a_shared_prefill_draws_the_same_tokens(tiny, prompt, tmp_path):
     verifier, drafter = tiny
@@ -277,13 +296,18 @@ def test_a_shared_prefill_draws_the_same_tokens(tiny, prompt, tmp_path):
     save_prefills(tensors, meta, tmp_path / "p.safetensors")
     prefilled = load_prefills(tmp_path / "p.safetensors")
     hot = Sampling(1.3, top_k=20, seed=4)
-    for decode in (lambda **kw: autoregressive(verifier, prompt, 12, eos_token_id=[], sampling=hot, **kw),
-                   lambda **kw: speculative(SparseDrafter(drafter, 8), verifier, prompt, 12, 3, eos_token_id=[],
-                                            sampling=hot, **kw)):
+    for decode in (
+        lambda **kw: autoregressive(verifier, prompt, 12, eos_token_id=[], sampling=hot, **kw),
+        lambda **kw: speculative(
+            SparseDrafter(drafter, 8), verifier, prompt, 12, 3, eos_token_id=[], sampling=hot, **kw
+        ),
+    ):
         assert decode(prefilled=prefilled).tokens == decode().tokens
     old = {k: SharedPrefill(v.kv, v.first_token, v.seconds) for k, v in prefilled.items()}  # a file without logits
-    assert autoregressive(verifier, prompt, 5, eos_token_id=[], prefilled=old).tokens == \
-        autoregressive(verifier, prompt, 5, eos_token_id=[]).tokens  # greedy needs none
+    assert (
+        autoregressive(verifier, prompt, 5, eos_token_id=[], prefilled=old).tokens
+        == autoregressive(verifier, prompt, 5, eos_token_id=[]).tokens
+    )  # greedy needs none
     with pytest.raises(ValueError, match="no first-token logits.*rebuild it with `budgetdraft prefill`"):
         autoregressive(verifier, prompt, 5, eos_token_id=[], prefilled=old, sampling=hot)
 
@@ -303,11 +327,14 @@ def test_greedy_only_drafters_and_rescaled_logits_are_refused(tiny, prompt):
         autoregressive(capped, prompt, 5, sampling=Sampling(1.0))
 
 
-@pytest.mark.parametrize("flag,value,message", [
-    ("--temperature", "-1", "--temperature: sampling temperature must be >= 0, got -1.0"),
-    ("--top-p", "0", r"--top-p: sampling top_p must be in \(0, 1\], got 0.0"),
-    ("--top-k", "-2", "--top-k: sampling top_k must be an integer >= 0, got -2"),
-])
+@pytest.mark.parametrize(
+    "flag,value,message",
+    [
+        ("--temperature", "-1", "--temperature: sampling temperature must be >= 0, got -1.0"),
+        ("--top-p", "0", r"--top-p: sampling top_p must be in \(0, 1\], got 0.0"),
+        ("--top-k", "-2", "--top-k: sampling top_k must be an integer >= 0, got -2"),
+    ],
+)
 def test_cli_names_a_bad_sampling_flag(flag, value, message):
     run = subprocess.run([sys.executable, "-m", "budgetdraft", "decode", flag, value], capture_output=True, text=True)
     assert run.returncode != 0 and "Traceback" not in run.stderr
@@ -315,6 +342,7 @@ def test_cli_names_a_bad_sampling_flag(flag, value, message):
 
 
 # ---- the real embedded verifier (SmolLM2-135M-Instruct) with its 4-layer cut as a sparse drafter at B = 16 ---------
+
 
 @pytest.fixture(scope="module")
 def real_setup(real_pair):
@@ -325,8 +353,9 @@ def real_setup(real_pair):
     ids = tokenizer(shakespeare_text()[30000:45000])["input_ids"][:40]
     v = Verifier(verifier)
     first = v.prefill(ids_tensor(ids, verifier.device), len(ids))
-    shared = {prompt_key(ids): SharedPrefill([v.cache.kv(i) for i in range(len(v.cache.layers))], first, 0.0,
-                                             v.last_logits)}
+    shared = {
+        prompt_key(ids): SharedPrefill([v.cache.kv(i) for i in range(len(v.cache.layers))], first, 0.0, v.last_logits)
+    }
     setting = Sampling(temperature=2.0, top_k=3)
     return ids, shared, setting, exact_prefix_distribution(verifier, ids, 2, setting)
 
@@ -335,8 +364,9 @@ def real_sd(real_pair, real_setup):
     verifier, drafter, _ = real_pair
     ids, shared, _, _ = real_setup
     # 3 new tokens: the first from the prefill, the second from the one draft of round 1 (kept or resampled)
-    return lambda s: speculative(SparseDrafter(drafter, 16), verifier, ids, 3, 2, eos_token_id=[], sampling=s,
-                                 prefilled=shared)
+    return lambda s: speculative(
+        SparseDrafter(drafter, 16), verifier, ids, 3, 2, eos_token_id=[], sampling=s, prefilled=shared
+    )
 
 
 @pytest.mark.real
@@ -362,12 +392,15 @@ def test_temperature_zero_reproduces_greedy_on_the_real_model(real_pair):
     ids = tokenizer(shakespeare_text()[30000:45000])["input_ids"][:200]
     greedy = autoregressive(verifier, ids, 20, eos_token_id=[])
     cold = Sampling(temperature=0.0, seed=3)
-    assert speculative(SparseDrafter(drafter, 16), verifier, ids, 20, 5, eos_token_id=[], sampling=cold).tokens == \
-        greedy.tokens
+    assert (
+        speculative(SparseDrafter(drafter, 16), verifier, ids, 20, 5, eos_token_id=[], sampling=cold).tokens
+        == greedy.tokens
+    )
     assert autoregressive(verifier, ids, 20, eos_token_id=[], sampling=cold).tokens == greedy.tokens
 
 
 # ---- grid cells and aggregation in sampling mode -----------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def cell_inputs(tiny, prompt, tmp_path_factory):
@@ -375,7 +408,8 @@ def cell_inputs(tiny, prompt, tmp_path_factory):
     for name, model in zip(("verifier", "drafter"), tiny):
         model.save_pretrained(root / name)
     pd.DataFrame({"sample": [0, 1], "doc_id": ["a", "b"], "input_ids": [prompt, prompt[5:]]}).to_parquet(
-        root / "prompts.parquet")
+        root / "prompts.parquet"
+    )
     return root
 
 
@@ -384,11 +418,37 @@ def cell(cell_inputs, method, *flags):
     parser = argparse.ArgumentParser()
     cells.configure_parser(parser)
     budget, gamma = ("0", "0") if method == "ar" else ("8", "3")
-    args = parser.parse_args([
-        "--label", method, "--method", method, "--verifier", str(cell_inputs / "verifier"),
-        "--drafter", str(cell_inputs / "drafter"), "--prompts", str(cell_inputs / "prompts.parquet"),
-        "--dataset", "d", "--context", "c", "--budget", budget, "--gamma", gamma, "--max-new-tokens", "10",
-        "--repeats", "2", "--warmup", "0", "--out", "unused", *flags])
+    args = parser.parse_args(
+        [
+            "--label",
+            method,
+            "--method",
+            method,
+            "--verifier",
+            str(cell_inputs / "verifier"),
+            "--drafter",
+            str(cell_inputs / "drafter"),
+            "--prompts",
+            str(cell_inputs / "prompts.parquet"),
+            "--dataset",
+            "d",
+            "--context",
+            "c",
+            "--budget",
+            budget,
+            "--gamma",
+            gamma,
+            "--max-new-tokens",
+            "10",
+            "--repeats",
+            "2",
+            "--warmup",
+            "0",
+            "--out",
+            "unused",
+            *flags,
+        ]
+    )
     return cells.run_cell(args)
 
 
@@ -420,9 +480,27 @@ def test_a_greedy_only_method_refuses_sampling_naming_the_flag(cell_inputs):
 @pytest.mark.real
 def test_cli_decode_samples_reproducibly():
     def decode(*flags):
-        run = subprocess.run([sys.executable, "-m", "budgetdraft", "decode", "--method", "sd", "--budget", "16",
-                              "--max-new-tokens", "6", "--threads", "1", "--prompt", "To be, or not to be", *flags],
-                             capture_output=True, text=True)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "budgetdraft",
+                "decode",
+                "--method",
+                "sd",
+                "--budget",
+                "16",
+                "--max-new-tokens",
+                "6",
+                "--threads",
+                "1",
+                "--prompt",
+                "To be, or not to be",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert run.returncode == 0, run.stderr
         return run.stdout.split("\n{", 1)[0]  # the text, without the metrics
 

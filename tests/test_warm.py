@@ -21,8 +21,12 @@ def server(tmp_path):
     """A warm process serving on tmp_path/warm.sock: its Popen and the environment that sends commands to it."""
     sock = tmp_path / "warm.sock"
     env = {**os.environ, "PYTHONPATH": SRC}
-    server = subprocess.Popen([sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--idle", "60"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--idle", "60"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(600):
         if sock.exists():
             break
@@ -44,15 +48,39 @@ def warm(server):
 def models_and_prompts(tmp_path):
     tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
     tiny_llama(seed=1, layers=1).save_pretrained(tmp_path / "d")
-    pd.DataFrame({"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["x"],
-                  "input_ids": [list(range(40))]}).to_parquet(tmp_path / "p.parquet")
+    pd.DataFrame(
+        {"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["x"], "input_ids": [list(range(40))]}
+    ).to_parquet(tmp_path / "p.parquet")
 
 
 def cell_argv(tmp_path, out, method="sd", new_tokens=8, repeats=1):
-    args = ["eval-cell", "--label", "x", "--method", method, "--verifier", str(tmp_path / "v"),
-            "--drafter", str(tmp_path / "d"), "--prompts", str(tmp_path / "p.parquet"), "--dataset", "d",
-            "--context", "c", "--budget", "16", "--gamma", "3", "--max-new-tokens", str(new_tokens),
-            "--repeats", str(repeats), "--out", str(out)]
+    args = [
+        "eval-cell",
+        "--label",
+        "x",
+        "--method",
+        method,
+        "--verifier",
+        str(tmp_path / "v"),
+        "--drafter",
+        str(tmp_path / "d"),
+        "--prompts",
+        str(tmp_path / "p.parquet"),
+        "--dataset",
+        "d",
+        "--context",
+        "c",
+        "--budget",
+        "16",
+        "--gamma",
+        "3",
+        "--max-new-tokens",
+        str(new_tokens),
+        "--repeats",
+        str(repeats),
+        "--out",
+        str(out),
+    ]
     return [sys.executable, "-m", "budgetdraft", *args]
 
 
@@ -126,10 +154,17 @@ def test_the_server_outlives_idle_time_but_not_the_process_that_started_it(tmp_p
     from budgetdraft.warm import POLL_S
 
     sock = tmp_path / "warm.sock"
-    starter = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-m', 'budgetdraft', 'warm', "
-               "'--socket', sys.argv[1]]); print(p.pid, flush=True); sys.stdin.readline()")
-    parent = subprocess.Popen([sys.executable, "-c", starter, str(sock)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": SRC})
+    starter = (
+        "import subprocess, sys; p = subprocess.Popen([sys.executable, '-m', 'budgetdraft', 'warm', "
+        "'--socket', sys.argv[1]]); print(p.pid, flush=True); sys.stdin.readline()"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", starter, str(sock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
     server = int(parent.stdout.readline())
     for _ in range(600):
         if sock.exists():

@@ -168,8 +168,17 @@ def test_src_edits_rerun_only_their_stage(workdir, module):
         (lambda c: c["variants"].pop("la_only"), "variants must define 'la_only'"),
         (lambda c: c["single_budget"].update(trained_budget=32), "single_budget.trained_budget = 32"),
     ],
-    ids=["unknown-dataset-source", "budget-0", "gamma-0", "context-too-long", "unknown-dataset-key", "unknown-context",
-         "typo-in-collapse", "no-la-only", "trained-budget-mismatch"],
+    ids=[
+        "unknown-dataset-source",
+        "budget-0",
+        "gamma-0",
+        "context-too-long",
+        "unknown-dataset-key",
+        "unknown-context",
+        "typo-in-collapse",
+        "no-la-only",
+        "trained-budget-mismatch",
+    ],
 )
 def test_bad_config_fails_naming_the_key(workdir, edit, message):
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
@@ -198,8 +207,9 @@ def sampled_cell_command(workdir, sampling, baselines=()):
         cfg["sampling"] = sampling
     cfg["baselines"]["enabled"] = list(baselines)
     (workdir / "s.yaml").write_text(yaml.safe_dump(cfg))
-    code, out = snakemake(workdir, "-n", "-p", "results/cells/sd/gs/128/B16_g5.parquet", "--configfile", "s.yaml",
-                          check=False)
+    code, out = snakemake(
+        workdir, "-n", "-p", "results/cells/sd/gs/128/B16_g5.parquet", "--configfile", "s.yaml", check=False
+    )
     return code, out, next((line for line in out.splitlines() if "eval-cell" in line), "")
 
 
@@ -212,13 +222,16 @@ def test_sampling_reaches_the_cells_only_when_set(workdir):
     assert "--temperature 0.7 --top-p 0.9 --top-k 0 --seed 0 --out" in hot
 
 
-@pytest.mark.parametrize("sampling, baselines, message", [
-    ({"temperature": -1}, [], "['sampling']['temperature']"),
-    ({"temperature": 1, "top_p": 0}, [], "['sampling']['top_p']"),
-    ({"temperature": 1, "top_k": 2.5}, [], "['sampling']['top_k']"),
-    ({"temperature": 1, "topp": 0.5}, [], "'topp' was unexpected"),
-    ({"temperature": 0.5}, ["triforce"], "sampling.temperature = 0.5 but baselines.enabled = ['triforce']"),
-])
+@pytest.mark.parametrize(
+    "sampling, baselines, message",
+    [
+        ({"temperature": -1}, [], "['sampling']['temperature']"),
+        ({"temperature": 1, "top_p": 0}, [], "['sampling']['top_p']"),
+        ({"temperature": 1, "top_k": 2.5}, [], "['sampling']['top_k']"),
+        ({"temperature": 1, "topp": 0.5}, [], "'topp' was unexpected"),
+        ({"temperature": 0.5}, ["triforce"], "sampling.temperature = 0.5 but baselines.enabled = ['triforce']"),
+    ],
+)
 def test_bad_sampling_fails_naming_the_key(workdir, sampling, baselines, message):
     code, out, _ = sampled_cell_command(workdir, sampling, baselines)
     assert code != 0 and message in out, out[-2000:]

@@ -34,7 +34,7 @@ def remove_stale_temps(out: Path) -> None:
     running process, or is this process's own (called before this process writes ``out``, such a temp is an
     earlier process's that had the same PID)."""
     for tmp in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
-        pid = tmp.name[len(out.name) + 2:-len(".tmp")]
+        pid = tmp.name[len(out.name) + 2 : -len(".tmp")]
         if pid.isdigit() and (int(pid) == os.getpid() or not _running(int(pid))):
             _remove(tmp)
 

@@ -21,14 +21,22 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 NAME = "budgetdraft_sdpa"
 
 
-def grouped_query_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
-                            **kwargs):
+def grouped_query_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
     groups = getattr(module, "num_key_value_groups", 1)
     q_len, kv_heads = query.shape[2], key.shape[1]
-    if (groups == 1 or q_len == 1 or dropout or attention_mask is None or attention_mask.shape[1] != 1
-            or query.shape[0] != 1 or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+    if (
+        groups == 1
+        or q_len == 1
+        or dropout
+        or attention_mask is None
+        or attention_mask.shape[1] != 1
+        or query.shape[0] != 1
+        or kwargs.get("position_bias") is not None
+        or kwargs.get("softcap") is not None
+    ):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     d = query.shape[-1]
     packed = query.reshape(1, kv_heads, groups * q_len, d)  # head h = g·groups + r → rows r·q … r·q + q − 1
     mask = attention_mask.repeat(1, 1, groups, 1)

@@ -29,11 +29,40 @@ from budgetdraft.prefill import check_covers, load_prefills
 from budgetdraft.sampling import add_sampling_flags, sampling_from_args
 
 CELL_COLUMNS = [
-    "label", "method", "dataset", "context", "budget", "gamma", "policy", "sample", "doc_id", "repeat",
-    "prompt_tokens", "new_tokens", "verifier_prefill_s", "drafter_prefill_s", "decode_s", "total_s", "tok_per_s",
-    "drafted", "accepted", "acceptance", "tau", "verifier_forwards", "accept_by_position", "peak_mem_mb", "mem_kind",
-    "peak_tensor_mb", "drafter_kv_mb", "verifier_kv_mb", "draft_s", "draft_steps", "verify_s", "device",
-    "output_ids", "config",
+    "label",
+    "method",
+    "dataset",
+    "context",
+    "budget",
+    "gamma",
+    "policy",
+    "sample",
+    "doc_id",
+    "repeat",
+    "prompt_tokens",
+    "new_tokens",
+    "verifier_prefill_s",
+    "drafter_prefill_s",
+    "decode_s",
+    "total_s",
+    "tok_per_s",
+    "drafted",
+    "accepted",
+    "acceptance",
+    "tau",
+    "verifier_forwards",
+    "accept_by_position",
+    "peak_mem_mb",
+    "mem_kind",
+    "peak_tensor_mb",
+    "drafter_kv_mb",
+    "verifier_kv_mb",
+    "draft_s",
+    "draft_steps",
+    "verify_s",
+    "device",
+    "output_ids",
+    "config",
 ]
 SAMPLING_METHODS = ("ar", "sd")  # the baselines draft greedily only
 NO_EOS: list[int] = []  # fixed-length generations
@@ -44,11 +73,14 @@ def make_decoder(args, verifier, prefilled=None):
     prefills, see ``budgetdraft.prefill``)."""
     sampling = sampling_from_args(args)
     if sampling is not None and args.method not in SAMPLING_METHODS:
-        raise ValueError(f"--temperature {args.temperature}: method {args.method!r} decodes greedily only; sampling "
-                         f"runs with methods {', '.join(SAMPLING_METHODS)}")
+        raise ValueError(
+            f"--temperature {args.temperature}: method {args.method!r} decodes greedily only; sampling "
+            f"runs with methods {', '.join(SAMPLING_METHODS)}"
+        )
     if args.method == "ar":
-        return lambda ids, n: autoregressive(verifier, ids, n, eos_token_id=NO_EOS, prefilled=prefilled,
-                                             sampling=sampling)
+        return lambda ids, n: autoregressive(
+            verifier, ids, n, eos_token_id=NO_EOS, prefilled=prefilled, sampling=sampling
+        )
     if args.gamma < 1:
         raise ValueError(f"--gamma must be >= 1 for method {args.method!r}, got {args.gamma}")
     if not args.drafter:
@@ -63,8 +95,9 @@ def make_decoder(args, verifier, prefilled=None):
         # A baseline module provides drafter_factory(verifier, args, extra) -> () -> a fresh drafter per run.
         baseline = importlib.import_module(f"budgetdraft.baselines.{args.method}")
         new_drafter = baseline.drafter_factory(verifier, args, extra)
-    return lambda ids, n: speculative(new_drafter(), verifier, ids, n, args.gamma, eos_token_id=NO_EOS,
-                                      prefilled=prefilled, sampling=sampling)
+    return lambda ids, n: speculative(
+        new_drafter(), verifier, ids, n, args.gamma, eos_token_id=NO_EOS, prefilled=prefilled, sampling=sampling
+    )
 
 
 def device_name(device: str) -> str:
@@ -87,8 +120,11 @@ def run_cell(args) -> pd.DataFrame:
         check_covers(prefilled, [list(ids) for ids in prompts["input_ids"]], args.verifier_prefill)
     decode = make_decoder(args, verifier, prefilled)
     config = json.dumps({k: v for k, v in sorted(vars(args).items())})
-    warm_prompt = list(prompts.iloc[0]["input_ids"])[-args.warmup_prompt_tokens:] if args.warmup_prompt_tokens else \
-        list(prompts.iloc[0]["input_ids"])
+    warm_prompt = (
+        list(prompts.iloc[0]["input_ids"])[-args.warmup_prompt_tokens :]
+        if args.warmup_prompt_tokens
+        else list(prompts.iloc[0]["input_ids"])
+    )
     for _ in range(args.warmup):  # discarded: first-call costs (allocator, kernels, lazy imports)
         decode(warm_prompt, args.warmup_tokens or args.max_new_tokens)
     rows = []
@@ -97,15 +133,29 @@ def run_cell(args) -> pd.DataFrame:
         for repeat in range(args.repeats):
             gen = decode(ids, args.max_new_tokens)
             stats = gen.stats.as_dict()
-            print(f"sample {sample.sample} repeat {repeat}: {stats['tok_per_s']:.2f} tok/s, "
-                  f"acceptance {stats['acceptance']:.3f}, tau {stats['tau']:.2f}", file=sys.stderr)
-            rows.append({
-                "label": args.label, "method": args.method, "dataset": args.dataset, "context": args.context,
-                "budget": args.budget, "gamma": args.gamma, "policy": args.policy, "sample": int(sample.sample),
-                "doc_id": str(sample.doc_id), "repeat": repeat, "device": device_name(args.device),
-                "output_ids": gen.tokens, "config": config,
-                **{k: stats[k] for k in CELL_COLUMNS if k in stats},
-            })
+            print(
+                f"sample {sample.sample} repeat {repeat}: {stats['tok_per_s']:.2f} tok/s, "
+                f"acceptance {stats['acceptance']:.3f}, tau {stats['tau']:.2f}",
+                file=sys.stderr,
+            )
+            rows.append(
+                {
+                    "label": args.label,
+                    "method": args.method,
+                    "dataset": args.dataset,
+                    "context": args.context,
+                    "budget": args.budget,
+                    "gamma": args.gamma,
+                    "policy": args.policy,
+                    "sample": int(sample.sample),
+                    "doc_id": str(sample.doc_id),
+                    "repeat": repeat,
+                    "device": device_name(args.device),
+                    "output_ids": gen.tokens,
+                    "config": config,
+                    **{k: stats[k] for k in CELL_COLUMNS if k in stats},
+                }
+            )
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
 
 
@@ -129,18 +179,26 @@ def configure_parser(parser) -> None:
     parser.add_argument("--score-window", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, required=True, help="tokens generated per prompt and run")
     parser.add_argument("--warmup", type=int, default=1, help="discarded warm-up generations")
-    parser.add_argument("--warmup-tokens", type=int, default=0,
-                        help="new tokens of a warm-up generation (0 = --max-new-tokens)")
-    parser.add_argument("--warmup-prompt-tokens", type=int, default=0,
-                        help="warm up on the last N tokens of the first prompt (0 = the whole prompt)")
+    parser.add_argument(
+        "--warmup-tokens", type=int, default=0, help="new tokens of a warm-up generation (0 = --max-new-tokens)"
+    )
+    parser.add_argument(
+        "--warmup-prompt-tokens",
+        type=int,
+        default=0,
+        help="warm up on the last N tokens of the first prompt (0 = the whole prompt)",
+    )
     parser.add_argument("--repeats", type=int, required=True, help="timed runs of every prompt")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--verifier-dtype", default="float32")
     parser.add_argument("--drafter-dtype", default="float32")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--verifier-prefill", default="",
-                        help="the prompts' verifier prefills from `budgetdraft prefill`: copied in, their recorded "
-                             "seconds charged, instead of recomputed in every run")
+    parser.add_argument(
+        "--verifier-prefill",
+        default="",
+        help="the prompts' verifier prefills from `budgetdraft prefill`: copied in, their recorded "
+        "seconds charged, instead of recomputed in every run",
+    )
     parser.add_argument("--extra", default="", help="JSON of method-specific settings (triforce, eagle3)")
     add_sampling_flags(parser)
     parser.add_argument("--out", required=True)

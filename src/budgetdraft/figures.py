@@ -49,8 +49,11 @@ def fig_collapse(grid: Grid, s: Settings):
     ax.set_title(f"SD (sparse/full), {s.datasets.get(dataset, dataset)}, $\\gamma={gamma}$")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(title=f"KV budget (prompts: {min(lengths)}–{max(lengths)} tokens)" if lengths else "KV budget",
-              fontsize=7, title_fontsize=7)
+    ax.legend(
+        title=f"KV budget (prompts: {min(lengths)}–{max(lengths)} tokens)" if lengths else "KV budget",
+        fontsize=7,
+        title_fontsize=7,
+    )
     return fig, values
 
 
@@ -58,8 +61,7 @@ def gamma_grid(grid: Grid, s: Settings, errorbars: bool):
     """rows contexts x cols datasets: BudgetDraft acceptance (left axis) and speedup (right axis) vs gamma,
     averaged over budgets. errorbars: mean +- std over (sample, budget) points of per-sample values."""
     ds = s.datasets
-    fig, axes = plt.subplots(len(s.contexts), len(ds), figsize=(3.6 * len(ds), 2.8 * len(s.contexts)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(s.contexts), len(ds), figsize=(3.6 * len(ds), 2.8 * len(s.contexts)), squeeze=False)
     values = {}
     for i, context in enumerate(s.contexts):
         for j, (dataset, name) in enumerate(ds.items()):
@@ -76,13 +78,16 @@ def gamma_grid(grid: Grid, s: Settings, errorbars: bool):
                 else:
                     acc_m.append(np.mean([grid.acceptance(k) for k in keys]))
                     sp_m.append(np.mean([grid.speedup(k) for k in keys]))
-            values[f"{context} {dataset}"] = {"gamma": list(gammas), "acceptance": acc_m, "speedup": sp_m,
-                                              **({"acceptance_std": acc_s, "speedup_std": sp_s} if errorbars else {})}
+            values[f"{context} {dataset}"] = {
+                "gamma": list(gammas),
+                "acceptance": acc_m,
+                "speedup": sp_m,
+                **({"acceptance_std": acc_s, "speedup_std": sp_s} if errorbars else {}),
+            }
             ax2 = ax.twinx()
             if errorbars:
                 ax.errorbar(gammas, acc_m, yerr=acc_s, color="C0", marker="o", ms=3, capsize=2, label="acceptance")
-                ax2.errorbar(gammas, sp_m, yerr=sp_s, color="C1", marker="s", ms=3, capsize=2, ls="--",
-                             label="speedup")
+                ax2.errorbar(gammas, sp_m, yerr=sp_s, color="C1", marker="s", ms=3, capsize=2, ls="--", label="speedup")
             else:
                 ax.plot(gammas, acc_m, color="C0", marker="o", ms=3, label="acceptance")
                 ax2.plot(gammas, sp_m, color="C1", marker="s", ms=3, ls="--", label="speedup")

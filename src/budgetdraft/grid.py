@@ -36,8 +36,7 @@ from budgetdraft.jsonarg import json_object
 from budgetdraft.names import AR
 
 KEY = ["label", "dataset", "context", "budget", "gamma"]
-NEEDED_COLUMNS = KEY + ["sample", "repeat", "total_s", "tok_per_s", "drafted", "accepted", "peak_mem_mb",
-                        "output_ids"]
+NEEDED_COLUMNS = KEY + ["sample", "repeat", "total_s", "tok_per_s", "drafted", "accepted", "peak_mem_mb", "output_ids"]
 
 
 def cell_name(key) -> str:
@@ -64,8 +63,9 @@ def read_cell(path: Path, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
         present = [c for c in dict.fromkeys(optional) if c in names and c not in NEEDED_COLUMNS]
         return pd.read_parquet(path, columns=NEEDED_COLUMNS + present)
     except pa.ArrowException:
-        raise ValueError(f"{path}: not a readable parquet file (truncated by a kill?): delete it and re-run to "
-                         "re-measure it") from None
+        raise ValueError(
+            f"{path}: not a readable parquet file (truncated by a kill?): delete it and re-run to re-measure it"
+        ) from None
 
 
 def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
@@ -111,12 +111,17 @@ def sampled_groups(df: pd.DataFrame) -> set[tuple[str, str]]:
     for (dataset, context), modes in decoding.groupby([df["dataset"], df["context"]], sort=True):
         kinds = sorted(modes.unique())
         if len(kinds) > 1:
-            raise ValueError(f"cells of {dataset}/{context} were decoded differently ({'; '.join(kinds)}): their "
-                             "times and acceptance are not comparable; re-run them with one `sampling:` setting")
+            raise ValueError(
+                f"cells of {dataset}/{context} were decoded differently ({'; '.join(kinds)}): their "
+                "times and acceptance are not comparable; re-run them with one `sampling:` setting"
+            )
         if kinds[0] != "greedy":
             sampled.add((dataset, context))
-            print(f"budgetdraft paper: note: {dataset}/{context} was decoded by sampling ({kinds[0]}): outputs are "
-                  "samples, not the AR tokens, so the token-for-token lossless check is skipped", file=sys.stderr)
+            print(
+                f"budgetdraft paper: note: {dataset}/{context} was decoded by sampling ({kinds[0]}): outputs are "
+                "samples, not the AR tokens, so the token-for-token lossless check is skipped",
+                file=sys.stderr,
+            )
     return sampled
 
 
@@ -151,9 +156,11 @@ def check_lossless(df: pd.DataFrame, mode: str = "error") -> None:
             diff = np.flatnonzero(got[:n] != want[:n])
             where = f"first difference at token {diff[0]}" if len(diff) else f"lengths {len(got)} vs {len(want)}"
             key = tuple(row[KEY])
-            message = (f"lossless check failed: cell {cell_name(key)} sample {row['sample']} repeat "
-                       f"{row['repeat']} generated different output_ids than {cell_name(ref_key)} ({where}); "
-                       f"{int(bad.sum())} row(s) of {dataset}/{context} differ")
+            message = (
+                f"lossless check failed: cell {cell_name(key)} sample {row['sample']} repeat "
+                f"{row['repeat']} generated different output_ids than {cell_name(ref_key)} ({where}); "
+                f"{int(bad.sum())} row(s) of {dataset}/{context} differ"
+            )
             if mode != "warn":
                 raise ValueError(message)
             print(f"budgetdraft paper: warning: {message}", file=sys.stderr)
@@ -166,11 +173,14 @@ class Grid:
         if check:
             check_lossless(df, lossless)
         if "device" in df.columns and df["device"].nunique() > 1:
-            print(f"budgetdraft paper: warning: cells come from several devices: {sorted(df['device'].unique())}",
-                  file=sys.stderr)
+            print(
+                f"budgetdraft paper: warning: cells come from several devices: {sorted(df['device'].unique())}",
+                file=sys.stderr,
+            )
         self.df = df
         per_sample = df.groupby(KEY + ["sample"], sort=True).agg(
-            time=("total_s", "mean"), accepted=("accepted", "sum"), drafted=("drafted", "sum"))
+            time=("total_s", "mean"), accepted=("accepted", "sum"), drafted=("drafted", "sum")
+        )
         self.samples = {tuple(k): g.droplevel(KEY) for k, g in per_sample.groupby(level=KEY, sort=False)}
         self.rows = {tuple(k): g for k, g in df.groupby(KEY, sort=False)}
 
@@ -195,8 +205,10 @@ class Grid:
         ar_key = self.ar_key(key[1], key[2])
         method, ar = self.samples[key]["time"], self.samples[ar_key]["time"]
         if set(method.index) != set(ar.index):
-            raise ValueError(f"cell {cell_name(key)} has samples {sorted(method.index)} but the AR cell "
-                             f"{cell_name(ar_key)} has {sorted(ar.index)}")
+            raise ValueError(
+                f"cell {cell_name(key)} has samples {sorted(method.index)} but the AR cell "
+                f"{cell_name(ar_key)} has {sorted(ar.index)}"
+            )
         return ar.loc[method.index] / method
 
     def speedup(self, key) -> float:
@@ -220,11 +232,23 @@ class Grid:
         the paper, or, on CPU, the bytes held in weights and KV caches in MB (a sparse cache moves it by < 1 MB)."""
         kinds = set(self.df["mem_kind"]) if "mem_kind" in self.df else {"cpu_peak_rss"}
         if kinds == {"cuda_max_allocated"}:
-            return "GB", 1024.0, (r"peak GPU memory (\texttt{max\_memory\_allocated}), converted from "
-                                  r"\texttt{peak\_mem\_mb}")
+            return (
+                "GB",
+                1024.0,
+                (
+                    r"peak GPU memory (\texttt{max\_memory\_allocated}), converted from "
+                    r"\texttt{peak\_mem\_mb}"
+                ),
+            )
         if kinds == {"cpu_tensor_bytes"}:
-            return "MB", 1.0, ("memory held in weights and KV caches, counted from the tensors on CPU (not VRAM: "
-                               "activations and the process's other memory are not included)")
+            return (
+                "MB",
+                1.0,
+                (
+                    "memory held in weights and KV caches, counted from the tensors on CPU (not VRAM: "
+                    "activations and the process's other memory are not included)"
+                ),
+            )
         raise ValueError(f"cells measure peak memory in different ways ({sorted(kinds)}): re-run the older cells")
 
     def peak(self, key) -> float:

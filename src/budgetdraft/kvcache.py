@@ -188,8 +188,15 @@ class QueryCapture:
 
 
 @torch.no_grad()
-def prefill(model, input_ids: torch.Tensor, cache: Cache, *, chunk_len: int | None = None, score_window: int = 0,
-            position_offset: int = 0):
+def prefill(
+    model,
+    input_ids: torch.Tensor,
+    cache: Cache,
+    *,
+    chunk_len: int | None = None,
+    score_window: int = 0,
+    position_offset: int = 0,
+):
     """Run ``model`` over ``input_ids`` [1, T] appending to ``cache``, ``chunk_len`` tokens per forward.
 
     Returns (logits of the last position [1, V], per-layer scores or None). With ``score_window > 0`` the scores
@@ -204,8 +211,7 @@ def prefill(model, input_ids: torch.Tensor, cache: Cache, *, chunk_len: int | No
         for start in range(0, total, chunk_len):
             ids = input_ids[:, start : start + chunk_len]
             positions = torch.arange(start, start + ids.shape[1], device=ids.device)[None] + position_offset
-            out = model(input_ids=ids, past_key_values=cache, position_ids=positions, use_cache=True,
-                        logits_to_keep=1)
+            out = model(input_ids=ids, past_key_values=cache, position_ids=positions, use_cache=True, logits_to_keep=1)
             logits = out.logits[:, -1]
         scores = capture.scores(model, cache) if capture else None
     finally:
@@ -260,8 +266,9 @@ def needs_scores(policy: str) -> bool:
     return policy == "topk_chunks"
 
 
-def keep_indices(policy: str, scores: list[torch.Tensor] | None, prefix_len: int, budget: int, chunk_size: int,
-                 num_layers: int) -> list[torch.Tensor]:
+def keep_indices(
+    policy: str, scores: list[torch.Tensor] | None, prefix_len: int, budget: int, chunk_size: int, num_layers: int
+) -> list[torch.Tensor]:
     """Per layer, the sorted prefix positions the drafter keeps."""
     if policy not in POLICIES:
         raise ValueError(f"unknown sparse policy {policy!r}; choose one of {', '.join(POLICIES)}")

@@ -127,6 +127,10 @@ class DecodeStats:
 
     def as_dict(self) -> dict:
         row = asdict(self)
-        row.update(acceptance=self.acceptance, tau=self.tau, tok_per_s=self.tok_per_s,
-                   accept_by_position=self.accept_by_position)
+        row.update(
+            acceptance=self.acceptance,
+            tau=self.tau,
+            tok_per_s=self.tok_per_s,
+            accept_by_position=self.accept_by_position,
+        )
         return row

@@ -32,18 +32,27 @@ def build(artifact: str, cells, settings, out) -> list[Path]:
     if artifact not in ARTIFACTS:
         raise ValueError(f"unknown artifact {artifact!r}; choose from {sorted(ARTIFACTS)}")
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
-    grid = cells if isinstance(cells, Grid) else Grid(
-        cells if isinstance(cells, pd.DataFrame) else load_cells(cells), lossless=s.raw.get("lossless_check", "error"))
+    grid = (
+        cells
+        if isinstance(cells, Grid)
+        else Grid(
+            cells if isinstance(cells, pd.DataFrame) else load_cells(cells),
+            lossless=s.raw.get("lossless_check", "error"),
+        )
+    )
     out = Path(out)
     if artifact in TABLE_BUILDERS:
         atomic_write_text(out, table_text(render_table(artifact, grid, s)))
         written, values = [out], None
     else:
         from budgetdraft import figures
+
         written, values = figures.draw(artifact, grid, s, out)
     if isinstance(cells, (Grid, pd.DataFrame)) or isinstance(settings, Settings):
         return written
-    atomic_write_text(sources_path(out), json.dumps(provenance(artifact, cells, settings, written, values), indent=1) + "\n")
+    atomic_write_text(
+        sources_path(out), json.dumps(provenance(artifact, cells, settings, written, values), indent=1) + "\n"
+    )
     return written + [sources_path(out)]
 
 
@@ -60,9 +69,12 @@ def table_text(table) -> str:
 
 def provenance(artifact: str, cells, settings, written, values=None) -> dict:
     """What an artifact was made from, by content: cells and written files with their sha256."""
-    record = {"artifact": artifact, "settings": settings_dict(settings),
-              "cells": [{"path": str(c), "sha256": file_sha256(c)} for c in cells],
-              "outputs": {Path(p).name: file_sha256(p) for p in written}}
+    record = {
+        "artifact": artifact,
+        "settings": settings_dict(settings),
+        "cells": [{"path": str(c), "sha256": file_sha256(c)} for c in cells],
+        "outputs": {Path(p).name: file_sha256(p) for p in written},
+    }
     if values is not None:
         record["values"] = values
     return record
@@ -86,8 +98,12 @@ def trace(table_path, cells, settings) -> list[tuple[str, str]]:
     table = render_table(artifact, grid, s)
     expected = [(v, src) for v, src in table.sources if v != "--"]  # in order of appearance
     bodies = re.findall(r"\\begin\{tabular\}.*?\\end\{tabular\}", text, flags=re.S)
-    data_lines = [line for body in bodies for line in body.splitlines()
-                  if "&" in line and "\\mathcal" not in line and "\\multicolumn" not in line]  # not headers
+    data_lines = [
+        line
+        for body in bodies
+        for line in body.splitlines()
+        if "&" in line and "\\mathcal" not in line and "\\multicolumn" not in line
+    ]  # not headers
     found = [n for line in data_lines for n in NUMBER.findall(line)]
     if len(found) != len(expected):
         raise ValueError(f"{table_path}: has {len(found)} numbers, the cells give {len(expected)}")
@@ -104,8 +120,10 @@ def first_difference(path, text: str, derived: str) -> None:
         return
     have, want = text.splitlines(), derived.splitlines()
     i = next((i for i, (a, b) in enumerate(zip(have, want)) if a != b), min(len(have), len(want)))
-    raise ValueError(f"{path}: line {i + 1} is not what the cells and settings give: "
-                     f"{have[i] if i < len(have) else '<end of file>'!r} vs {want[i] if i < len(want) else '<end>'!r}")
+    raise ValueError(
+        f"{path}: line {i + 1} is not what the cells and settings give: "
+        f"{have[i] if i < len(have) else '<end of file>'!r} vs {want[i] if i < len(want) else '<end>'!r}"
+    )
 
 
 def trace_figure(figure_path, artifact: str, cells, settings, recorded: dict) -> list[tuple[str, str]]:
@@ -158,13 +176,24 @@ def trace_file(path) -> list[tuple[str, str]]:
 
 
 def configure_parser(parser) -> None:
-    parser.add_argument("--artifact", required=True, choices=sorted(ARTIFACTS),
-                        help="which table/figure: " + ", ".join(f"{k} ({v})" for k, v in ARTIFACTS.items()))
-    parser.add_argument("--out", required=True, type=Path,
-                        help="output .tex (tables) or .pdf (figures; a .png with the same stem is written too)")
-    parser.add_argument("--settings", required=True,
-                        help="JSON object (or a JSON file): datasets, contexts, budgets, gamma_fixed, collapse, "
-                             "comparison, single_budget; optional gammas {context: [gamma, ...]}")
+    parser.add_argument(
+        "--artifact",
+        required=True,
+        choices=sorted(ARTIFACTS),
+        help="which table/figure: " + ", ".join(f"{k} ({v})" for k, v in ARTIFACTS.items()),
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="output .tex (tables) or .pdf (figures; a .png with the same stem is written too)",
+    )
+    parser.add_argument(
+        "--settings",
+        required=True,
+        help="JSON object (or a JSON file): datasets, contexts, budgets, gamma_fixed, collapse, "
+        "comparison, single_budget; optional gammas {context: [gamma, ...]}",
+    )
     parser.add_argument("--cells", required=True, nargs="+", help="cell parquet files the artifact reads")
 
 

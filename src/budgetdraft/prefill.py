@@ -52,8 +52,12 @@ def record_prefills(verifier_model, prompts: list[list[int]], repeats: int, warm
             k, v = verifier.cache.kv(layer)
             tensors[f"{key}.{layer}.k"], tensors[f"{key}.{layer}.v"] = k.contiguous(), v.contiguous()
         tensors[f"{key}.logits"] = verifier.last_logits.contiguous()
-        meta[key] = {"first_token": first, "seconds": statistics.median(seconds), "runs_s": seconds,
-                     "prompt_tokens": len(ids)}
+        meta[key] = {
+            "first_token": first,
+            "seconds": statistics.median(seconds),
+            "runs_s": seconds,
+            "prompt_tokens": len(ids),
+        }
     return tensors, meta
 
 
@@ -71,25 +75,33 @@ def load_prefills(path: str | Path, device="cpu") -> dict[str, SharedPrefill]:
         meta = json.loads(metadata[METADATA_KEY])
         names = set(f.keys())
         layers = len({name.split(".")[1] for name in names if name.endswith((".k", ".v"))}) if meta else 0
-        return {key: SharedPrefill([(f.get_tensor(f"{key}.{i}.k"), f.get_tensor(f"{key}.{i}.v"))
-                                    for i in range(layers)], m["first_token"], m["seconds"],
-                                   f.get_tensor(f"{key}.logits") if f"{key}.logits" in names else None)
-                for key, m in meta.items()}
+        return {
+            key: SharedPrefill(
+                [(f.get_tensor(f"{key}.{i}.k"), f.get_tensor(f"{key}.{i}.v")) for i in range(layers)],
+                m["first_token"],
+                m["seconds"],
+                f.get_tensor(f"{key}.logits") if f"{key}.logits" in names else None,
+            )
+            for key, m in meta.items()
+        }
 
 
 def check_covers(prefilled: dict[str, SharedPrefill], prompts: list[list[int]], path) -> None:
     """Every prompt a run will decode has its prefill in the file (else the file is from other prompts)."""
     missing = sum(prompt_key(ids) not in prefilled for ids in prompts)
     if missing:
-        raise ValueError(f"--verifier-prefill {path}: {missing} of {len(prompts)} prompts are not in it (computed "
-                         "for other prompts or another tokenizer; rebuild it with `budgetdraft prefill`)")
+        raise ValueError(
+            f"--verifier-prefill {path}: {missing} of {len(prompts)} prompts are not in it (computed "
+            "for other prompts or another tokenizer; rebuild it with `budgetdraft prefill`)"
+        )
 
 
 def configure_parser(parser) -> None:
     parser.add_argument("--verifier", required=True)
     parser.add_argument("--prompts", required=True, help="prompts parquet of one dataset x context")
-    parser.add_argument("--repeats", type=int, default=TIMED_RUNS,
-                        help="timed prefills per prompt (the median is charged)")
+    parser.add_argument(
+        "--repeats", type=int, default=TIMED_RUNS, help="timed prefills per prompt (the median is charged)"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--threads", type=int, default=1)

@@ -127,8 +127,9 @@ def sampling_from_flags(temperature: float, top_p: float = 1.0, top_k: int = 0, 
 
 
 def add_sampling_flags(parser) -> None:
-    parser.add_argument("--temperature", type=float, default=0.0,
-                        help="sampling temperature (0 = greedy decoding, the paper's setting)")
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy decoding, the paper's setting)"
+    )
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (1 = off)")
     parser.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
     parser.add_argument("--seed", type=int, default=0, help="seed of each generation's random stream")

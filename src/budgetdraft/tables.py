@@ -35,8 +35,11 @@ class Table:
 
     def sp_acc(self, grid: Grid, key, times: bool = True) -> str:
         desc = cell_name(key)
-        return (self.num(grid.speedup(key), f"speedup {desc}", X if times else "") + "/"
-                + self.num(grid.acceptance(key), f"acceptance {desc}"))
+        return (
+            self.num(grid.speedup(key), f"speedup {desc}", X if times else "")
+            + "/"
+            + self.num(grid.acceptance(key), f"acceptance {desc}")
+        )
 
     def ar(self, grid: Grid, dataset, context) -> str:
         return self.num(grid.ar_tok_s(dataset, context), f"AR tok/s {cell_name((AR, dataset, context, 0, 0))}")
@@ -77,21 +80,33 @@ def base_drafter_text(s: Settings) -> str:
     steps = int(s.raw.get("base_drafter_steps", 0))
     if not steps:
         return "untrained drafter"
-    learned = ("the next tokens of text" if s.raw.get("base_drafter_teacher") == "text" else
-               "the verifier's greedy tokens")
-    return (rf"base drafter (the truncated model after {steps} steps on {learned} in short full-cache windows, "
-            r"not trained by BudgetDraft)")
+    learned = (
+        "the next tokens of text" if s.raw.get("base_drafter_teacher") == "text" else "the verifier's greedy tokens"
+    )
+    return (
+        rf"base drafter (the truncated model after {steps} steps on {learned} in short full-cache windows, "
+        r"not trained by BudgetDraft)"
+    )
 
 
 def count_word(n: int) -> str:
     return {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}.get(n, str(n))
 
 
-def wrap(env: str, body: list[str], caption: str, label: str, tabcolsep: str, stretch: str,
-         placement: str = "t") -> list[str]:
-    return ([rf"\begin{{{env}}}[{placement}]", r"\centering", r"\small", rf"\setlength{{\tabcolsep}}{{{tabcolsep}}}",
-             rf"\renewcommand{{\arraystretch}}{{{stretch}}}"] + body
-            + [rf"\caption{{{caption}}}", rf"\label{{{label}}}", rf"\end{{{env}}}"])
+def wrap(
+    env: str, body: list[str], caption: str, label: str, tabcolsep: str, stretch: str, placement: str = "t"
+) -> list[str]:
+    return (
+        [
+            rf"\begin{{{env}}}[{placement}]",
+            r"\centering",
+            r"\small",
+            rf"\setlength{{\tabcolsep}}{{{tabcolsep}}}",
+            rf"\renewcommand{{\arraystretch}}{{{stretch}}}",
+        ]
+        + body
+        + [rf"\caption{{{caption}}}", rf"\label{{{label}}}", rf"\end{{{env}}}"]
+    )
 
 
 def dataset_header(t: Table, datasets: dict, per: int, first: int, lead: int = 2, bar: bool = False) -> None:
@@ -136,11 +151,17 @@ def table_main(grid: Grid, s: Settings) -> Table:
     ncol = 2 + 3 * len(ds)
     spec = "ll " + " ".join("ccc" for _ in ds)
     body = []
-    for panel, by, title in (("A", "speedup", "Best BudgetDraft speedup (per KV budget)"),
-                             ("B", "acceptance", "Best BudgetDraft acceptance (per KV budget)")):
+    for panel, by, title in (
+        ("A", "speedup", "Best BudgetDraft speedup (per KV budget)"),
+        ("B", "acceptance", "Best BudgetDraft acceptance (per KV budget)"),
+    ):
         p = Table(sources=t.sources)
-        p.add(rf"\begin{{tabular}}{{{spec}}}", r"\toprule", rf"\multicolumn{{{ncol}}}{{l}}{{({panel}) {title}}} \\",
-              r"\midrule")
+        p.add(
+            rf"\begin{{tabular}}{{{spec}}}",
+            r"\toprule",
+            rf"\multicolumn{{{ncol}}}{{l}}{{({panel}) {title}}} \\",
+            r"\midrule",
+        )
         dataset_header(p, ds, 3, 3)
         p.row(["Context", "Budget"] + ["AR", SD_NAME, BD_NAME] * len(ds))
         p.add(r"\midrule")
@@ -149,24 +170,30 @@ def table_main(grid: Grid, s: Settings) -> Table:
             out = []
             for dataset in ds:
                 g = best_run(grid, s, dataset, context, budget, by)
-                out += [p.ar(grid, dataset, context), p.sp_acc(grid, grid.need(SD, dataset, context, budget, g)),
-                        p.sp_acc(grid, (BD, dataset, context, budget, g))]
+                out += [
+                    p.ar(grid, dataset, context),
+                    p.sp_acc(grid, grid.need(SD, dataset, context, budget, g)),
+                    p.sp_acc(grid, (BD, dataset, context, budget, g)),
+                ]
             return out
 
         context_blocks(p, s, entries)
         p.add(r"\bottomrule", r"\end{tabular}")
         body += ([""] if not body else ["", r"\vspace{0.6em}", ""]) + p.lines
-    caption = ("We report throughput in tok/s for AR, and speedup vs AR / acceptance rate (\\%) for SD (sparse/full) "
-               "and BudgetDraft. For each KV budget, Panel (A) reports the run with the best BudgetDraft speedup, "
-               "and Panel (B) the run with the best BudgetDraft acceptance; both show the corresponding "
-               "SD (sparse/full) run. "
-               rf"SD (sparse/full) uses the {base_drafter_text(s)}; BudgetDraft uses {objective(s, BD)}.")
+    caption = (
+        "We report throughput in tok/s for AR, and speedup vs AR / acceptance rate (\\%) for SD (sparse/full) "
+        "and BudgetDraft. For each KV budget, Panel (A) reports the run with the best BudgetDraft speedup, "
+        "and Panel (B) the run with the best BudgetDraft acceptance; both show the corresponding "
+        "SD (sparse/full) run. "
+        rf"SD (sparse/full) uses the {base_drafter_text(s)}; BudgetDraft uses {objective(s, BD)}."
+    )
     t.lines = wrap("table*", body + [""], caption, TABLES["main"], "1.4pt", "1.15")
     return t
 
 
-def three_column_table(grid: Grid, s: Settings, labels, names, times: bool, caption: str, label: str,
-                       ctx_head: str, bud_head: str) -> Table:
+def three_column_table(
+    grid: Grid, s: Settings, labels, names, times: bool, caption: str, label: str, ctx_head: str, bud_head: str
+) -> Table:
     """AR tok/s + two drafters as speedup/acc at gamma_fixed, per context x budget x dataset."""
     t, ds, g = Table(), s.datasets, int(s.get("gamma_fixed"))
     t.add(r"\begin{tabular}{ll " + " ".join("ccc" for _ in ds) + "}", r"\toprule")
@@ -190,18 +217,32 @@ def three_column_table(grid: Grid, s: Settings, labels, names, times: bool, capt
 def table_ablation_lc(grid: Grid, s: Settings) -> Table:
     g = s.get("gamma_fixed")
     la, bd = objective(s, LA_ONLY), objective(s, BD)
-    caption = (rf"Ablation on multi-view sparse training at $\gamma={g}$. We report throughput in tok/s for AR, and "
-               rf"speedup vs AR / acceptance rate (\%) for {la} and {bd}, under the same $\gamma$ and KV budget.")
-    return three_column_table(grid, s, [LA_ONLY, BD], [la, bd], False, caption, TABLES["ablation_lc"], "Context",
-                              "Budget")
+    caption = (
+        rf"Ablation on multi-view sparse training at $\gamma={g}$. We report throughput in tok/s for AR, and "
+        rf"speedup vs AR / acceptance rate (\%) for {la} and {bd}, under the same $\gamma$ and KV budget."
+    )
+    return three_column_table(
+        grid, s, [LA_ONLY, BD], [la, bd], False, caption, TABLES["ablation_lc"], "Context", "Budget"
+    )
 
 
 def table_lambda(grid: Grid, s: Settings) -> Table:
     g = s.get("gamma_fixed")
-    caption = (rf"$\lambda$ sensitivity at $\gamma={g}$ ({objective(s, BD)} vs {objective(s, LAMBDA1)}). Entries "
-               r"report speedup vs AR / acceptance rate (\%) under the same $\gamma$, context length, and KV budget.")
-    return three_column_table(grid, s, [BD, LAMBDA1], [objective(s, BD, True), objective(s, LAMBDA1, True)],
-                              True, caption, TABLES["lambda"], "Ctx", "Bud")
+    caption = (
+        rf"$\lambda$ sensitivity at $\gamma={g}$ ({objective(s, BD)} vs {objective(s, LAMBDA1)}). Entries "
+        r"report speedup vs AR / acceptance rate (\%) under the same $\gamma$, context length, and KV budget."
+    )
+    return three_column_table(
+        grid,
+        s,
+        [BD, LAMBDA1],
+        [objective(s, BD, True), objective(s, LAMBDA1, True)],
+        True,
+        caption,
+        TABLES["lambda"],
+        "Ctx",
+        "Bud",
+    )
 
 
 def comparison_key(grid: Grid, s: Settings, label, dataset, context, gamma, required: bool):
@@ -230,7 +271,9 @@ def table_comparison(grid: Grid, s: Settings) -> Table:
     t.add(r"\begin{tabular}{lcc}", r"\toprule")
     t.row(["Method", "Speedup", "Drafter"])
     for context in contexts:
-        t.add(r"\midrule", rf"\multicolumn{{3}}{{c}}{{{context} context ({name}, $\gamma{{=}}{gamma}$)}} \\", r"\midrule")
+        t.add(
+            r"\midrule", rf"\multicolumn{{3}}{{c}}{{{context} context ({name}, $\gamma{{=}}{gamma}$)}} \\", r"\midrule"
+        )
         ar = grid.ar_key(dataset, context)
         t.row(["AR", t.num(grid.speedup(ar), f"speedup {cell_name(ar)}", X), "--"])
         for label in (SD, TRIFORCE, EAGLE3):
@@ -239,12 +282,22 @@ def table_comparison(grid: Grid, s: Settings) -> Table:
             required = label == SD or (enabled is not None and label in enabled)
             key = comparison_key(grid, s, label, dataset, context, gamma, required=required)
             if key is not None:
-                t.row([METHOD_NAMES[label], t.num(grid.speedup(key), f"speedup {cell_name(key)}", X),
-                       str(sizes.get(label, "--"))])
+                t.row(
+                    [
+                        METHOD_NAMES[label],
+                        t.num(grid.speedup(key), f"speedup {cell_name(key)}", X),
+                        str(sizes.get(label, "--")),
+                    ]
+                )
         for budget in s.budgets:
             key = grid.need(BD, dataset, context, budget, gamma)
-            t.row([rf"BudgetDraft ($B{{=}}{budget}$)", t.num(grid.speedup(key), f"speedup {cell_name(key)}", X),
-                   str(sizes.get(BD, "--"))])
+            t.row(
+                [
+                    rf"BudgetDraft ($B{{=}}{budget}$)",
+                    t.num(grid.speedup(key), f"speedup {cell_name(key)}", X),
+                    str(sizes.get(BD, "--")),
+                ]
+            )
     t.add(r"\bottomrule", r"\end{tabular}")
     caption = rf"Comparison with baselines on {name} at {names_text(contexts).replace(', and', ' and')} with $\gamma{{=}}{gamma}$."
     t.lines = wrap("table", t.lines, caption, TABLES["comparison"], "5pt", "1.15")
@@ -262,10 +315,12 @@ def table_single_budget(grid: Grid, s: Settings) -> Table:
         t.row([title] + [t.sp_acc(grid, grid.need(label, dataset, context, b, gamma)) for b in s.budgets])
     t.add(r"\bottomrule", r"\end{tabular}")
     name = s.datasets.get(dataset, dataset)
-    caption = (rf"Single-budget vs. multi-budget sparse training on {name} at {context} with $\gamma={gamma}$. "
-               r"Entries report speedup vs AR / acceptance rate (\%). The single-budget variant is trained with a "
-               rf"fixed sparse-cache budget $B{{=}}{trained}$, while multi-budget training samples from "
-               rf"$B\in{set_text(s.budgets)}$.")
+    caption = (
+        rf"Single-budget vs. multi-budget sparse training on {name} at {context} with $\gamma={gamma}$. "
+        r"Entries report speedup vs AR / acceptance rate (\%). The single-budget variant is trained with a "
+        rf"fixed sparse-cache budget $B{{=}}{trained}$, while multi-budget training samples from "
+        rf"$B\in{set_text(s.budgets)}$."
+    )
     t.lines = wrap("table*", t.lines, caption, TABLES["single_budget"], "5pt", "1.5", "t!")
     return t
 
@@ -276,9 +331,13 @@ def table_vram_gamma(grid: Grid, s: Settings) -> Table:
     run = {}  # context -> gammas run there (by SD or BudgetDraft); each needs both methods x budgets x datasets
     for context in s.contexts:
         given = s.raw.get("gammas", {}).get(context) if isinstance(s.raw.get("gammas"), dict) else None
-        run[context] = (sorted(int(g) for g in given) if given is not None else
-                        sorted({k[4] for k in grid.rows if k[0] in (SD, BD) and k[2] == context
-                                and k[1] in ds and k[3] in s.budgets}))
+        run[context] = (
+            sorted(int(g) for g in given)
+            if given is not None
+            else sorted(
+                {k[4] for k in grid.rows if k[0] in (SD, BD) and k[2] == context and k[1] in ds and k[3] in s.budgets}
+            )
+        )
     t.add(r"\begin{tabular}{c " + " ".join("cc" for _ in s.contexts) + "}", r"\toprule")
     t.add(r"$\gamma$ & " + " & ".join(rf"\multicolumn{{2}}{{c}}{{{c}}}" for c in s.contexts) + r" \\")
     t.add("".join(rf"\cmidrule(lr){{{2 + 2 * i}-{3 + 2 * i}}}" for i in range(len(s.contexts))))
@@ -293,15 +352,22 @@ def table_vram_gamma(grid: Grid, s: Settings) -> Table:
                     continue
                 keys = [grid.need(label, d, context, b, g) for d in ds for b in s.budgets]
                 value = float(np.mean([grid.peak(k) for k in keys]))
-                entries.append(t.num(value, f"mean peak {grid.memory[0]} of {label} at context={context}, "
-                                            f"gamma={g} over {len(keys)} cells (every budget x dataset)"))
+                entries.append(
+                    t.num(
+                        value,
+                        f"mean peak {grid.memory[0]} of {label} at context={context}, "
+                        f"gamma={g} over {len(keys)} cells (every budget x dataset)",
+                    )
+                )
         t.row(entries)
     t.add(r"\bottomrule", r"\end{tabular}")
     unit, _, what = grid.memory
-    caption = (rf"Peak memory ({unit}) vs draft length $\gamma$: {what}. For each context length and $\gamma$, values "
-               rf"are averaged over KV budgets $B\in{set_text(s.budgets)}$ and the {count_word(len(ds))} datasets "
-               rf"({names_text(ds.values())}). Missing entries indicate that $\gamma$ was not evaluated at that "
-               r"context length.")
+    caption = (
+        rf"Peak memory ({unit}) vs draft length $\gamma$: {what}. For each context length and $\gamma$, values "
+        rf"are averaged over KV budgets $B\in{set_text(s.budgets)}$ and the {count_word(len(ds))} datasets "
+        rf"({names_text(ds.values())}). Missing entries indicate that $\gamma$ was not evaluated at that "
+        r"context length."
+    )
     t.lines = wrap("table*", t.lines, caption, TABLES["vram_gamma"], "5.0pt", "1.12")
     return t
 
@@ -324,15 +390,23 @@ def table_vram(grid: Grid, s: Settings) -> Table:
     context_blocks(t, s, entries)
     t.add(r"\bottomrule", r"\end{tabular}")
     unit, _, what = grid.memory
-    caption = (rf"Peak memory usage ({unit}) at $\gamma={g}$: {what}, under the same context length and KV budget. "
-               rf"SD (sparse/full) uses the {base_drafter_text(s)}; BudgetDraft uses {objective(s, BD)}.")
+    caption = (
+        rf"Peak memory usage ({unit}) at $\gamma={g}$: {what}, under the same context length and KV budget. "
+        rf"SD (sparse/full) uses the {base_drafter_text(s)}; BudgetDraft uses {objective(s, BD)}."
+    )
     t.lines = wrap("table*", t.lines, caption, TABLES["vram"], "4.5pt", "1.15")
     return t
 
 
-TABLE_BUILDERS = {"main": table_main, "comparison": table_comparison, "ablation_lc": table_ablation_lc,
-                  "lambda": table_lambda, "single_budget": table_single_budget, "vram_gamma": table_vram_gamma,
-                  "vram": table_vram}
+TABLE_BUILDERS = {
+    "main": table_main,
+    "comparison": table_comparison,
+    "ablation_lc": table_ablation_lc,
+    "lambda": table_lambda,
+    "single_budget": table_single_budget,
+    "vram_gamma": table_vram_gamma,
+    "vram": table_vram,
+}
 
 
 # ------------------------------------------------------------------------------------------------ captions
@@ -349,9 +423,11 @@ def evidence_text(grid: Grid) -> str:
     if not cells:
         return ""
     drafted = sorted(int(rows["drafted"].sum()) for rows in cells)
-    return (f" Behind each entry: {span([rows['sample'].nunique() for rows in cells])} prompt(s) $\\times$ "
-            f"{span([rows['repeat'].nunique() for rows in cells])} timed run(s); drafted tokens per speculative cell "
-            f"{span(drafted)} (median {int(np.median(drafted)):,}).")
+    return (
+        f" Behind each entry: {span([rows['sample'].nunique() for rows in cells])} prompt(s) $\\times$ "
+        f"{span([rows['repeat'].nunique() for rows in cells])} timed run(s); drafted tokens per speculative cell "
+        f"{span(drafted)} (median {int(np.median(drafted)):,})."
+    )
 
 
 def timing_text(settings: Settings) -> str:
@@ -359,12 +435,13 @@ def timing_text(settings: Settings) -> str:
     runs = int(settings.raw.get("verifier_prefill_runs", 0))
     if not runs:
         return ""
-    return (f" Times include the verifier's prefill, computed once per prompt (median of {runs} timed runs) and"
-            " charged to every method that decodes the prompt.")
+    return (
+        f" Times include the verifier's prefill, computed once per prompt (median of {runs} timed runs) and"
+        " charged to every method that decodes the prompt."
+    )
 
 
 def add_to_caption(table: Table, text: str) -> None:
     """Append ``text`` inside the table's ``\\caption{...}``."""
     i = next(i for i, line in enumerate(table.lines) if line.startswith(r"\caption{"))
     table.lines[i] = table.lines[i][:-1] + text + "}"
-

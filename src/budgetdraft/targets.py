@@ -33,7 +33,7 @@ TEACHERS = ("verifier", "text")
 def text_targets(input_ids: torch.Tensor, prefix_len: int) -> torch.Tensor:
     """The text's next token at every continuation position: [N, P+C] -> [N, C], the last one IGNORE."""
     targets = torch.full((input_ids.shape[0], input_ids.shape[1] - prefix_len), IGNORE, dtype=torch.int64)
-    targets[:, :-1] = input_ids[:, prefix_len + 1:]
+    targets[:, :-1] = input_ids[:, prefix_len + 1 :]
     return targets
 
 
@@ -54,8 +54,15 @@ def sequence_targets(verifier, input_ids: torch.Tensor, prefix_len: int, prefill
     return logits[0].argmax(-1).to("cpu", torch.int64)
 
 
-def teacher_targets(verifier, input_ids: torch.Tensor, prefix_len: int, prefill_chunk: int | None = None,
-                    done: torch.Tensor | None = None, on_progress=None, progress: bool = True) -> torch.Tensor:
+def teacher_targets(
+    verifier,
+    input_ids: torch.Tensor,
+    prefix_len: int,
+    prefill_chunk: int | None = None,
+    done: torch.Tensor | None = None,
+    on_progress=None,
+    progress: bool = True,
+) -> torch.Tensor:
     """Targets for every row of input_ids [N, P+C] -> [N, C]. ``done`` holds rows already computed (resume);
     ``on_progress(targets_so_far)`` is called after every sequence (the caller decides when to write)."""
     from tqdm import tqdm
@@ -73,13 +80,25 @@ def teacher_targets(verifier, input_ids: torch.Tensor, prefix_len: int, prefill_
     return targets
 
 
-def save_targets(path: str | Path, input_ids: torch.Tensor, targets: torch.Tensor, prefix_len: int, verifier: str,
-                 teacher: str = "verifier", verifier_sha256: str = ""):
+def save_targets(
+    path: str | Path,
+    input_ids: torch.Tensor,
+    targets: torch.Tensor,
+    prefix_len: int,
+    verifier: str,
+    teacher: str = "verifier",
+    verifier_sha256: str = "",
+):
     """Write the targets file atomically (``atomic_path``)."""
     from safetensors.torch import save_file
 
-    metadata = {"prefix_len": str(prefix_len), "cont_len": str(targets.shape[1]), "verifier": verifier,
-                "teacher": teacher, "verifier_sha256": verifier_sha256}
+    metadata = {
+        "prefix_len": str(prefix_len),
+        "cont_len": str(targets.shape[1]),
+        "verifier": verifier,
+        "teacher": teacher,
+        "verifier_sha256": verifier_sha256,
+    }
     with atomic_path(path) as tmp:
         save_file({"input_ids": input_ids.contiguous(), "targets": targets.contiguous()}, str(tmp), metadata=metadata)
 
@@ -124,8 +143,12 @@ def read_sequences(path: str | Path, prefix_len: int, cont_len: int, num_seqs: i
 
 
 def configure_parser(parser) -> None:
-    parser.add_argument("--teacher", choices=TEACHERS, default="verifier",
-                        help="verifier: its greedy tokens (L_A); text: the sequence's own next tokens (plain LM)")
+    parser.add_argument(
+        "--teacher",
+        choices=TEACHERS,
+        default="verifier",
+        help="verifier: its greedy tokens (L_A); text: the sequence's own next tokens (plain LM)",
+    )
     parser.add_argument("--verifier", required=True, help="verifier model spec or Hugging Face directory")
     parser.add_argument("--sequences", required=True, help="training sequences parquet (column input_ids, P+C tokens)")
     parser.add_argument("--prefix-len", type=int, required=True, help="P: prefix tokens")
@@ -142,10 +165,12 @@ def configure_parser(parser) -> None:
 def _partial_mismatch(old: dict, input_ids: torch.Tensor, args, verifier_sha256: str) -> list[str]:
     """What differs between a partial targets file and this call (teacher, verifier weights, P/C, sequences)."""
     n = old["targets"].shape[0]
-    checks = {"teacher": old["teacher"] == args.teacher,
-              "verifier weights": old["verifier_sha256"] == verifier_sha256,
-              "prefix/continuation lengths": (old["prefix_len"], old["cont_len"]) == (args.prefix_len, args.cont_len),
-              "sequences": n <= input_ids.shape[0] and torch.equal(old["input_ids"], input_ids[:n])}
+    checks = {
+        "teacher": old["teacher"] == args.teacher,
+        "verifier weights": old["verifier_sha256"] == verifier_sha256,
+        "prefix/continuation lengths": (old["prefix_len"], old["cont_len"]) == (args.prefix_len, args.cont_len),
+        "sequences": n <= input_ids.shape[0] and torch.equal(old["input_ids"], input_ids[:n]),
+    }
     return [name for name, same in checks.items() if not same]
 
 

@@ -115,8 +115,17 @@ def resolve_hparams(hparams: dict | None = None, variant: str | None = None) -> 
         raise ValueError(f"budget_weights must be non-negative with a positive sum: {hp['budget_weights']}")
     if any(b < 1 for b in hp["budgets"]):
         raise ValueError(f"budgets must be positive: {hp['budgets']}")
-    for key in ("steps", "warmup_steps", "chunk_size", "score_window", "seed", "checkpoint_every", "threads",
-                "prefill_chunk", "heldout"):
+    for key in (
+        "steps",
+        "warmup_steps",
+        "chunk_size",
+        "score_window",
+        "seed",
+        "checkpoint_every",
+        "threads",
+        "prefill_chunk",
+        "heldout",
+    ):
         hp[key] = int(hp[key])
     for key in ("lr", "weight_decay", "grad_clip", "lambda_c"):
         hp[key] = float(hp[key])
@@ -160,8 +169,16 @@ def sample_budget(budgets: list[int], weights: list[float], seed: int, step: int
 # The two branches
 
 
-def branch_logits(drafter, input_ids: torch.Tensor, prefix_len: int, budget: int | None, *, chunk_size: int = 8,
-                  score_window: int = 32, prefill_chunk: int | None = None):
+def branch_logits(
+    drafter,
+    input_ids: torch.Tensor,
+    prefix_len: int,
+    budget: int | None,
+    *,
+    chunk_size: int = 8,
+    score_window: int = 32,
+    prefill_chunk: int | None = None,
+):
     """Continuation logits [C, V] of the full-cache branch and of the sparse branch (None when budget is None)
     on one sequence input_ids [P+C]. Gradients flow when grad is enabled (the prefix prefill never tracks them)."""
     from transformers import DynamicCache
@@ -176,8 +193,9 @@ def branch_logits(drafter, input_ids: torch.Tensor, prefix_len: int, budget: int
 
     # Step 2: drafter prefix prefill, no gradient, with the attention scores TopKChunks ranks chunks by.
     full = DynamicCache(config=drafter.config)
-    _, scores = prefill(drafter, ids[:, :P], full, chunk_len=prefill_chunk,
-                        score_window=score_window if budget is not None else 0)
+    _, scores = prefill(
+        drafter, ids[:, :P], full, chunk_len=prefill_chunk, score_window=score_window if budget is not None else 0
+    )
 
     # Step 3: full-cache branch on a clone of the prefix cache.
     logits_a = drafter(input_ids=cont, past_key_values=gathered_cache(full, None), position_ids=position_ids).logits
@@ -208,8 +226,14 @@ def train_step(drafter, optimizer, scheduler, data: dict, step: int, hp: dict, n
     budget = sample_budget(hp["budgets"], hp["budget_weights"], hp["seed"], step)
     use_c = hp["lambda_c"] > 0
     logits_a, logits_c = branch_logits(
-        drafter, data["input_ids"][n], data["prefix_len"], budget if use_c else None,
-        chunk_size=hp["chunk_size"], score_window=hp["score_window"], prefill_chunk=hp["prefill_chunk"])
+        drafter,
+        data["input_ids"][n],
+        data["prefix_len"],
+        budget if use_c else None,
+        chunk_size=hp["chunk_size"],
+        score_window=hp["score_window"],
+        prefill_chunk=hp["prefill_chunk"],
+    )
     loss_a = top1_ce(logits_a, data["targets"][n])
     loss_c = top1_ce(logits_c, data["targets"][n]) if use_c else None
     loss = loss_a + hp["lambda_c"] * loss_c if use_c else loss_a  # Step 5
@@ -222,14 +246,21 @@ def train_step(drafter, optimizer, scheduler, data: dict, step: int, hp: dict, n
     scheduler.step()
 
     seconds = time.perf_counter() - start
-    return {"step": step, "L_A": loss_a.item(), "L_C": loss_c.item() if use_c else float("nan"),
-            "budget": budget if use_c else 0, "lr": lr,
-            "tokens_per_s": data["input_ids"].shape[1] / seconds, "seconds": seconds}
+    return {
+        "step": step,
+        "L_A": loss_a.item(),
+        "L_C": loss_c.item() if use_c else float("nan"),
+        "budget": budget if use_c else 0,
+        "lr": lr,
+        "tokens_per_s": data["input_ids"].shape[1] / seconds,
+        "seconds": seconds,
+    }
 
 
 @torch.no_grad()
-def evaluate(drafter, data: dict, budget: int, *, chunk_size: int = 8, score_window: int = 32,
-             prefill_chunk: int | None = None) -> dict:
+def evaluate(
+    drafter, data: dict, budget: int, *, chunk_size: int = 8, score_window: int = 32, prefill_chunk: int | None = None
+) -> dict:
     """Held-out check, no gradient: mean L_A and L_C(budget) over the sequences of `data`, and the top-1
     agreement with the teacher targets (the greedy acceptance proxy) under the full and the sparse cache.
     Returns {"L_A", "L_C", "agree_A", "agree_C"}."""
@@ -239,9 +270,15 @@ def evaluate(drafter, data: dict, budget: int, *, chunk_size: int = 8, score_win
     n = data["input_ids"].shape[0]
     for i in range(n):
         targets = data["targets"][i]
-        logits_a, logits_c = branch_logits(drafter, data["input_ids"][i], data["prefix_len"], budget,
-                                           chunk_size=chunk_size, score_window=score_window,
-                                           prefill_chunk=prefill_chunk)
+        logits_a, logits_c = branch_logits(
+            drafter,
+            data["input_ids"][i],
+            data["prefix_len"],
+            budget,
+            chunk_size=chunk_size,
+            score_window=score_window,
+            prefill_chunk=prefill_chunk,
+        )
         sums["L_A"] += top1_ce(logits_a, targets).item()
         sums["L_C"] += top1_ce(logits_c, targets).item()
         sums["agree_A"] += agreement(logits_a, targets)
@@ -282,9 +319,12 @@ def _run_identity(hp: dict, targets_file, init: str) -> dict:
     Paths are not part of it: the same path may hold other contents after the kill."""
     from budgetdraft.models import weights_digest
 
-    return {"hparams": {k: v for k, v in hp.items() if k not in RESTART_FREE_KEYS},
-            "targets": file_sha256(targets_file), "init": weights_digest(init),
-            "code": files_sha256(Path(__file__).parent / name for name in STEP_CODE)}
+    return {
+        "hparams": {k: v for k, v in hp.items() if k not in RESTART_FREE_KEYS},
+        "targets": file_sha256(targets_file),
+        "init": weights_digest(init),
+        "code": files_sha256(Path(__file__).parent / name for name in STEP_CODE),
+    }
 
 
 def _identity_changes(checkpoint: Path, identity: dict) -> list[str]:
@@ -304,8 +344,16 @@ def save_checkpoint(work: Path, step: int, drafter, optimizer, scheduler, identi
     with atomic_path(final) as tmp:
         tmp.mkdir()
         save_model(drafter, str(tmp / "model.safetensors"))
-        torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "torch_rng": torch.get_rng_state(), "python_rng": _python_rng_state()}, tmp / "state.pt")
+        torch.save(
+            {
+                "step": step,
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "python_rng": _python_rng_state(),
+            },
+            tmp / "state.pt",
+        )
         (tmp / "run.json").write_text(json.dumps(identity, indent=1, sort_keys=True))
     for old in root.iterdir():
         if old != final and old.is_dir():
@@ -317,8 +365,11 @@ def latest_checkpoint(work: Path) -> Path | None:
     root = work / "checkpoints"
     if not root.is_dir():
         return None
-    done = [(int(m.group(1)), p) for p in root.iterdir()
-            if (m := re.fullmatch(r"step_(\d+)", p.name)) and (p / "state.pt").is_file()]
+    done = [
+        (int(m.group(1)), p)
+        for p in root.iterdir()
+        if (m := re.fullmatch(r"step_(\d+)", p.name)) and (p / "state.pt").is_file()
+    ]
     return max(done)[1] if done else None
 
 
@@ -357,11 +408,19 @@ def _log_heldout(drafter, heldout: dict | None, hp: dict, step: int, writer, f) 
     if heldout is None:
         return
     for budget in hp["budgets"]:
-        res = evaluate(drafter, heldout, budget, chunk_size=hp["chunk_size"],
-                       score_window=max(1, hp["score_window"]), prefill_chunk=hp["prefill_chunk"])
+        res = evaluate(
+            drafter,
+            heldout,
+            budget,
+            chunk_size=hp["chunk_size"],
+            score_window=max(1, hp["score_window"]),
+            prefill_chunk=hp["prefill_chunk"],
+        )
         writer.writerow({"step": step, "budget": budget, **res})
-        print(f"held-out step {step}: L_A {res['L_A']:.4f} (agree {res['agree_A']:.3f})  "
-              f"L_C(B={budget}) {res['L_C']:.4f} (agree {res['agree_C']:.3f})")
+        print(
+            f"held-out step {step}: L_A {res['L_A']:.4f} (agree {res['agree_A']:.3f})  "
+            f"L_C(B={budget}) {res['L_C']:.4f} (agree {res['agree_C']:.3f})"
+        )
     f.flush()
 
 
@@ -372,9 +431,18 @@ def _copy_tokenizer(init: str, out: Path) -> None:
     if not src.is_dir():
         return
     for path in src.iterdir():
-        if path.is_file() and (path.name.startswith("tokenizer") or path.name in (
-                "special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja",
-                "chat_template.json")):
+        if path.is_file() and (
+            path.name.startswith("tokenizer")
+            or path.name
+            in (
+                "special_tokens_map.json",
+                "vocab.json",
+                "merges.txt",
+                "added_tokens.json",
+                "chat_template.jinja",
+                "chat_template.json",
+            )
+        ):
             shutil.copy2(path, out / path.name)
 
 
@@ -389,10 +457,12 @@ def split_heldout(data: dict, hp: dict) -> tuple[int, dict | None]:
 
 def optimizer_and_schedule(drafter, hp: dict):
     """AdamW over the trainable parameters, with the linear warm-up + cosine schedule (``lr_factor``)."""
-    optimizer = torch.optim.AdamW(trainable_parameters(drafter, hp["freeze_embeddings"]), lr=hp["lr"],
-                                  weight_decay=hp["weight_decay"])
+    optimizer = torch.optim.AdamW(
+        trainable_parameters(drafter, hp["freeze_embeddings"]), lr=hp["lr"], weight_decay=hp["weight_decay"]
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, partial(lr_factor, warmup_steps=hp["warmup_steps"], steps=hp["steps"]))
+        optimizer, partial(lr_factor, warmup_steps=hp["warmup_steps"], steps=hp["steps"])
+    )
     return optimizer, scheduler
 
 
@@ -402,8 +472,9 @@ def resume(work: Path, identity: dict, drafter, optimizer, scheduler, steps: int
     checkpoint = latest_checkpoint(work)
     changed = _identity_changes(checkpoint, identity) if checkpoint is not None else []
     if changed:
-        print(f"{', '.join(changed)} changed since the checkpoint {checkpoint}: restarting from step 0",
-              file=sys.stderr)
+        print(
+            f"{', '.join(changed)} changed since the checkpoint {checkpoint}: restarting from step 0", file=sys.stderr
+        )
         checkpoint = None
     if checkpoint is not None:
         start = load_checkpoint(checkpoint, drafter, optimizer, scheduler)
@@ -425,8 +496,16 @@ def publish(work: Path, out: Path, drafter, init: str) -> Path:
     return out
 
 
-def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | None = None,
-          variant: str | None = None, *, stop_after: int | None = None, progress: bool = True) -> Path | None:
+def train(
+    init: str,
+    targets_file: str | Path,
+    out: str | Path,
+    hparams: dict | None = None,
+    variant: str | None = None,
+    *,
+    stop_after: int | None = None,
+    progress: bool = True,
+) -> Path | None:
     """Train the drafter `init` on `targets_file`, writing the Hugging Face checkpoint `out`.
 
     Restarting the same call after a kill resumes from the last checkpoint in `out`.tmp/checkpoints if the run
@@ -450,8 +529,9 @@ def train(init: str, targets_file: str | Path, out: str | Path, hparams: dict | 
     optimizer, scheduler = optimizer_and_schedule(drafter, hp)
     identity = _run_identity(hp, targets_file, init)
     start = resume(work, identity, drafter, optimizer, scheduler, hp["steps"])
-    (work / "hparams.json").write_text(json.dumps({**hp, "variant": variant, "init": init,
-                                                   "targets": str(targets_file)}, indent=1))
+    (work / "hparams.json").write_text(
+        json.dumps({**hp, "variant": variant, "init": init, "targets": str(targets_file)}, indent=1)
+    )
     log_file, log = _open_log(work / "loss_log.csv", LOG_COLUMNS, start)
     eval_file, eval_log = _open_log(work / "eval_log.csv", EVAL_COLUMNS, start + 1) if heldout else (None, None)
     if start == 0:
@@ -491,10 +571,12 @@ def configure_parser(parser) -> None:
     parser.add_argument("--init", required=True, help="initial drafter: model spec or Hugging Face directory")
     parser.add_argument("--targets", required=True, help="teacher targets .safetensors (budgetdraft targets)")
     parser.add_argument("--out", required=True, help="output directory (final Hugging Face checkpoint)")
-    parser.add_argument("--hparams", default=None,
-                        help=f"JSON object or file with any of: {', '.join(DEFAULTS)}")
-    parser.add_argument("--variant", default=None,
-                        help=f"configuration variant: {', '.join(VARIANTS)}, lambda<X> (e.g. lambda0.5, lambda1.0)")
+    parser.add_argument("--hparams", default=None, help=f"JSON object or file with any of: {', '.join(DEFAULTS)}")
+    parser.add_argument(
+        "--variant",
+        default=None,
+        help=f"configuration variant: {', '.join(VARIANTS)}, lambda<X> (e.g. lambda0.5, lambda1.0)",
+    )
 
 
 def run(args) -> None:

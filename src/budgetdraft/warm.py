@@ -31,8 +31,16 @@ import sys
 import time
 
 ENV = "BUDGETDRAFT_WARM"
-PRELOAD = ("torch", "pandas", "pyarrow.parquet", "transformers", "transformers.models.llama.modeling_llama",
-           "budgetdraft.cells", "budgetdraft.training", "budgetdraft.targets")
+PRELOAD = (
+    "torch",
+    "pandas",
+    "pyarrow.parquet",
+    "transformers",
+    "transformers.models.llama.modeling_llama",
+    "budgetdraft.cells",
+    "budgetdraft.training",
+    "budgetdraft.targets",
+)
 
 
 def delegate(argv: list[str]) -> int | None:
@@ -64,8 +72,11 @@ def _child(request: dict, fds: list[int]) -> int:
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
         os.close(fd)
-    sys.stdin, sys.stdout, sys.stderr = (os.fdopen(0, "r"), os.fdopen(1, "w", buffering=1),
-                                         os.fdopen(2, "w", buffering=1))
+    sys.stdin, sys.stdout, sys.stderr = (
+        os.fdopen(0, "r"),
+        os.fdopen(1, "w", buffering=1),
+        os.fdopen(2, "w", buffering=1),
+    )
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -162,8 +173,12 @@ def serve(path: str, idle: float = 0) -> None:
 
 def configure_parser(parser) -> None:
     parser.add_argument("--socket", required=True, help="Unix socket path to serve on")
-    parser.add_argument("--idle", type=float, default=0,
-                        help="also exit after this many seconds without a request (0: only when the parent exits)")
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=0,
+        help="also exit after this many seconds without a request (0: only when the parent exits)",
+    )
 
 
 def run(args) -> None:

@@ -48,6 +48,7 @@ class PrefillTap:
     def _layer(self, idx):
         def hook(module, args, output):
             self.hidden[idx].append((output if torch.is_tensor(output) else output[0]).detach())
+
         return hook
 
     def _attn(self, idx):
@@ -55,6 +56,7 @@ class PrefillTap:
             hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
             cos, sin = kwargs["position_embeddings"]
             self.query_in[idx] = (hidden[:, -1:].detach(), cos[:, -1:].detach(), sin[:, -1:].detach())
+
         return hook
 
     def remove(self) -> None:

@@ -44,10 +44,25 @@ from budgetdraft.kvcache import PreallocatedCache
 from budgetdraft.metrics import cache_bytes, module_tensors
 
 HEAD_FILE, CONFIG_FILE = "head.safetensors", "eagle3.json"
-HPARAMS = {"steps": 100, "lr": 1.0e-3, "weight_decay": 0.0, "warmup_steps": 10, "grad_clip": 1.0, "ttt_steps": 7,
-           "step_decay": 0.8, "ttt_window": 64, "step0_positions": 128, "layer_ids": None, "seed": 0,
-           "dtype": "float32", "verifier_dtype": "float32", "device": "cpu", "threads": 1, "feature_cache_mb": 2048,
-           "log_every": 10}
+HPARAMS = {
+    "steps": 100,
+    "lr": 1.0e-3,
+    "weight_decay": 0.0,
+    "warmup_steps": 10,
+    "grad_clip": 1.0,
+    "ttt_steps": 7,
+    "step_decay": 0.8,
+    "ttt_window": 64,
+    "step0_positions": 128,
+    "layer_ids": None,
+    "seed": 0,
+    "dtype": "float32",
+    "verifier_dtype": "float32",
+    "device": "cpu",
+    "threads": 1,
+    "feature_cache_mb": 2048,
+    "log_every": 10,
+}
 
 
 def default_layer_ids(num_layers: int) -> list[int]:
@@ -60,9 +75,13 @@ def head_config(verifier, layer_ids=None) -> dict:
     c = verifier.config
     heads = c.num_attention_heads
     return {
-        "hidden_size": c.hidden_size, "num_heads": heads, "num_kv_heads": getattr(c, "num_key_value_heads", heads),
-        "head_dim": getattr(c, "head_dim", None) or c.hidden_size // heads, "intermediate_size": c.intermediate_size,
-        "rms_norm_eps": c.rms_norm_eps, "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size,
+        "num_heads": heads,
+        "num_kv_heads": getattr(c, "num_key_value_heads", heads),
+        "head_dim": getattr(c, "head_dim", None) or c.hidden_size // heads,
+        "intermediate_size": c.intermediate_size,
+        "rms_norm_eps": c.rms_norm_eps,
+        "vocab_size": c.vocab_size,
         "layer_ids": list(layer_ids) if layer_ids else default_layer_ids(c.num_hidden_layers),
         "draft_vocab": "full",
     }
@@ -174,7 +193,7 @@ def ttt_unroll(head, verifier, feats, input_ids, window_start, ttt_steps):
     base = torch.arange(w0, n, device=input_ids.device)  # [W]
     k0e, v0e = head.expand(k0), head.expand(v0)
     causal = torch.arange(n, device=input_ids.device)[None] <= base[:, None]  # [W, n]
-    scale = head.d ** -0.5
+    scale = head.d**-0.5
     hs = [out0[:, w0:]]
     diag_k, diag_v = [], []
     for j in range(1, ttt_steps):
@@ -301,12 +320,22 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
         torch.nn.utils.clip_grad_norm_(head.parameters(), hp["grad_clip"])
         opt.step()
         sched.step()
-        log_rows.append({"step": step, "loss": float(loss.detach()), "acc_step0": accs[0] if accs else math.nan,
-                         "acc_mean": sum(accs) / len(accs) if accs else math.nan, "lr": sched.get_last_lr()[0],
-                         "seconds": time.time() - t0})
+        log_rows.append(
+            {
+                "step": step,
+                "loss": float(loss.detach()),
+                "acc_step0": accs[0] if accs else math.nan,
+                "acc_mean": sum(accs) / len(accs) if accs else math.nan,
+                "lr": sched.get_last_lr()[0],
+                "seconds": time.time() - t0,
+            }
+        )
         if verbose and (step % hp["log_every"] == 0 or step == hp["steps"] - 1):
-            print(f"step {step}: loss {log_rows[-1]['loss']:.4f} acc0 {log_rows[-1]['acc_step0']:.3f} "
-                  f"acc {log_rows[-1]['acc_mean']:.3f} ({time.time() - t0:.1f} s)", flush=True)
+            print(
+                f"step {step}: loss {log_rows[-1]['loss']:.4f} acc0 {log_rows[-1]['acc_step0']:.3f} "
+                f"acc {log_rows[-1]['acc_mean']:.3f} ({time.time() - t0:.1f} s)",
+                flush=True,
+            )
     save_head(out, head, {**cfg, "verifier": verifier_spec, "targets": str(targets_file), "hparams": hp}, log_rows)
     return {"first_loss": log_rows[0]["loss"], "last_loss": log_rows[-1]["loss"], "rows": log_rows}
 

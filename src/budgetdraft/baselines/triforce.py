@@ -69,8 +69,18 @@ class TriForceDrafter:
 
     needs_hidden = False
 
-    def __init__(self, verifier, small, retrieval_budget=256, streaming_budget=16, sinks=4, chunk_size=8,
-                 gamma_inner=1, prefill_chunk=None, tap=True):
+    def __init__(
+        self,
+        verifier,
+        small,
+        retrieval_budget=256,
+        streaming_budget=16,
+        sinks=4,
+        chunk_size=8,
+        gamma_inner=1,
+        prefill_chunk=None,
+        tap=True,
+    ):
         if retrieval_budget < chunk_size or chunk_size < 1:
             raise ValueError(f"retrieval_budget {retrieval_budget} must be >= chunk_size {chunk_size} >= 1")
         if not 0 <= sinks < streaming_budget:
@@ -120,8 +130,13 @@ class TriForceDrafter:
         small_full = PreallocatedCache(num_layers(self.model), p)
         prefill(self.model, prompt.to(self.device), small_full, chunk_len=self.prefill_chunk)
         idx = streaming(p, self.streaming_budget, self.sinks).to(self.device)
-        skv = [(small_full.layers[i].keys[:, :, :p].index_select(2, idx),
-                small_full.layers[i].values[:, :, :p].index_select(2, idx)) for i in range(num_layers(self.model))]
+        skv = [
+            (
+                small_full.layers[i].keys[:, :, :p].index_select(2, idx),
+                small_full.layers[i].values[:, :, :p].index_select(2, idx),
+            )
+            for i in range(num_layers(self.model))
+        ]
         self.small = PreallocatedCache.from_kv(skv, self.streaming_budget + capacity + self.gamma_inner + 1)
         self.s_tokens: list[int] = []  # generated tokens the small cache holds (logically)
         self.s_base_phys, self.s_base_tok = len(idx), 0
@@ -152,12 +167,16 @@ class TriForceDrafter:
 
     def _small_draft(self, context: list[int], n: int, evict: bool) -> list[int]:
         self._small_sync(context, evict)
-        feed, drafts = context[len(self.s_tokens):], []
+        feed, drafts = context[len(self.s_tokens) :], []
         for _ in range(n):
             start = self.prompt_len + len(self.s_tokens)
-            logits = self.model(input_ids=ids_tensor(feed, self.device), past_key_values=self.small,
-                                position_ids=position_range(start, len(feed), self.device), use_cache=True,
-                                logits_to_keep=1).logits
+            logits = self.model(
+                input_ids=ids_tensor(feed, self.device),
+                past_key_values=self.small,
+                position_ids=position_range(start, len(feed), self.device),
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits
             self.small_forwards += 1
             self.s_tokens += feed
             feed = [int(logits[0, -1].argmax())]
@@ -169,7 +188,7 @@ class TriForceDrafter:
     def draft(self, pending: list[int], gamma: int) -> list[int]:
         if not self.committed:
             self.committed = list(pending)
-        if self.committed[-len(pending):] != list(pending):
+        if self.committed[-len(pending) :] != list(pending):
             raise AssertionError(f"pending {pending} is not the end of the emitted tokens")
         vdev = self.verifier.device
         produced: list[int] = []
@@ -180,9 +199,13 @@ class TriForceDrafter:
             small = self._small_draft(self.committed + produced, g, not produced) if g > 0 else []
             base = self.retrieval.get_seq_length()
             fed = r_feed + small
-            logits = self.verifier(input_ids=ids_tensor(fed, vdev), past_key_values=self.retrieval,
-                                   position_ids=position_range(r_pos, len(fed), vdev), use_cache=True,
-                                   logits_to_keep=len(small) + 1).logits
+            logits = self.verifier(
+                input_ids=ids_tensor(fed, vdev),
+                past_key_values=self.retrieval,
+                position_ids=position_range(r_pos, len(fed), vdev),
+                use_cache=True,
+                logits_to_keep=len(small) + 1,
+            ).logits
             self.retrieval_forwards += 1
             choice = logits[0].argmax(-1).tolist()
             k = 0
