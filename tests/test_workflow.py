@@ -106,6 +106,21 @@ def test_lint_and_format_are_clean(workdir):
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_every_config_key_is_documented():
+    """config/README.md explains every top-level key the schema accepts (and names no key it does not)."""
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    doc = (ROOT / "config" / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z_0-9]+)`", doc, flags=re.M))
+    documented |= {
+        k
+        for line in re.findall(r"^\| (`[a-z_]+`(?:, `[a-z_]+`)+) \|", doc, flags=re.M)
+        for k in re.findall(r"`([a-z_]+)`", line)
+    }
+    keys = set(schema["properties"])
+    assert keys - documented == set(), "undocumented config keys"
+    assert documented <= keys, "config/README.md documents keys the schema does not accept"
+
+
 def test_python_lint_and_format_are_clean():
     """ruff (configured in pyproject.toml, pinned in envs/requirements.txt) finds nothing and would reformat nothing."""
     ruff = shutil.which("ruff")
