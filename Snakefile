@@ -22,6 +22,18 @@ if not workflow.config_settings.configfiles:
     configfile: "config/config.yaml"
 
 
+# The workflow reads the names it shares with the library (budgetdraft.names: labels, artifacts) from src/.
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from budgetdraft.configcheck import schema_problems
+
+# Every schema problem in one plain line each (key, value, rule), before Snakemake's own check fills defaults.
+PROBLEMS = schema_problems(
+    config, Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"
+)
+if PROBLEMS:
+    raise ValueError(
+        f"the config has {len(PROBLEMS)} problem(s):\n  " + "\n  ".join(PROBLEMS)
+    )
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
@@ -32,8 +44,6 @@ EMBEDDED_ONLY = all(
 )
 OFFLINE = "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1; " if EMBEDDED_ONLY else ""
 shell.prefix(f"export PYTHONPATH=src:$PYTHONPATH; {OFFLINE}set -euo pipefail; ")
-# The workflow itself reads the names it shares with the library (budgetdraft.names: labels, artifacts) from src/.
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 
 include: "workflow/rules/common.smk"

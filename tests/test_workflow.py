@@ -32,7 +32,8 @@ def workdir(tmp_path):
         path = tmp_path / "src" / "budgetdraft" / f"{module}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
-    shutil.copy(ROOT / "src/budgetdraft/names.py", tmp_path / "src/budgetdraft/names.py")
+    for module in ("names", "configcheck", "models", "atomic"):  # what the workflow itself imports at plan time
+        shutil.copy(ROOT / f"src/budgetdraft/{module}.py", tmp_path / f"src/budgetdraft/{module}.py")
     return tmp_path
 
 
@@ -182,6 +183,12 @@ def test_src_edits_rerun_only_their_stage(workdir, module):
         (lambda c: c["collapse"].update(gama=5), "'gama' was unexpected"),
         (lambda c: c["variants"].pop("la_only"), "variants must define 'la_only'"),
         (lambda c: c["single_budget"].update(trained_budget=32), "single_budget.trained_budget = 32"),
+        (
+            lambda c: c.update(verifier="embedded:no_such_model"),
+            "verifier = 'embedded:no_such_model': unknown embedded",
+        ),
+        (lambda c: c.update(drafter="embedded:smollm2:layers=x"), "drafter = 'embedded:smollm2:layers=x'"),
+        (lambda c: c.update(budgets=[0, 32]), "budgets[0] = 0: must be >= 1 (drafter KV budget B in tokens)"),
     ],
     ids=[
         "unknown-dataset-source",
@@ -193,6 +200,9 @@ def test_src_edits_rerun_only_their_stage(workdir, module):
         "typo-in-collapse",
         "no-la-only",
         "trained-budget-mismatch",
+        "unknown-embedded-verifier",
+        "bad-layer-count",
+        "plain-schema-line",
     ],
 )
 def test_bad_config_fails_naming_the_key(workdir, edit, message):
@@ -203,6 +213,31 @@ def test_bad_config_fails_naming_the_key(workdir, edit, message):
     assert code != 0
     assert message in out, out[-2000:]
     assert "Job stats" not in out  # rejected before planning any job
+
+
+def test_every_schema_problem_is_one_plain_line():
+    """All problems at once, each naming the key, its value and the rule (not a dump of the sub-schema)."""
+    from budgetdraft.configcheck import schema_problems
+
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    cfg.update(budgets=[0, 32], sampling={"temperature": -1, "topp": 3})
+    cfg["collapse"]["gama"] = 5
+    cfg.pop("repeats")
+    lines = schema_problems(cfg, ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    assert lines == [
+        "config: 'repeats' is a required property, at config",
+        "budgets[0] = 0: must be >= 1 (drafter KV budget B in tokens), at config['budgets'][0]",
+        "collapse: Additional properties are not allowed ('gama' was unexpected), at config['collapse']",
+        "sampling: Additional properties are not allowed ('topp' was unexpected), at config['sampling']",
+        "sampling.temperature = -1: must be >= 0 (0 = greedy), at config['sampling']['temperature']",
+    ]
+    assert (
+        schema_problems(
+            yaml.safe_load((ROOT / "config" / "config.yaml").read_text()),
+            ROOT / "workflow" / "schemas" / "config.schema.yaml",
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize("key", ["max_new_tokens", "repeats"])

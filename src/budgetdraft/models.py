@@ -20,11 +20,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from budgetdraft.atomic import atomic_path, file_sha256, files_sha256
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,7 @@ def _convert_gguf(name: str, out: Path) -> Path:
         if file_sha256(gguf) != EMBEDDED[name].sha256:
             raise ValueError(f"embedded model {name!r}: {gguf} does not match sha256 {EMBEDDED[name].sha256}")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch_dtype("float32"))
     # A model dequantised from GGUF only serialises once its quantizer is dropped (FACTS.md).
     model.hf_quantizer = None
     del model.config.quantization_config
@@ -153,6 +151,22 @@ def truncate_layers(model, layers: int):
     return small
 
 
+def check_spec(spec: str) -> None:
+    """Refuse an ``embedded:`` spec this package cannot build (unknown model, unknown option, bad layer count),
+    without building anything: the workflow calls it at plan time. Other specs are checked when loaded."""
+    base, options = parse_spec(spec)
+    if not base.startswith("embedded:"):
+        return
+    name = base.split(":", 1)[1]
+    if name not in EMBEDDED:
+        raise ValueError(f"unknown embedded model {name!r} in spec {spec!r}; known: {', '.join(EMBEDDED)}")
+    unknown = set(options) - {"layers"}
+    if unknown:
+        raise ValueError(f"model spec {spec!r}: unknown option(s) {sorted(unknown)}; known: layers")
+    if "layers" in options and not (options["layers"].isdigit() and int(options["layers"]) >= 1):
+        raise ValueError(f"model spec {spec!r}: layers must be a whole number >= 1, got {options['layers']!r}")
+
+
 def resolve(spec: str) -> str:
     """A local directory (for embedded specs, converted and cached once) or the hub id to hand to from_pretrained.
     A path that looks local (starts with ``/``, ``./``, ``../`` or ``~``, or contains ``results/``) and does not
@@ -166,12 +180,8 @@ def resolve(spec: str) -> str:
             if not (Path(path) / "config.json").is_file():
                 raise ValueError(f"model directory not found or has no config.json: {spec}")
         return path
+    check_spec(spec)
     name = base.split(":", 1)[1]
-    if name not in EMBEDDED:
-        raise ValueError(f"unknown embedded model {name!r} in spec {spec!r}; known: {', '.join(EMBEDDED)}")
-    unknown = set(options) - {"layers"}
-    if unknown:
-        raise ValueError(f"model spec {spec!r}: unknown option(s) {sorted(unknown)}; known: layers")
     full = cache_root() / "models" / name
     if not (full / "config.json").is_file():
         _convert_gguf(name, full)
@@ -182,7 +192,7 @@ def resolve(spec: str) -> str:
     if not (cut / "config.json").is_file():
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        model = AutoModelForCausalLM.from_pretrained(full, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(full, dtype=torch_dtype("float32"))
         _save_dir_atomically(truncate_layers(model, layers), AutoTokenizer.from_pretrained(full), cut)
     return str(cut)
 
@@ -201,10 +211,12 @@ def weights_digest(spec: str) -> str:
     return files_sha256(files)
 
 
-def torch_dtype(name: str) -> torch.dtype:
+def torch_dtype(name: str):
+    import torch
+
     if name not in DTYPES:
         raise ValueError(f"dtype {name!r} is not one of {', '.join(DTYPES)}")
-    return DTYPES[name]
+    return getattr(torch, name)
 
 
 def load_model(spec: str, device: str = "cpu", dtype: str = "float32"):
@@ -258,7 +270,7 @@ def export(spec: str, out: str | Path) -> Path:
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, trust_remote_code=False)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype("float32"), trust_remote_code=False)
     return _save_dir_atomically(model, load_tokenizer(spec), out)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 # Labels and artifacts have one home, shared with the library (src/ is on sys.path: Snakefile).
 from budgetdraft import names
+from budgetdraft.models import check_spec
 
 # ---------------------------------------------------------------- names
 
@@ -80,6 +81,11 @@ def sampling():
 
 def check_config(config):
     """Raise ValueError naming the key and value of the first inconsistency (before any job starts)."""
+    for key in ("verifier", "drafter"):
+        try:
+            check_spec(config[key])
+        except ValueError as e:
+            raise ValueError(f"{key} = {config[key]!r}: {e}") from None
     limit = config["verifier_max_positions"]
     exported = Path("results/models/verifier/config.json")
     if exported.is_file():  # once exported, the model's own limit applies too
