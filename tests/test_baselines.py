@@ -150,19 +150,7 @@ def test_eagle3_training_lowers_loss(tiny_targets):
 
 def test_train_eagle3_cli_writes_a_loadable_head(tiny_targets, tmp_path):
     out = tmp_path / "eagle3"
-    cli(
-        [
-            "train-eagle3",
-            "--verifier",
-            str(tiny_targets / "verifier"),
-            "--targets",
-            str(tiny_targets / "targets.safetensors"),
-            "--out",
-            str(out),
-            "--hparams",
-            json.dumps({"steps": 3, "ttt_steps": 2, "seed": 1, "threads": 1}),
-        ]
-    )
+    train_eagle3_cli(tiny_targets, out, json.dumps({"steps": 3, "ttt_steps": 2, "seed": 1, "threads": 1}))
     assert {p.name for p in out.iterdir()} == {"head.safetensors", "eagle3.json", "loss_log.csv"}
     cfg = json.loads((out / "eagle3.json").read_text())
     assert cfg["hparams"]["steps"] == 3 and cfg["draft_vocab"] == "full"
@@ -173,19 +161,24 @@ def test_train_eagle3_cli_writes_a_loadable_head(tiny_targets, tmp_path):
     ref = autoregressive(verifier, prompt, 12, eos_token_id=[]).tokens
     assert speculative(new_drafter(), verifier, prompt, 12, 3, eos_token_id=[]).tokens == ref
     with pytest.raises(SystemExit):  # unknown hparams are one clear error
-        cli(
-            [
-                "train-eagle3",
-                "--verifier",
-                str(tiny_targets / "verifier"),
-                "--targets",
-                str(tiny_targets / "targets.safetensors"),
-                "--out",
-                str(out),
-                "--hparams",
-                '{"stepz": 1}',
-            ]
-        )
+        train_eagle3_cli(tiny_targets, out, '{"stepz": 1}')
+
+
+def train_eagle3_cli(tiny_targets, out, hparams: str) -> None:
+    verifier, targets = tiny_targets / "verifier", tiny_targets / "targets.safetensors"
+    cli(
+        [
+            "train-eagle3",
+            "--verifier",
+            str(verifier),
+            "--targets",
+            str(targets),
+            "--out",
+            str(out),
+            "--hparams",
+            hparams,
+        ]
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -185,7 +185,7 @@ def test_full_budget_sparse_view_equals_full_cache(pair):
 
 def test_lambda_zero_is_the_la_only_update(pair):
     data = load_targets(pair[2])
-    hp = training.resolve_hparams(HP, "la_only")
+    hp = training.resolve_hparams({**HP, "lambda_c": 0})
     assert hp["lambda_c"] == 0.0
 
     def optim(model):
@@ -248,17 +248,14 @@ def test_hparams_defaults_variants_and_typos():
     )
     assert hp["budgets"] == [256, 512, 1024, 2048] and hp["budget_weights"] == [0.4, 0.3, 0.2, 0.1]
     assert hp["chunk_size"] == 8 and hp["lambda_c"] == 0.5
-    assert training.resolve_hparams({}, "la_only")["lambda_c"] == 0.0
-    assert training.resolve_hparams({}, "lambda1.0")["lambda_c"] == 1.0
-    single = training.resolve_hparams({}, "single_budget")
-    assert (single["budgets"], single["budget_weights"], single["lambda_c"]) == ([1024], [1.0], 0.5)
-    # the pipeline's --hparams already hold the config's variant overrides (budgets scaled to the run): they win
-    scaled = training.resolve_hparams({"budgets": [128], "budget_weights": [1.0]}, "single_budget")
-    assert (scaled["budgets"], scaled["lambda_c"]) == ([128], 0.5)
+    # a variant is hparams only (the pipeline merges the config's `variants:` overrides into `training:`)
+    assert training.resolve_hparams({"lambda_c": 0})["lambda_c"] == 0.0
+    single = training.resolve_hparams({"budgets": [128], "budget_weights": [1]})
+    assert (single["budgets"], single["budget_weights"], single["lambda_c"]) == ([128], [1.0], 0.5)
     with pytest.raises(ValueError, match="unknown hparams"):
         training.resolve_hparams({"learning_rate": 1e-4})
-    with pytest.raises(ValueError, match="unknown variant"):
-        training.resolve_hparams({}, "lambda_big")
+    with pytest.raises(ValueError, match="must pair up"):
+        training.resolve_hparams({"budgets": [128]})
     # warm-up then cosine to 0 at `steps`
     assert training.lr_factor(0, 150, 5000) == pytest.approx(1 / 150)
     assert training.lr_factor(149, 150, 5000) == 1.0 and training.lr_factor(150, 150, 5000) == 1.0
@@ -302,8 +299,8 @@ def test_final_directory_is_a_loadable_checkpoint(pair, tmp_path):
     from transformers import AutoModelForCausalLM
 
     _, drafter_dir, targets = pair
-    hp = {k: v for k, v in HP.items() if k not in ("budgets", "budget_weights")}
-    (tmp_path / "hp.json").write_text(json.dumps({**hp, "steps": 2, "heldout": 2}))
+    hp = {**HP, "budgets": [1024], "budget_weights": [1.0], "steps": 2, "heldout": 2}  # a single-budget variant
+    (tmp_path / "hp.json").write_text(json.dumps(hp))
     (tmp_path / "d").mkdir()  # Snakemake creates the output's folder before the job runs
     cli(
         [
@@ -316,8 +313,6 @@ def test_final_directory_is_a_loadable_checkpoint(pair, tmp_path):
             str(tmp_path / "d"),
             "--hparams",
             str(tmp_path / "hp.json"),
-            "--variant",
-            "single_budget",
         ]
     )
     out = tmp_path / "d"

@@ -62,12 +62,6 @@ DEFAULTS = {  # the paper's §3.5, plus the machine knobs
     #                              drafter's parameters and most of its optimizer's time (bench/README.md)
 }
 
-# Variants are configuration only. `lambda<X>` (e.g. lambda0.25) sets lambda_c = X.
-VARIANTS = {
-    "la_only": {"lambda_c": 0.0},
-    "single_budget": {"budgets": [1024], "budget_weights": [1.0], "lambda_c": 0.5},
-}
-
 # Keys that may change between a killed run and its restart without changing the result.
 RESTART_FREE_KEYS = ("threads", "checkpoint_every")
 # The modules whose code computes a training step (the workflow's SRC["train"]): part of the run identity.
@@ -82,31 +76,14 @@ EVAL_COLUMNS = ["step", "budget", "L_A", "L_C", "agree_A", "agree_C"]
 # Configuration
 
 
-def variant_overrides(variant: str | None) -> dict:
-    if not variant:
-        return {}
-    if variant in VARIANTS:
-        return dict(VARIANTS[variant])
-    match = re.fullmatch(r"lambda(\d+(?:\.\d+)?)", variant)
-    if match:
-        return {"lambda_c": float(match.group(1))}
-    raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}, lambda<X> (e.g. lambda0.5)")
-
-
-def resolve_hparams(hparams: dict | None = None, variant: str | None = None) -> dict:
-    """DEFAULTS <- the variant's paper overrides <- hparams, checked.
-
-    The pipeline hands over `training:` already merged with the config's variant overrides (which scale the
-    budgets to the run), so explicit hparams win; the built-in variants only fill keys hparams leave out."""
+def resolve_hparams(hparams: dict | None = None) -> dict:
+    """DEFAULTS <- hparams, checked. A variant (L_A only, lambda = 1, single budget) is nothing but hparams: the
+    pipeline hands over `training:` merged with the config's `variants:` overrides."""
     hparams = dict(hparams or {})
     unknown = sorted(set(hparams) - set(DEFAULTS))
     if unknown:
         raise ValueError(f"unknown hparams key(s) {unknown}; known: {', '.join(DEFAULTS)}")
-    overrides = variant_overrides(variant)
-    for key, value in overrides.items():
-        if key in hparams and hparams[key] != value:
-            print(f"variant {variant}: hparams {key} = {hparams[key]} (the paper's variant has {value})")
-    hp = {**DEFAULTS, **overrides, **hparams}
+    hp = {**DEFAULTS, **hparams}
     hp["budgets"] = [int(b) for b in hp["budgets"]]
     hp["budget_weights"] = [float(w) for w in hp["budget_weights"]]
     if len(hp["budgets"]) != len(hp["budget_weights"]) or not hp["budgets"]:
@@ -501,7 +478,6 @@ def train(
     targets_file: str | Path,
     out: str | Path,
     hparams: dict | None = None,
-    variant: str | None = None,
     *,
     stop_after: int | None = None,
     progress: bool = True,
@@ -517,7 +493,7 @@ def train(
     from budgetdraft.models import load_model
     from budgetdraft.targets import load_targets
 
-    hp = resolve_hparams(hparams, variant)
+    hp = resolve_hparams(hparams)
     if hp["threads"] > 0:
         torch.set_num_threads(hp["threads"])
     out = Path(out)
@@ -529,9 +505,7 @@ def train(
     optimizer, scheduler = optimizer_and_schedule(drafter, hp)
     identity = _run_identity(hp, targets_file, init)
     start = resume(work, identity, drafter, optimizer, scheduler, hp["steps"])
-    (work / "hparams.json").write_text(
-        json.dumps({**hp, "variant": variant, "init": init, "targets": str(targets_file)}, indent=1)
-    )
+    (work / "hparams.json").write_text(json.dumps({**hp, "init": init, "targets": str(targets_file)}, indent=1))
     log_file, log = _open_log(work / "loss_log.csv", LOG_COLUMNS, start)
     eval_file, eval_log = _open_log(work / "eval_log.csv", EVAL_COLUMNS, start + 1) if heldout else (None, None)
     if start == 0:
@@ -572,13 +546,8 @@ def configure_parser(parser) -> None:
     parser.add_argument("--targets", required=True, help="teacher targets .safetensors (budgetdraft targets)")
     parser.add_argument("--out", required=True, help="output directory (final Hugging Face checkpoint)")
     parser.add_argument("--hparams", default=None, help=f"JSON object or file with any of: {', '.join(DEFAULTS)}")
-    parser.add_argument(
-        "--variant",
-        default=None,
-        help=f"configuration variant: {', '.join(VARIANTS)}, lambda<X> (e.g. lambda0.5, lambda1.0)",
-    )
 
 
 def run(args) -> None:
-    out = train(args.init, args.targets, args.out, read_hparams(args.hparams), args.variant)
+    out = train(args.init, args.targets, args.out, read_hparams(args.hparams))
     print(out)

@@ -32,8 +32,7 @@ if BASE:
 rule train:
     """One drafter variant: the base drafter trained with L_A + lambda_c * L_C (config `training` + overrides).
 
-    No --variant flag: the config's merged --hparams are the whole truth (training.py's built-in variant
-    values are the paper's, e.g. single_budget B=1024, which would override a scaled config).
+    A variant is its merged --hparams, nothing else.
     Training works in results/drafters/{variant}.tmp/ (checkpoints/ there) and renames it when done: a failed
     or interrupted job keeps its checkpoints, and re-running resumes.
     """
