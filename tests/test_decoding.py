@@ -209,3 +209,17 @@ def test_self_drafting_on_the_real_model(real_pair, real_prompt):
     sd = speculative(SparseDrafter(verifier, 64), verifier, real_prompt, 24, 5, eos_token_id=[])
     assert sd.tokens == autoregressive(verifier, real_prompt, 24, eos_token_id=[]).tokens
     assert sd.stats.tau > 2  # a sparse copy of the verifier still agrees with it most of the time
+
+
+@pytest.mark.real
+def test_ar_records_the_verifiers_runner_up_and_margin_at_every_token(real_pair, real_prompt):
+    """What the lossless check's near-tie rule reads: per token, AR's second choice and top-1 − top-2 logit gap."""
+    verifier, _, _ = real_pair
+    ar = autoregressive(verifier, real_prompt, 12, eos_token_id=[])
+    assert len(ar.runner_up) == len(ar.margins) == len(ar.tokens) == 12
+    assert all(r != t for r, t in zip(ar.runner_up, ar.tokens)) and all(m >= 0 for m in ar.margins)
+    with torch.no_grad():
+        logits = verifier(torch.tensor([real_prompt + ar.tokens[:5]])).logits[0, -1]
+    top = logits.topk(2)
+    assert ar.runner_up[5] == int(top.indices[1])
+    assert ar.margins[5] == pytest.approx(float(top.values[0] - top.values[1]), abs=1e-3)

@@ -88,7 +88,8 @@ def output_ids(dataset, context, sample):
     return [hash((dataset, context, sample, i)) % 1000 for i in range(NEW_TOKENS)]
 
 
-def write_cell(root: Path, label, dataset, context, budget, gamma, method=None, corrupt_sample=None) -> Path:
+def write_cell(root: Path, label, dataset, context, budget, gamma, method=None, corrupt_sample=None, tie=None) -> Path:
+    """``tie`` = (runner-up offset, margin): the AR rows record, at every token t, runner-up t + offset."""
     rows = []
     for s in SAMPLES:
         t = ar_time(s) / (
@@ -131,6 +132,11 @@ def write_cell(root: Path, label, dataset, context, budget, gamma, method=None, 
                     device="cpu",
                     output_ids=np.asarray(ids, dtype=np.int32),
                     config="{}",
+                    **(
+                        {}
+                        if tie is None
+                        else {"runner_up_ids": [i + tie[0] for i in ids], "top2_margins": [tie[1]] * len(ids)}
+                    ),
                 )
             )
     path = root / label / dataset / context / f"B{budget}_g{gamma}.parquet"
@@ -367,12 +373,33 @@ def test_lossless_violation_detected(cells, tmp_path):
         load_cells([cells[("ar", "d1", "1K", 0, 0)]] * 2)
 
 
-def test_lossless_warn_mode_reports_and_builds(cells, tmp_path, capsys):
-    bad = write_cell(tmp_path / "bad", "lambda0.5", "d2", "1K", 64, 2, corrupt_sample=1)
-    paths = [p for k, p in cells.items() if k != ("lambda0.5", "d2", "1K", 64, 2)] + [bad]
-    paper.build("vram", paths, {**SETTINGS, "lossless_check": "warn"}, tmp_path / "x.tex")
-    assert "warning: lossless check failed" in capsys.readouterr().err
-    assert (tmp_path / "x.tex").is_file()
+def test_lossless_near_tie_mode_allows_reports_and_refuses_the_rest(cells, tmp_path, capsys):
+    """A cell differing from AR where AR's verifier had its token as runner-up within the margin is a near-tie:
+    allowed and listed under `near_tie`, an error under `error`; any other difference fails in both modes."""
+    bad = write_cell(tmp_path / "bad", "lambda0.5", "d2", "1K", 64, 2, corrupt_sample=1)  # token 5 -> +1
+    others = [p for k, p in cells.items() if k not in {("lambda0.5", "d2", "1K", 64, 2), ("ar", "d2", "1K", 0, 0)}]
+    near = {**SETTINGS, "lossless_check": "near_tie", "near_tie_margin": 0.25}
+
+    def build(tie, settings):
+        ar = write_cell(tmp_path / f"ar{tie}", "ar", "d2", "1K", 0, 0, tie=tie)
+        return paper.build("vram", others + [ar, bad], settings, tmp_path / "x.tex")
+
+    written = build((1, 0.1), near)
+    divergences = json.loads(written[-1].read_text())["near_tie_divergences"]
+    assert sorted(d["repeat"] for d in divergences) == sorted(REPEATS)  # every divergent row, listed
+    for d in divergences:
+        assert (d["sample"], d["position"], d["margin"]) == (1, 5, pytest.approx(0.1))
+        assert "budget=64, gamma=2" in d["cell"] and d["near_tie"]
+    assert "near-tie divergence" in capsys.readouterr().err
+    for tie, settings, why in [
+        ((1, 0.1), SETTINGS, "first difference at token 5: .* runner-up .* margin of 0.1 logits"),  # mode error
+        ((1, 0.5), near, "margin of 0.5 logits.*not at a near-tie"),  # AR was not close to a tie there
+        ((2, 0.1), near, "not at a near-tie"),  # the cell's token was not AR's runner-up
+    ]:
+        with pytest.raises(ValueError, match=why):
+            build(tie, settings)
+    without_ties = paper.build("vram", list(cells.values()), near, tmp_path / "y.tex")
+    assert json.loads(without_ties[-1].read_text())["near_tie_divergences"] == []
 
 
 def test_trace_maps_every_number_to_cells(cells, tmp_path):

@@ -5,7 +5,7 @@ down in width and depth only (tests/paper_models.py). The pipeline config is con
 CPU run of a few minutes must change overridden (``paper_cpu_config``): local model directories, embedded text
 sources instead of the hub datasets, one context of 2,304 tokens (beyond the drafter's 2,048 positions), tiny
 budgets, one prompt, few tokens and steps, CPU and one thread. Everything else — no base drafter (llama-68m is
-used untouched), no shared verifier prefill, the fp16 verifier with ``lossless_check: warn``, the bf16 EAGLE-3
+used untouched), no shared verifier prefill, the fp16 verifier with ``lossless_check: near_tie``, the bf16 EAGLE-3
 verifier, a training prefix beyond 2,048 prefilled in chunks of 2,048 — is the paper's.
 """
 

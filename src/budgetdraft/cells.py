@@ -62,6 +62,8 @@ CELL_COLUMNS = [
     "verify_s",
     "device",
     "output_ids",
+    "runner_up_ids",  # greedy AR rows: the verifier's second choice at each token (empty in other rows)
+    "top2_margins",  # greedy AR rows: its top-1 − top-2 logit margin there (the lossless check's near-ties)
     "config",
 ]
 SAMPLING_METHODS = ("ar", "sd")  # the baselines draft greedily only
@@ -152,6 +154,8 @@ def run_cell(args) -> pd.DataFrame:
                     "repeat": repeat,
                     "device": device_name(args.device),
                     "output_ids": gen.tokens,
+                    "runner_up_ids": gen.runner_up,
+                    "top2_margins": gen.margins,
                     "config": config,
                     **{k: stats[k] for k in CELL_COLUMNS if k in stats},
                 }

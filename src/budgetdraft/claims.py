@@ -129,7 +129,7 @@ class Evidence:
         )
         self.column = {p: i for i, p in enumerate(self.prompts)}
         df["prompt"] = [self.column[(d, int(s))] for d, s in zip(df["dataset"], df["sample"])]
-        self.grid = Grid(df, lossless=settings.raw.get("lossless_check", "error"))
+        self.grid = Grid(df, **settings.lossless)
         strata = [np.array([i for i, p in enumerate(self.prompts) if p[0] == d]) for d in self.datasets]
         strata = [s for s in strata if len(s)]
         self.weights = np.vstack(
@@ -768,6 +768,18 @@ def header(ev: Evidence, n_files: int, seed: int) -> dict:
         "resamples": len(ev.weights) - 1,
         "seed": seed,
         "timing": timing_text(ev.s).strip(),
+        "lossless": lossless_summary(ev),
+    }
+
+
+def lossless_summary(ev: Evidence) -> dict:
+    """The lossless check's outcome: greedy rows compared with AR's, and the near-tie divergences it allowed."""
+    lossless = ev.s.lossless
+    return {
+        "mode": lossless["lossless"],
+        "near_tie_margin": lossless["near_tie_margin"],
+        "rows": len(ev.grid.df),
+        "near_tie_divergences": ev.grid.divergences,
     }
 
 
@@ -801,6 +813,7 @@ def markdown(head: dict, found: list[Finding], ev: Evidence) -> str:
         f"{head['seed']}; both arms of a contrast use the same resample; percentile interval.",
         f"- Verdict rule: {VERDICT_RULE}",
         *([f"- {head['timing']}"] if head.get("timing") else []),
+        lossless_line(head["lossless"]),
         "",
         "## Findings",
         "",
@@ -816,6 +829,20 @@ def markdown(head: dict, found: list[Finding], ev: Evidence) -> str:
     ]
     lines += ["", "## Evidence behind each number", ""] + evidence_rows(ev)
     return "\n".join(lines) + "\n"
+
+
+def lossless_line(summary: dict) -> str:
+    found = summary["near_tie_divergences"]
+    line = (
+        f"- Lossless: every greedy row of the {summary['rows']} read was compared token for token with its AR "
+        f"output (`lossless_check: {summary['mode']}`); {len(found)} differ"
+    )
+    if not found:
+        return line + "."
+    return line + (
+        f", each at a near-tie of the verifier (its runner-up within {summary['near_tie_margin']} logits): "
+        + "; ".join(f"{d['cell']} sample {d['sample']} at token {d['position']}" for d in found)
+    )
 
 
 def plain(value):

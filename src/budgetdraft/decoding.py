@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -48,6 +49,16 @@ from budgetdraft.sampling import Sampler, Sampling, add_sampling_flags, sampling
 class Generation:
     tokens: list[int]
     stats: DecodeStats
+    # greedy AR only: the verifier's second choice and its top-1 − top-2 logit margin at each token (NaN where
+    # the logits are unknown): a run that differs from this one first at a near-tie is not a decoding bug
+    runner_up: list[int] = field(default_factory=list)
+    margins: list[float] = field(default_factory=list)
+
+
+def top2(logits: torch.Tensor) -> tuple[int, float]:
+    """The runner-up token of ``logits`` [V] and the top-1 − top-2 margin."""
+    values, ids = logits.float().topk(2)
+    return int(ids[1]), float(values[0] - values[1])
 
 
 def position_range(start: int, length: int, device) -> torch.Tensor:
@@ -123,6 +134,7 @@ class Verifier:
         if shared is not None:
             self.cache = PreallocatedCache.from_kv(shared.kv, capacity)
             self.recorded_prefill_s = shared.seconds
+            self.last_logits = shared.logits
             if sampler is None:
                 return shared.first_token
             if shared.logits is None:
@@ -157,6 +169,12 @@ class Verifier:
         """The verifier's greedy token after each row of ``hidden`` [1, q, H] (argmax of the LM head; the logit
         soft-capping or scaling some models apply after it is monotonic and cannot change the argmax)."""
         return self.model.get_output_embeddings()(hidden)[0].argmax(-1).tolist()
+
+    @torch.no_grad()
+    def greedy_top2(self, hidden: torch.Tensor) -> tuple[int, int, float]:
+        """The greedy token after the last row of ``hidden``, its runner-up and their logit margin."""
+        logits = self.model.get_output_embeddings()(hidden[:, -1:])[0, 0]
+        return int(logits.argmax()), *top2(logits)
 
     def verify(self, hidden: torch.Tensor, drafts: list[int]) -> tuple[int, int]:
         """Accepted drafts k and the bonus token (the verifier's own choice after them), from the decoder output
@@ -358,17 +376,25 @@ def autoregressive(
             verifier, ids_tensor(prompt_ids, device), len(prompt_ids) + max_new_tokens, stats, device, sampler
         )
         out = [first]
+        ties = [top2(verifier.last_logits) if verifier.last_logits is not None else (-1, math.nan)]
         stats.record_memory(weights, verifier.kv_bytes())
         out, done = _finish(out, max_new_tokens, eos)
         while not done:
             with Stopwatch(device) as t:
                 hidden = verifier.hidden([out[-1]]).last_hidden_state
-                token = verifier.greedy(hidden)[0] if sampler is None else verifier.sample(hidden, sampler)
+                if sampler is None:
+                    token, *tie = verifier.greedy_top2(hidden)
+                    ties.append(tuple(tie))
+                else:
+                    token = verifier.sample(hidden, sampler)
             stats.verify_s += t.seconds
             stats.verifier_forwards += 1
             stats.record_memory(weights, verifier.kv_bytes())
             out, done = _finish(out + [token], max_new_tokens, eos)
-    return _close(out, stats, total.seconds + correction, device)
+    gen = _close(out, stats, total.seconds + correction, device)
+    if sampler is None:
+        gen.runner_up, gen.margins = [t[0] for t in ties[: len(out)]], [t[1] for t in ties[: len(out)]]
+    return gen
 
 
 @torch.no_grad()

@@ -24,6 +24,13 @@ from budgetdraft.names import ARTIFACTS, TABLES
 from budgetdraft.tables import TABLE_BUILDERS, add_to_caption, evidence_text, timing_text
 
 
+def as_grid(cells, s: Settings) -> Grid:
+    """A Grid of cell files (paths) or of a DataFrame, lossless-checked as settings say; a Grid as it is."""
+    if isinstance(cells, Grid):
+        return cells
+    return Grid(cells if isinstance(cells, pd.DataFrame) else load_cells(cells), **s.lossless)
+
+
 def build(artifact: str, cells, settings, out) -> list[Path]:
     """Build one artifact from cell files (paths) or a loaded DataFrame / Grid; return the files written.
 
@@ -32,14 +39,7 @@ def build(artifact: str, cells, settings, out) -> list[Path]:
     if artifact not in ARTIFACTS:
         raise ValueError(f"unknown artifact {artifact!r}; choose from {sorted(ARTIFACTS)}")
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
-    grid = (
-        cells
-        if isinstance(cells, Grid)
-        else Grid(
-            cells if isinstance(cells, pd.DataFrame) else load_cells(cells),
-            lossless=s.raw.get("lossless_check", "error"),
-        )
-    )
+    grid = as_grid(cells, s)
     out = Path(out)
     if artifact in TABLE_BUILDERS:
         atomic_write_text(out, table_text(render_table(artifact, grid, s)))
@@ -50,9 +50,8 @@ def build(artifact: str, cells, settings, out) -> list[Path]:
         written, values = figures.draw(artifact, grid, s, out)
     if isinstance(cells, (Grid, pd.DataFrame)) or isinstance(settings, Settings):
         return written
-    atomic_write_text(
-        sources_path(out), json.dumps(provenance(artifact, cells, settings, written, values), indent=1) + "\n"
-    )
+    record = provenance(artifact, cells, settings, written, values, grid.divergences)
+    atomic_write_text(sources_path(out), json.dumps(record, indent=1) + "\n")
     return written + [sources_path(out)]
 
 
@@ -67,13 +66,15 @@ def table_text(table) -> str:
     return "\n".join(table.lines) + "\n"
 
 
-def provenance(artifact: str, cells, settings, written, values=None) -> dict:
-    """What an artifact was made from, by content: cells and written files with their sha256."""
+def provenance(artifact: str, cells, settings, written, values=None, divergences=()) -> dict:
+    """What an artifact was made from, by content: cells and written files with their sha256, and every output
+    that differs from AR's (allowed near-ties only: any other fails the build)."""
     record = {
         "artifact": artifact,
         "settings": settings_dict(settings),
         "cells": [{"path": str(c), "sha256": file_sha256(c)} for c in cells],
         "outputs": {Path(p).name: file_sha256(p) for p in written},
+        "near_tie_divergences": list(divergences),
     }
     if values is not None:
         record["values"] = values
@@ -94,7 +95,7 @@ def trace(table_path, cells, settings) -> list[tuple[str, str]]:
     if artifact is None:
         raise ValueError(f"{table_path}: no known table \\label")
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
-    grid = cells if isinstance(cells, Grid) else Grid(load_cells(cells), lossless=s.raw.get("lossless_check", "error"))
+    grid = as_grid(cells, s)
     table = render_table(artifact, grid, s)
     expected = [(v, src) for v, src in table.sources if v != "--"]  # in order of appearance
     bodies = re.findall(r"\\begin\{tabular\}.*?\\end\{tabular\}", text, flags=re.S)
@@ -132,7 +133,7 @@ def trace_figure(figure_path, artifact: str, cells, settings, recorded: dict) ->
     from budgetdraft import figures
 
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
-    grid = cells if isinstance(cells, Grid) else Grid(load_cells(cells), lossless=s.raw.get("lossless_check", "error"))
+    grid = as_grid(cells, s)
     derived = figures.plotted_values(artifact, grid, s)
     wrong = sorted(k for k in set(derived) | set(recorded) if canon(derived.get(k)) != canon(recorded.get(k)))
     if wrong:

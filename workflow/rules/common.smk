@@ -377,6 +377,7 @@ def paper_settings():
             },
             "single_budget": config["single_budget"],
             "lossless_check": config["lossless_check"],
+            "near_tie_margin": config["near_tie_margin"],
             "verifier_prefill_runs": (
                 PREFILL_RUNS if config["share_verifier_prefill"] else 0
             ),
