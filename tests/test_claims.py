@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from budgetdraft import claims, cli
+from budgetdraft import claims, cli, figures
 from budgetdraft.grid import Grid, load_cells, parse_settings
 
 SETTINGS = {
@@ -292,3 +292,39 @@ def test_drafters_that_did_not_diverge_are_named(tmp_path):
     assert found["F5"].verdict == "not resolved" and found["F5"].value == 0
     assert "single_budget and lambda0.5 drafted and accepted exactly the same tokens" in found["F5"].why
     assert found["F4"].verdict == "holds" and "exactly the same" not in found["F4"].why
+
+
+def test_speedup_model_per_cell_moves_with_draft_time_and_is_drawn(tmp_path):
+    """c = (0.01 s per drafter forward) / (0.1 s per AR step) in every fixture cell; doubling one cell's draft_s
+    doubles its c only, and lowers its predicted speedup (claims.json and the γ figure both read it)."""
+    paths = write_grid(tmp_path, labels=["sd", "lambda0.5"])
+    md, js = claims.build(list(paths.values()), SETTINGS, tmp_path / "claims.md")
+    model = {
+        (m["label"], m["dataset"], m["context"], m["budget"], m["gamma"]): m
+        for m in json.loads(js.read_text())["speedup_model"]
+    }
+    assert set(model) == {k for k in paths if k[0] != "ar"}
+    key = ("lambda0.5", "d1", "0.5K", 32, 4)
+    m = model[key]
+    alpha, gamma = m["alpha"], 4
+    assert m["c"] == pytest.approx(0.1)
+    assert m["predicted"] == pytest.approx((1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * 0.1 + 1)))
+    assert m["measured_over_predicted"] == pytest.approx(m["measured"] / m["predicted"])
+    assert "## Analytical speedup model" in md.read_text() and "| lambda0.5 | 0.5K | 4 | 4 |" in md.read_text()
+
+    df = pd.read_parquet(paths[key])
+    df["draft_s"] *= 2
+    df.to_parquet(paths[key])
+    _, js = claims.build(list(paths.values()), SETTINGS, tmp_path / "after.md")
+    after = {
+        (m["label"], m["dataset"], m["context"], m["budget"], m["gamma"]): m
+        for m in json.loads(js.read_text())["speedup_model"]
+    }
+    assert after[key]["c"] == pytest.approx(0.2) and after[key]["predicted"] < m["predicted"]
+    assert all(after[k] == model[k] for k in model if k != key)
+
+    grid = Grid(load_cells(list(paths.values())))
+    drawn = figures.plotted_values("fig_gamma", grid, parse_settings(SETTINGS))["0.5K d1"]
+    assert drawn["gamma"] == [2, 4]
+    expected = np.mean([grid.predicted_speedup(("lambda0.5", "d1", "0.5K", b, 4)) for b in SETTINGS["budgets"]])
+    assert drawn["predicted"][1] == pytest.approx(expected) and drawn["c"][1] == pytest.approx(0.15)

@@ -62,7 +62,16 @@ import numpy as np
 import pandas as pd
 
 from budgetdraft.atomic import atomic_write_text
-from budgetdraft.grid import OPTIONAL_COLUMNS, Grid, Settings, load_cells, parse_settings
+from budgetdraft.grid import (
+    KEY,
+    OPTIONAL_COLUMNS,
+    Grid,
+    Settings,
+    draft_cost,
+    load_cells,
+    parse_settings,
+    predicted_speedup,
+)
 from budgetdraft.names import AR, BD, LA_ONLY, LAMBDA1, SD, SINGLE
 from budgetdraft.tables import timing_text
 
@@ -526,26 +535,6 @@ def paper_speedup(ev: Evidence, context) -> str:
     return "best " + listed
 
 
-def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
-    if alpha >= 1.0:
-        return (gamma + 1) / (gamma * c + 1)
-    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
-
-
-def draft_cost(ev: Evidence, keys, ar_keys) -> float | None:
-    """c: seconds per drafter forward ÷ seconds per AR decode step (ratios of sums); None if not measured."""
-    if not (
-        all(ev.measured(keys, col) for col in ("draft_s", "draft_steps"))
-        and all(ev.measured(ar_keys, col) for col in ("verify_s", "new_tokens"))
-    ):
-        return None
-    rows, ar = ev.rows(keys), ev.rows(ar_keys)
-    return float(
-        ratio(rows["draft_s"].sum(), rows["draft_steps"].sum())
-        / ratio(ar["verify_s"].sum(), (ar["new_tokens"] - 1).sum())
-    )
-
-
 def speedup(ev: Evidence) -> list[Finding]:
     out = []
     for context in ev.contexts:
@@ -572,7 +561,8 @@ def speedup(ev: Evidence) -> list[Finding]:
         f.measure(ev, ev.speedup(arms[BD]), arms).judge(">", 1.0)
         budget, gamma = best
         alpha = ev.acceptance(arms[BD])[0] / 100.0
-        c = draft_cost(ev, arms[BD], arms[AR])
+        c = draft_cost(ev.rows(arms[BD]), ev.rows(arms[AR]))
+        c = None if math.isnan(c) else c
         predicted = None if c is None or math.isnan(alpha) else predicted_speedup(alpha, gamma, c)
         f.extra = {
             "budget": budget,
@@ -752,6 +742,44 @@ def evidence_rows(ev: Evidence) -> list[str]:
     return lines
 
 
+def speedup_model(ev: Evidence) -> list[dict]:
+    """Per speculative cell with an AR cell beside it: α, γ, c, measured and predicted speedup (`budgetdraft.grid`)."""
+    out = []
+    for key in sorted(ev.grid.rows):
+        if key[0] == AR or not ev.grid.has((AR, key[1], key[2], 0, 0)):
+            continue
+        measured, predicted = ev.grid.speedup(key), ev.grid.predicted_speedup(key)
+        out.append(
+            dict(zip(KEY, key))
+            | {
+                "alpha": ev.grid.acceptance(key) / 100.0,
+                "c": ev.grid.cost(key),
+                "measured": measured,
+                "predicted": predicted,
+                "measured_over_predicted": measured / predicted,
+            }
+        )
+    return out
+
+
+def speedup_model_rows(model: list[dict], labels=(SD, BD)) -> list[str]:
+    """Markdown: per label × context × γ, means over its cells (datasets × budgets) of `speedup_model`."""
+    df = pd.DataFrame(model)
+    lines = [
+        "| drafter | context | γ | cells | α | c | measured | predicted | measured ÷ predicted |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    if df.empty:
+        return lines
+    for (label, context, gamma), g in df[df["label"].isin(labels)].groupby(["label", "context", "gamma"], sort=False):
+        m = g[["alpha", "c", "measured", "predicted", "measured_over_predicted"]].mean()
+        lines.append(
+            f"| {label} | {context} | {gamma} | {len(g)} | {m['alpha']:.3f} | {m['c']:.3f} | {m['measured']:.2f}× | "
+            f"{m['predicted']:.2f}× | {m['measured_over_predicted']:.2f} |"
+        )
+    return lines
+
+
 def header(ev: Evidence, n_files: int, seed: int) -> dict:
     per_dataset = {d: sum(p[0] == d for p in ev.prompts) for d in ev.datasets}
     gammas = sorted({k[4] for k in ev.grid.rows if k[0] != AR})
@@ -794,7 +822,16 @@ VERDICT_RULE = (
 )
 
 
-def markdown(head: dict, found: list[Finding], ev: Evidence) -> str:
+SPEEDUP_MODEL_TEXT = (
+    "Each speculative cell's measured speedup beside (1 − α^(γ+1)) / ((1 − α)(γc + 1)) from its own acceptance α, "
+    "its γ and c = seconds per drafter forward ÷ seconds per AR decode step (same dataset and context); rows are "
+    "means over the cells (datasets × budgets) of a drafter, context and γ; every cell is in `claims.json` "
+    "(`speedup_model`). The model counts only drafter and verifier forwards: prefills, the sparse-cache selection "
+    "and Python overhead are what a ratio below 1 leaves out."
+)
+
+
+def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict]) -> str:
     variants = (
         "; ".join(
             f"{label}: λ_C={v.get('lambda_c', '?')}, B∈{v.get('budgets', '?')}" for label, v in head["variants"].items()
@@ -827,6 +864,7 @@ def markdown(head: dict, found: list[Finding], ev: Evidence) -> str:
         for f in found
         if f.why or f.note
     ]
+    lines += ["", "## Analytical speedup model", "", SPEEDUP_MODEL_TEXT, ""] + speedup_model_rows(model)
     lines += ["", "## Evidence behind each number", ""] + evidence_rows(ev)
     return "\n".join(lines) + "\n"
 
@@ -860,14 +898,22 @@ def build(cells, settings, out, resamples: int = RESAMPLES, seed: int = SEED) ->
     """Write the claims report (.md) and its .json from cell files; return both paths."""
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
     ev = Evidence(load_claim_cells(cells), s, resamples, seed)
-    found, head = findings(ev), header(ev, len(cells), seed)
+    found, head, model = findings(ev), header(ev, len(cells), seed), speedup_model(ev)
     out = Path(out)
     json_path = out.with_suffix(".json")
-    atomic_write_text(out, markdown(head, found, ev))
+    atomic_write_text(out, markdown(head, found, ev, model))
     atomic_write_text(
         json_path,
         json.dumps(
-            plain({"header": head, "verdict_rule": VERDICT_RULE, "findings": [asdict(f) for f in found]}), indent=1
+            plain(
+                {
+                    "header": head,
+                    "verdict_rule": VERDICT_RULE,
+                    "findings": [asdict(f) for f in found],
+                    "speedup_model": model,
+                }
+            ),
+            indent=1,
         )
         + "\n",
     )

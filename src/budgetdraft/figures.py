@@ -59,7 +59,8 @@ def fig_collapse(grid: Grid, s: Settings):
 
 def gamma_grid(grid: Grid, s: Settings, errorbars: bool):
     """rows contexts x cols datasets: BudgetDraft acceptance (left axis) and speedup (right axis) vs gamma,
-    averaged over budgets. errorbars: mean +- std over (sample, budget) points of per-sample values."""
+    averaged over budgets, beside the analytical speedup predicted from each cell's own α, γ and c (dotted; see
+    `budgetdraft.grid`). errorbars: mean +- std over (sample, budget) points of per-sample values."""
     ds = s.datasets
     fig, axes = plt.subplots(len(s.contexts), len(ds), figsize=(3.6 * len(ds), 2.8 * len(s.contexts)), squeeze=False)
     values = {}
@@ -67,9 +68,11 @@ def gamma_grid(grid: Grid, s: Settings, errorbars: bool):
         for j, (dataset, name) in enumerate(ds.items()):
             ax = axes[i][j]
             gammas = s.sweep(grid, BD, dataset, context)
-            acc_m, acc_s, sp_m, sp_s = [], [], [], []
+            acc_m, acc_s, sp_m, sp_s, predicted, cost = [], [], [], [], [], []
             for g in gammas:
                 keys = [(BD, dataset, context, b, g) for b in s.budgets]
+                predicted.append(np.mean([grid.predicted_speedup(k) for k in keys]))
+                cost.append(np.mean([grid.cost(k) for k in keys]))
                 if errorbars:
                     acc = np.concatenate([grid.sample_acceptance(k).to_numpy(dtype=float) for k in keys])
                     sp = np.concatenate([grid.sample_speedups(k).to_numpy(dtype=float) for k in keys])
@@ -82,6 +85,8 @@ def gamma_grid(grid: Grid, s: Settings, errorbars: bool):
                 "gamma": list(gammas),
                 "acceptance": acc_m,
                 "speedup": sp_m,
+                "predicted": predicted,
+                "c": cost,
                 **({"acceptance_std": acc_s, "speedup_std": sp_s} if errorbars else {}),
             }
             ax2 = ax.twinx()
@@ -91,6 +96,7 @@ def gamma_grid(grid: Grid, s: Settings, errorbars: bool):
             else:
                 ax.plot(gammas, acc_m, color="C0", marker="o", ms=3, label="acceptance")
                 ax2.plot(gammas, sp_m, color="C1", marker="s", ms=3, ls="--", label="speedup")
+            ax2.plot(gammas, predicted, color="C1", ls=":", label="predicted speedup")
             ax.set_title(f"{name}, {context}", fontsize=9)
             ax.set_ylim(0, 100)
             ax2.set_ylim(bottom=0)
@@ -107,7 +113,7 @@ def gamma_grid(grid: Grid, s: Settings, errorbars: bool):
                 ax.set_xlabel(r"Draft length $\gamma$")
             if i == 0 and j == 0:
                 lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
-                ax.legend(lines, ["acceptance", "speedup"], fontsize=7, loc="lower left")
+                ax.legend(lines, ["acceptance", "speedup", "predicted speedup"], fontsize=7, loc="lower left")
     fig.tight_layout()
     return fig, values
 

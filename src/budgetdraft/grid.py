@@ -10,6 +10,12 @@ A cell file (`budgetdraft.cells`, see docs/architecture.md) holds one row per (s
   acceptance (%)    100 * sum(accepted) / sum(drafted) over the cell
   AR tok/s          mean `tok_per_s` of the AR cell
   peak memory (GB)  mean `peak_mem_mb` / 1024 over the cell's rows
+  c                 drafter/verifier cost: seconds per drafter forward of the cell (sum `draft_s` / sum
+                    `draft_steps`) / seconds per decode step of its AR cell (sum `verify_s` / sum (`new_tokens` - 1),
+                    the AR prefill giving the first token)
+  predicted speedup (1 - a^(g+1)) / ((1 - a)(g c + 1)) from the cell's acceptance a, its gamma g and c (Leviathan et
+                    al.'s model: a round of g drafter steps and one verifier forward yields (1 - a^(g+1)) / (1 - a)
+                    tokens in expectation, AR one token per verifier step)
 
 While loading, every row's `output_ids` is compared with the AR cell's output for the same
 (dataset, context, sample): greedy speculative decoding is lossless, so any difference is an error. Cells
@@ -48,7 +54,8 @@ def cell_name(key) -> str:
 
 
 TIE_COLUMNS = ("runner_up_ids", "top2_margins")  # written by greedy AR cells (budgetdraft.decoding.Generation)
-OPTIONAL_COLUMNS = ("device", "mem_kind", *TIE_COLUMNS)  # read when a cell has them
+COST_COLUMNS = ("draft_s", "draft_steps", "verify_s", "new_tokens")  # c of the analytical speedup model
+OPTIONAL_COLUMNS = ("device", "mem_kind", *TIE_COLUMNS, *COST_COLUMNS)  # read when a cell has them
 
 
 def read_cell(path: Path, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
@@ -258,6 +265,14 @@ class Grid:
         drafted = rows["drafted"].sum()
         return 100.0 * rows["accepted"].sum() / drafted if drafted > 0 else math.nan
 
+    def cost(self, key) -> float:
+        """c of a speculative cell (see the module docstring); NaN where the cells lack the timing columns."""
+        return draft_cost(self.rows[self.need(*key)], self.rows[self.ar_key(key[1], key[2])])
+
+    def predicted_speedup(self, key) -> float:
+        """The analytical speedup of a speculative cell from its own acceptance, γ and c."""
+        return predicted_speedup(self.acceptance(key) / 100.0, int(key[4]), self.cost(key))
+
     def ar_tok_s(self, dataset, context) -> float:
         return float(self.rows[self.ar_key(dataset, context)]["tok_per_s"].mean())
 
@@ -289,6 +304,26 @@ class Grid:
     def peak(self, key) -> float:
         """Mean `peak_mem_mb` of a cell, in the unit of `memory`."""
         return float(self.rows[self.need(*key)]["peak_mem_mb"].mean()) / self.memory[1]
+
+
+def draft_cost(rows: pd.DataFrame, ar_rows: pd.DataFrame) -> float:
+    """c: seconds per drafter forward of ``rows`` ÷ seconds per decode step of the AR rows (ratios of sums)."""
+    timed = all(c in rows and rows[c].notna().all() for c in ("draft_s", "draft_steps")) and all(
+        c in ar_rows and ar_rows[c].notna().all() for c in ("verify_s", "new_tokens")
+    )
+    if not timed or rows["draft_steps"].sum() == 0:
+        return math.nan
+    step = ar_rows["verify_s"].sum() / (ar_rows["new_tokens"] - 1).sum()
+    return float(rows["draft_s"].sum() / rows["draft_steps"].sum() / step)
+
+
+def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
+    """(1 − α^(γ+1)) / ((1 − α)(γc + 1)): expected tokens per round over the round's cost in verifier steps."""
+    if math.isnan(alpha) or math.isnan(c):
+        return math.nan
+    if alpha >= 1.0:
+        return (gamma + 1) / (gamma * c + 1)
+    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
 
 
 # -------------------------------------------------------------------------------------------- settings
