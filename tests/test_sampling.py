@@ -270,6 +270,20 @@ def test_speculative_sampling_matches_the_verifiers_distribution_tiny(tiny, prom
     assert chi_square_p_value(ar, exact, n) > LEVEL
 
 
+def test_speculative_sampling_from_a_reduced_draft_vocabulary_matches_the_verifiers_distribution(tiny, prompt):
+    """The drafter proposes only the even token ids (its q is 0 elsewhere): the output is still drawn from p."""
+    verifier, drafter = tiny
+    setting, n, vocab = Sampling(1.0, top_k=6), 600, torch.arange(0, 96, 2)
+    exact = exact_prefix_distribution(verifier, prompt, 3, setting)
+
+    def decode(s):
+        return speculative(
+            SparseDrafter(drafter, 8, draft_vocab=vocab), verifier, prompt, 4, 3, eos_token_id=[], sampling=s
+        )
+
+    assert chi_square_p_value(first_tokens(decode, range(n), 3, setting), exact, n) > LEVEL
+
+
 @pytest.mark.parametrize("breakage", [accept_every_draft, resample_from_p])
 def test_the_distribution_test_rejects_a_broken_rule_tiny(tiny, prompt, monkeypatch, breakage):
     verifier, drafter = tiny

@@ -22,6 +22,7 @@ import torch
 
 from budgetdraft.atomic import atomic_path
 from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.draftvocab import load_vocab
 from budgetdraft.jsonarg import json_object
 from budgetdraft.models import load_model
 from budgetdraft.names import METHODS
@@ -90,9 +91,12 @@ def make_decoder(args, verifier, prefilled=None):
     extra = json_object(args.extra, "--extra")
     if args.method == "sd":
         drafter_model = load_model(args.drafter, args.device, args.drafter_dtype)
+        vocab = load_vocab(args.draft_vocab) if args.draft_vocab else None
 
         def new_drafter():
-            return SparseDrafter(drafter_model, args.budget, args.policy, args.chunk_size, args.score_window)
+            return SparseDrafter(
+                drafter_model, args.budget, args.policy, args.chunk_size, args.score_window, draft_vocab=vocab
+            )
     else:
         # A baseline module provides drafter_factory(verifier, args, extra) -> () -> a fresh drafter per run.
         baseline = importlib.import_module(f"budgetdraft.baselines.{args.method}")
@@ -181,6 +185,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--policy", default="topk_chunks")
     parser.add_argument("--chunk-size", type=int, default=8)
     parser.add_argument("--score-window", type=int, default=32)
+    parser.add_argument("--draft-vocab", help="sd: .safetensors of the token ids the drafter may draft (draft-vocab)")
     parser.add_argument("--max-new-tokens", type=int, required=True, help="tokens generated per prompt and run")
     parser.add_argument("--warmup", type=int, default=1, help="discarded warm-up generations")
     parser.add_argument(

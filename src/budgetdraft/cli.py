@@ -15,6 +15,7 @@ COMMANDS = {
     "prefill": ("budgetdraft.prefill", "the verifier's prefill of each prompt, computed once for every grid cell"),
     "targets": ("budgetdraft.targets", "verifier greedy teacher targets for the training sequences"),
     "train": ("budgetdraft.training", "train a drafter with L_A + lambda * L_C"),
+    "draft-vocab": ("budgetdraft.draftvocab", "the most frequent tokens of training data: a reduced draft vocabulary"),
     "eval-cell": ("budgetdraft.cells", "run one evaluation grid cell and write its parquet file"),
     "paper": ("budgetdraft.paper", "build one table or figure of the paper from cell files"),
     "claims": ("budgetdraft.claims", "report which of the paper's findings hold in this run, with bootstrap intervals"),

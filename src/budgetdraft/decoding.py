@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from budgetdraft.draftvocab import ReducedHead, load_vocab
 from budgetdraft.kvcache import (
     POLICIES,
     PreallocatedCache,
@@ -226,13 +227,16 @@ class SparseDrafter:
         chunk_size: int = 8,
         score_window: int = 32,
         prefill_chunk: int | None = None,
+        draft_vocab: torch.Tensor | None = None,
     ):
+        """``draft_vocab``: token ids the drafter may propose (`budgetdraft.draftvocab`); None = all of them."""
         check_budget(budget, chunk_size)
         if policy not in POLICIES:
             raise ValueError(f"unknown sparse policy {policy!r}; choose one of {', '.join(POLICIES)}")
         self.model, self.budget, self.policy = model, budget, policy
         self.chunk_size, self.score_window, self.prefill_chunk = chunk_size, score_window, prefill_chunk
         self.device = model.device
+        self.head = None if draft_vocab is None else ReducedHead(model, draft_vocab)
 
     def prefill(self, prompt: torch.Tensor, capacity: int) -> None:
         """Prefill the full prompt once, then keep only the policy's positions (explicit real positions later)."""
@@ -264,19 +268,24 @@ class SparseDrafter:
         self.start = self.cache.get_seq_length()
         drafts, dists, feed = [], [], pending
         for _ in range(gamma):
-            logits = self.model(
-                input_ids=ids_tensor(feed, self.device),
-                past_key_values=self.cache,
-                position_ids=position_range(self.position, len(feed), self.device),
-                use_cache=True,
-                logits_to_keep=1,
-            ).logits
-            self.position += len(feed)
-            token, dist = choose(logits[0, -1])
+            token, dist = choose(self.next_logits(feed))
             feed = [token]
             drafts.append(token)
             dists.append(dist)
         return drafts, dists
+
+    def next_logits(self, feed: list[int]) -> torch.Tensor:
+        """Feed ``feed`` at the next real positions; the logits [V] of the token after it."""
+        inputs = dict(
+            input_ids=ids_tensor(feed, self.device),
+            past_key_values=self.cache,
+            position_ids=position_range(self.position, len(feed), self.device),
+            use_cache=True,
+        )
+        self.position += len(feed)
+        if self.head is None:
+            return self.model(**inputs, logits_to_keep=1).logits[0, -1]
+        return self.head(self.model.get_decoder()(**inputs).last_hidden_state[0, -1])
 
     def rollback(self, kept_new: int) -> None:
         """Keep only the first ``kept_new`` tokens fed during the last ``draft``."""
@@ -292,7 +301,8 @@ class SparseDrafter:
         return cache_bytes(self.cache)
 
     def weight_tensors(self):
-        return module_tensors(self.model)
+        head = [] if self.head is None else [self.head.weight]
+        return [*module_tensors(self.model), *head]
 
 
 def weight_bytes(verifier_model, drafter=None) -> int:
@@ -495,6 +505,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--policy", default="topk_chunks", help="topk_chunks | streaming | full")
     parser.add_argument("--chunk-size", type=int, default=8)
     parser.add_argument("--score-window", type=int, default=32, help="last prefill queries that score chunks")
+    parser.add_argument("--draft-vocab", help=".safetensors of the token ids the drafter may draft (draft-vocab)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--verifier-dtype", default="float32")
     parser.add_argument("--drafter-dtype", default="float32")
@@ -524,7 +535,10 @@ def run(args) -> None:
         gen = autoregressive(verifier, ids, args.max_new_tokens, sampling=sampling)
     else:
         drafter_model = load_model(args.drafter, args.device, args.drafter_dtype)
-        drafter = SparseDrafter(drafter_model, args.budget, args.policy, args.chunk_size, args.score_window)
+        vocab = load_vocab(args.draft_vocab) if args.draft_vocab else None
+        drafter = SparseDrafter(
+            drafter_model, args.budget, args.policy, args.chunk_size, args.score_window, draft_vocab=vocab
+        )
         gen = speculative(drafter, verifier, ids, args.max_new_tokens, args.gamma, sampling=sampling)
     print(tokenizer.decode(gen.tokens, skip_special_tokens=True))
     print(
