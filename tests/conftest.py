@@ -1,4 +1,8 @@
 import importlib.metadata
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -7,6 +11,41 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from budgetdraft import attention
 
 torch.set_num_threads(1)  # CI has 2 cores; tests run one at a time and stay predictable
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = ("Snakefile", "workflow", "config", "profiles", "src", "envs")  # what a pipeline run needs
+
+
+CI_SNAKEMAKE = [sys.executable, "-m", "snakemake", "--configfile", "config/ci.yaml", "--cores", "2"]
+
+
+def copy_project(dest: Path) -> Path:
+    """The workflow, its configs, profiles and library copied to ``dest``: pipeline runs never touch results/."""
+    for name in PROJECT:
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
+    return dest
+
+
+def ci_snakemake(workdir, *args, env=None):
+    """``snakemake --configfile config/ci.yaml --cores 2 ARGS`` in ``workdir`` (profiles/default applies)."""
+    return subprocess.run(CI_SNAKEMAKE + list(args), cwd=workdir, capture_output=True, text=True, env=env)
+
+
+def planned_jobs(plan: str) -> dict[str, int]:
+    """Snakemake's 'Job stats' table of a run or dry run, as {rule: count}."""
+    table = plan.split("Job stats:")[1].split("\n\n")[0].splitlines()[3:]
+    return {rule: int(count) for rule, count in (line.split() for line in table) if rule != "total"}
+
+
+@pytest.fixture(scope="session")
+def pipeline_run(tmp_path_factory):
+    """config/ci.yaml run locally end to end (`snakemake all`), once per session: tests/test_pipeline.py checks its
+    artifacts, tests/test_slurm.py compares the SLURM run's cells with it."""
+    work = copy_project(tmp_path_factory.mktemp("pipeline"))
+    run = ci_snakemake(work, "all")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return work
 
 
 def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 96, max_positions: int = 512, **fields) -> LlamaForCausalLM:

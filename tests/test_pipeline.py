@@ -2,42 +2,17 @@
 
 import json
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import ci_snakemake as snakemake
+from conftest import planned_jobs
 
 from budgetdraft import paper
 from budgetdraft.names import FIGURE_STEMS
 from budgetdraft.names import TABLES as TABLE_LABELS
 
-ROOT = Path(__file__).resolve().parents[1]
 TABLES = list(TABLE_LABELS)
 FIGURES = list(FIGURE_STEMS.values())
-
-
-def snakemake(workdir, *args):
-    cmd = [sys.executable, "-m", "snakemake", "--configfile", "config/ci.yaml", "--cores", "2", *args]
-    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
-
-
-def planned_jobs(plan: str) -> dict[str, int]:
-    """Snakemake's 'Job stats' table of a dry run, as {rule: count}."""
-    table = plan.split("Job stats:")[1].split("\n\n")[0].splitlines()[3:]
-    return {rule: int(count) for rule, count in (line.split() for line in table) if rule != "total"}
-
-
-@pytest.fixture(scope="module")
-def pipeline_run(tmp_path_factory):
-    work = tmp_path_factory.mktemp("pipeline")
-    for name in ("Snakefile", "workflow", "config", "profiles", "src", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
-    run = snakemake(work, "all")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return work
 
 
 @pytest.mark.pipeline

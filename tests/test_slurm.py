@@ -1,0 +1,150 @@
+"""The cluster path for real: config/ci.yaml's `comparison` table through `snakemake --profile profiles/slurm-local`
+on the single-node SLURM cluster of profiles/slurm-local/cluster.sh (Debian's slurm-wlm + munge).
+
+`comparison` is the ci config's smallest target that passes through every job-running stage (model export,
+prompts, shared prefill, teacher targets, base drafter, a BudgetDraft variant, the EAGLE-3 head, AR / SD /
+BudgetDraft / TriForce / EAGLE-3 cells, a table): ~30 jobs. `all` (120 jobs) pays each cell's cold start
+(two Snakemake start-ups and the torch imports; locally the warm start forks cells) and took too long for CI.
+
+Every job goes through sbatch and completes; the cells decode the same tokens, with the same acceptance, as the
+local run (tests/conftest.py `pipeline_run`); a cell job killed with `scancel` is CANCELLED, leaves no cell, and
+the next invocation submits exactly that cell and the table that reads it.
+
+Skipped when SLURM cannot be started here (not installed, not root); failed instead with
+BUDGETDRAFT_REQUIRE_SLURM=1 (.ci/run sets it when it could install slurm-wlm).
+"""
+
+import os
+import re
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import CI_SNAKEMAKE, ROOT, ci_snakemake, copy_project, planned_jobs
+
+pytestmark = [pytest.mark.slurm, pytest.mark.pipeline]
+
+CLUSTER = ROOT / "profiles/slurm-local/cluster.sh"
+STATE = Path(os.environ.get("BUDGETDRAFT_SLURM_STATE", "/tmp/budgetdraft-slurm"))
+PROFILE = ("--profile", "profiles/slurm-local")
+SUBMITTED = re.compile(r"^Job \d+ has been submitted with SLURM jobid (\d+)", re.M)
+# what a cell decodes (not how long it took): equal in any two runs of the same config
+DECODED = ["label", "method", "dataset", "context", "budget", "gamma", "sample", "doc_id", "repeat",
+           "prompt_tokens", "new_tokens", "drafted", "accepted", "verifier_forwards", "output_ids"]  # fmt: skip
+TARGET = "comparison"
+CANCELLED_CELL = "results/cells/lambda0.5/lwm/256/B32_g5.parquet"  # one cell of the comparison table
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    """The environment of a SLURM run: the cluster is brought up (and down again after the module) unless it was."""
+    require = os.environ.get("BUDGETDRAFT_REQUIRE_SLURM") == "1"
+    started = False
+    if subprocess.run(["bash", CLUSTER, "status"], capture_output=True).returncode != 0:
+        up = subprocess.run(["bash", CLUSTER, "up"], capture_output=True, text=True, timeout=300)
+        if up.returncode != 0:
+            why = f"SLURM cannot be started here ({CLUSTER.name} up): {(up.stdout + up.stderr).strip()[-1500:]}"
+            if require:
+                pytest.fail(f"{why} (BUDGETDRAFT_REQUIRE_SLURM=1)")
+            pytest.skip(why)
+        started = True
+    yield {**os.environ, "SLURM_CONF": str(STATE / "slurm.conf")}
+    if started:
+        subprocess.run(["bash", CLUSTER, "down"], capture_output=True)
+
+
+def job_states(ids: list[str], wait_s: float = 30) -> dict[str, str]:
+    """{SLURM job id: final state} of the given jobs, from the jobcomp file (one line per finished job)."""
+    deadline = time.time() + wait_s
+    while True:
+        text = (STATE / "jobcomp.txt").read_text()
+        states = dict(re.findall(r"^JobId=(\d+) .*?JobState=(\S+)", text, re.M))
+        if all(i in states for i in ids) or time.time() > deadline:
+            return {i: states.get(i, "not in jobcomp") for i in ids}
+        time.sleep(1)
+
+
+def jobs_of(log: str) -> tuple[Counter, Counter, list[str]]:
+    """(remote jobs by rule, local jobs by rule, SLURM job ids submitted) of a Snakemake log."""
+    remote = Counter(re.findall(r"^rule (\w+):$", log, re.M))
+    local = Counter(re.findall(r"^localrule (\w+):$", log, re.M))
+    return remote, local, SUBMITTED.findall(log)
+
+
+def decoded(path: Path) -> list[dict]:
+    rows = pd.read_parquet(path).sort_values(["sample", "repeat"])[DECODED]
+    return [{k: v.tolist() if hasattr(v, "tolist") else v for k, v in row.items()} for row in rows.to_dict("records")]
+
+
+@pytest.fixture(scope="module")
+def slurm_run(slurm_env, tmp_path_factory):
+    """config/ci.yaml's TARGET through SLURM: (work directory, Snakemake's log)."""
+    work = copy_project(tmp_path_factory.mktemp("slurm"))
+    start = time.time()
+    run = ci_snakemake(work, *PROFILE, TARGET, env=slurm_env)
+    log = run.stdout + run.stderr
+    print(f"SLURM run of config/ci.yaml {TARGET}: {time.time() - start:.0f} s")
+    assert run.returncode == 0, log[-5000:]
+    return work, log
+
+
+def test_every_job_went_through_sbatch_and_completed(slurm_run):
+    _, log = slurm_run
+    remote, local, ids = jobs_of(log)
+    planned = planned_jobs(log)
+    assert local == {TARGET: 1}, local  # only the target itself runs in the submitting process
+    assert remote + local == Counter(planned), (remote, local, planned)
+    assert len(ids) == len(set(ids)) == remote.total() > 20, (len(ids), remote.total())
+    states = job_states(ids)
+    assert set(states.values()) == {"COMPLETED"}, {i: s for i, s in states.items() if s != "COMPLETED"}
+
+
+def test_cells_decode_what_the_local_run_decodes(slurm_run, request):
+    work, _ = slurm_run
+    local = request.getfixturevalue("pipeline_run")  # after slurm_run: a skipped SLURM test runs nothing
+    cells = sorted(p.relative_to(work) for p in (work / "results/cells").rglob("*.parquet"))
+    assert len(cells) == 14  # AR, SD, BudgetDraft, TriForce, EAGLE-3 at lwm x 2 contexts (x 2 budgets for SD, BD)
+    different = [str(c) for c in cells if decoded(local / c) != decoded(work / c)]
+    assert not different, different
+
+
+def test_a_cancelled_cell_is_resubmitted_alone_with_its_table(slurm_run, slurm_env, request):
+    work, _ = slurm_run
+    cell = work / CANCELLED_CELL
+    cell.unlink()
+    log_path = work / "cancelled.log"
+    with open(log_path, "w") as out:
+        run = subprocess.Popen(
+            [*CI_SNAKEMAKE, *PROFILE, TARGET], cwd=work, stdout=out, stderr=subprocess.STDOUT, text=True, env=slurm_env
+        )
+    try:
+        job, state, deadline = None, "", time.time() + 300
+        while state != "RUNNING" and time.time() < deadline and run.poll() is None:
+            job = job or next(iter(SUBMITTED.findall(log_path.read_text())), None)
+            if job:
+                squeue = ["squeue", "-h", "-j", job, "-o", "%T"]
+                state = subprocess.run(squeue, capture_output=True, text=True, env=slurm_env).stdout.strip()
+            time.sleep(0.2)
+        assert state == "RUNNING", f"no cell job running (job {job}: {state!r}):\n{log_path.read_text()[-3000:]}"
+        subprocess.run(["scancel", job], check=True, env=slurm_env)
+        assert run.wait(timeout=300) != 0  # keep-going: the run ends, reporting the failed cell
+    finally:
+        if run.poll() is None:
+            run.kill()
+    log = log_path.read_text()
+    assert "rule eval_cell:" in log and f"SLURM-job '{job}' failed" in log, log[-3000:]
+    assert job_states([job]) == {job: "CANCELLED"}
+    assert not cell.exists()
+
+    plan = ci_snakemake(work, *PROFILE, "-n", TARGET, env=slurm_env)
+    assert planned_jobs(plan.stdout) == {"eval_cell": 1, "table": 1, TARGET: 1}, plan.stdout[-3000:]
+    rerun = ci_snakemake(work, *PROFILE, TARGET, env=slurm_env)
+    log = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, log[-3000:]
+    remote, _, ids = jobs_of(log)
+    assert remote == {"eval_cell": 1, "table": 1} and len(ids) == 2, (remote, ids)
+    assert set(job_states(ids).values()) == {"COMPLETED"}
+    assert decoded(cell) == decoded(request.getfixturevalue("pipeline_run") / CANCELLED_CELL)
