@@ -142,6 +142,7 @@ def fig_policies(grid: Grid, s: Settings):
                 ax_acc.plot(budgets, acc, **style)
                 ax_sp.plot(budgets, sp, **style)
             ax_sp.axhline(1.0, color="gray", lw=0.8, ls=":")
+            ax_acc.set_ylim(0, max(10.0, ax_acc.get_ylim()[1]))  # an all-zero panel still reads in percent
             for ax, what in ((ax_acc, "acceptance (%)"), (ax_sp, "speedup vs AR (×)")):
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(budgets, [str(b) for b in budgets])
