@@ -3,6 +3,7 @@
     snakemake --cores 1 results/tables/main.tex      # one artifact (and only the cells it needs)
     snakemake ablation_lc                             # a named target (profiles/default sets cores)
     snakemake claims                                  # which of the paper's findings hold here (results/claims.md)
+    snakemake policies                                # sparse policies compared (results/figures/policies.pdf)
     snakemake all --configfile config/paper.yaml      # the paper's scale (target before --configfile)
 
 Stages (workflow/rules/): models -> data -> targets -> train -> eval (one job per grid cell) -> paper.
@@ -103,6 +104,13 @@ rule vram:
 rule figures:
     input:
         artifact_files(list(FIGURES.values())),
+    localrule: True
+
+
+rule policies:
+    """Acceptance and speedup vs budget under each sparse policy (config `policies`); not part of `all`."""
+    input:
+        artifact_files(["fig_policies"]),
     localrule: True
 
 

@@ -183,7 +183,7 @@ def test_sd_equals_ar_on_the_real_model(real_pair, real_prompt, budget, gamma):
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("policy", ["streaming", "full"])
+@pytest.mark.parametrize("policy", ["streaming", "full", "snapkv", "verifier_guided"])
 def test_other_policies_are_lossless_on_the_real_model(real_pair, real_prompt, policy):
     verifier, drafter, _ = real_pair
     ar = autoregressive(verifier, real_prompt, 24, eos_token_id=[])

@@ -4,6 +4,7 @@ from conftest import tiny_llama
 from transformers import DynamicCache
 
 from budgetdraft.kvcache import (
+    PolicyInputs,
     PreallocatedCache,
     gathered_cache,
     gathered_kv,
@@ -61,7 +62,7 @@ def test_rollback_equals_a_cache_that_never_saw_the_rejected_tokens(model, ids):
 def test_kept_everything_sparse_cache_gives_the_full_cache_logits(model, ids):
     full_cache = DynamicCache()
     _, scores = prefill(model, ids[:, :48], full_cache, score_window=8)
-    idx = keep_indices("topk_chunks", scores, 48, budget=48, chunk_size=8, num_layers=2)
+    idx = keep_indices("topk_chunks", PolicyInputs(48, budget=48, chunk_size=8, num_layers=2, scores=scores))
     sparse = PreallocatedCache.from_kv(gathered_kv(full_cache, idx), capacity=30)
     reference = forward(model, ids[:, 48:], gathered_cache(full_cache, None), 48)
     assert torch.equal(forward(model, ids[:, 48:], sparse, 48), reference)
@@ -71,7 +72,7 @@ def test_sparse_cache_with_real_positions_equals_full_forward_masking_dropped_po
     prefix, cont = ids[:, :48], ids[:, 48:56]
     full_cache = DynamicCache()
     _, scores = prefill(model, prefix, full_cache, score_window=8)
-    idx = keep_indices("topk_chunks", scores, 48, budget=16, chunk_size=8, num_layers=2)
+    idx = keep_indices("topk_chunks", PolicyInputs(48, budget=16, chunk_size=8, num_layers=2, scores=scores))
     # Reference: the full cache, with a 4D mask hiding the dropped prefix positions (same set in every layer).
     shared = [idx[0]] * 2
     sparse = PreallocatedCache.from_kv(gathered_kv(full_cache, shared), capacity=8)
@@ -132,7 +133,7 @@ def test_streaming_keeps_sinks_and_recent_window():
 )
 def test_bad_sparse_settings_name_the_value(policy, budget, chunk, message):
     with pytest.raises(ValueError, match=message):
-        keep_indices(policy, [torch.ones(20)], 20, budget, chunk, 1)
+        keep_indices(policy, PolicyInputs(20, budget, chunk, 1, scores=[torch.ones(20)]))
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 8])

@@ -63,6 +63,8 @@ def SPEEDUP(label, dataset, context, budget, gamma):
         "single_budget": lambda: {32: 1.8, 64: 1.1}[budget],
         "triforce": lambda: 1.3,
         "eagle3": lambda: 1.6,
+        "sd@snapkv": lambda: 0.6 + 0.01 * b,  # the policies figure: another sparse policy's cells
+        "lambda0.5@snapkv": lambda: 1.4 + 0.01 * b,
     }[label]()
 
 
@@ -76,6 +78,8 @@ def ACCEPT(label, gamma, budget):  # fraction with one decimal -> accepted count
         "single_budget": {32: 0.4, 64: 0.2}.get(budget),
         "triforce": 0.5,
         "eagle3": 0.5,
+        "sd@snapkv": 0.4,
+        "lambda0.5@snapkv": {32: 0.6, 64: 0.8}.get(budget),
     }[label]
 
 
@@ -286,6 +290,26 @@ def test_figures_write_pdf_and_png(cells, tmp_path, artifact):
     assert out.read_bytes().startswith(b"%PDF") and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     assert not [p for p in out.parent.iterdir() if ".tmp" in p.name]
     assert paper.trace_file(out)  # every plotted series re-derives from the recorded cells
+
+
+def test_policies_figure_plots_each_policy_from_its_own_cells(cells, tmp_path):
+    """One line per policy: the config's default policy from the plain labels, another from LABEL@POLICY cells."""
+    extra = [write_cell(tmp_path / "cells", f"{label}@snapkv", "d1", c, b, 2, method="sd")
+             for label in ("sd", "lambda0.5") for c in SETTINGS["contexts"] for b in SETTINGS["budgets"]]  # fmt: skip
+    policies = {"names": ["topk_chunks", "snapkv"], "dataset": "d1", "gamma": 2, "default": "topk_chunks"}
+    out = tmp_path / "policies.pdf"
+    paper.build("fig_policies", list(cells.values()) + extra, {**SETTINGS, "policies": policies}, out)
+    assert out.read_bytes().startswith(b"%PDF") and paper.trace_file(out)
+    values = json.loads(paper.sources_path(out).read_text())["values"]
+    assert len(values) == 2 * 2 * 2  # contexts x drafters x policies
+    assert values["1K lambda0.5 snapkv"] == {
+        "budget": [32, 64],
+        "acceptance": [60.0, 80.0],
+        "speedup": pytest.approx([1.41, 1.42]),
+    }
+    assert values["0.5K sd topk_chunks"]["acceptance"] == [30.0, 30.0]  # the grid's own sd cells at γ = 2
+    with pytest.raises(ValueError, match=r"missing cell \(label=sd@snapkv"):
+        paper.build("fig_policies", list(cells.values()), {**SETTINGS, "policies": policies}, out)
 
 
 def test_trace_file_checks_cells_outputs_and_plotted_values_by_content(cells, tmp_path):

@@ -158,6 +158,26 @@ def _edit(path: Path):
     os.utime(path, (later, later))
 
 
+def test_policies_target_plans_its_cells_apart_from_the_grid(workdir):
+    """`snakemake policies` (not in `all`): SD and λ = 0.5 under each policy at every context and budget of one
+    dataset; the config's own policy reuses the grid's cells (plain labels), the others get LABEL@POLICY cells
+    whose command passes their policy."""
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    pol, n_ctx, n_b = cfg["policies"], len(cfg["contexts"]), len(cfg["budgets"])
+    _, out = snakemake(workdir, "-n", "-p", "policies", "--configfile", "config/ci.yaml")
+    counts = job_counts(out)
+    assert counts["eval_cell"] == n_ctx * (1 + 2 * len(pol["names"]) * n_b), counts  # AR + 2 drafters x policies
+    assert counts["figure"] == 1 and "table" not in counts and "claims" not in counts
+    assert "results/figures/policies.pdf" in out
+    assert f"results/cells/lambda0.5@snapkv/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in out
+    assert f"results/cells/sd/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in out  # the grid's own cell
+    commands = [line for line in out.splitlines() if "eval-cell" in line]
+    assert any("--label sd@verifier_guided" in c and "--policy verifier_guided" in c for c in commands)
+    assert all("--policy topk_chunks" in c for c in commands if "@" not in c.split("--label ")[1].split()[0])
+    _, everything = snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml")
+    assert "@" not in everything and "policies.pdf" not in everything  # `all` is unchanged
+
+
 @pytest.mark.parametrize("module", ["paper", "training"])
 def test_src_edits_rerun_only_their_stage(workdir, module):
     _touch_everything(workdir, "config/ci.yaml")
@@ -189,6 +209,8 @@ def test_src_edits_rerun_only_their_stage(workdir, module):
         ),
         (lambda c: c.update(drafter="embedded:smollm2:layers=x"), "drafter = 'embedded:smollm2:layers=x'"),
         (lambda c: c.update(budgets=[0, 32]), "budgets[0] = 0: must be >= 1 (drafter KV budget B in tokens)"),
+        (lambda c: c["policies"].update(dataset="pg19"), "policies.dataset = 'pg19'"),
+        (lambda c: c["policies"].update(names=["h2o"]), "policies.names[0] = 'h2o'"),
     ],
     ids=[
         "unknown-dataset-source",
@@ -203,6 +225,8 @@ def test_src_edits_rerun_only_their_stage(workdir, module):
         "unknown-embedded-verifier",
         "bad-layer-count",
         "plain-schema-line",
+        "unknown-policies-dataset",
+        "unknown-policy",
     ],
 )
 def test_bad_config_fails_naming_the_key(workdir, edit, message):

@@ -24,6 +24,7 @@ from budgetdraft.atomic import atomic_path
 from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
 from budgetdraft.draftvocab import load_vocab
 from budgetdraft.jsonarg import json_object
+from budgetdraft.kvcache import POLICIES
 from budgetdraft.models import load_model
 from budgetdraft.names import METHODS
 from budgetdraft.prefill import check_covers, load_prefills
@@ -182,7 +183,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--context", required=True)
     parser.add_argument("--budget", type=int, default=0, help="drafter KV budget B in tokens (0 for AR)")
     parser.add_argument("--gamma", type=int, default=0, help="draft length γ (0 for AR)")
-    parser.add_argument("--policy", default="topk_chunks")
+    parser.add_argument("--policy", default="topk_chunks", choices=POLICIES, help="sparse policy of sd drafters")
     parser.add_argument("--chunk-size", type=int, default=8)
     parser.add_argument("--score-window", type=int, default=32)
     parser.add_argument("--draft-vocab", help="sd: .safetensors of the token ids the drafter may draft (draft-vocab)")

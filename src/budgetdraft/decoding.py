@@ -26,13 +26,15 @@ import torch
 from budgetdraft.draftvocab import ReducedHead, load_vocab
 from budgetdraft.kvcache import (
     POLICIES,
+    PolicyInputs,
     PreallocatedCache,
     check_budget,
     gathered_kv,
+    get_policy,
     keep_indices,
-    needs_scores,
     num_layers,
     prefill,
+    window_scores,
 )
 from budgetdraft.metrics import (
     DecodeStats,
@@ -212,6 +214,13 @@ class Verifier:
         self.cache.truncate(length)
         self.length = length
 
+    def window_scores(self, prompt: torch.Tensor, window: int) -> torch.Tensor:
+        """[P]: the attention the last ``window`` prompt tokens pay to every prompt position, summed over the
+        verifier's layers and heads, right after ``prefill`` (its cache is read, never written)."""
+        if self.length != prompt.shape[1]:
+            raise ValueError(f"window_scores: the verifier is at position {self.length}, past the prompt")
+        return torch.stack(window_scores(self.model, self.cache, prompt.to(self.device), window)).sum(dim=0)
+
     def kv_bytes(self) -> int:
         return cache_bytes(self.cache)
 
@@ -231,24 +240,43 @@ class SparseDrafter:
     ):
         """``draft_vocab``: token ids the drafter may propose (`budgetdraft.draftvocab`); None = all of them."""
         check_budget(budget, chunk_size)
-        if policy not in POLICIES:
-            raise ValueError(f"unknown sparse policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        self.needs = get_policy(policy).needs
         self.model, self.budget, self.policy = model, budget, policy
         self.chunk_size, self.score_window, self.prefill_chunk = chunk_size, score_window, prefill_chunk
         self.device = model.device
         self.head = None if draft_vocab is None else ReducedHead(model, draft_vocab)
 
-    def prefill(self, prompt: torch.Tensor, capacity: int) -> None:
-        """Prefill the full prompt once, then keep only the policy's positions (explicit real positions later)."""
+    @property
+    def needs_verifier(self) -> bool:
+        """``speculative`` hands ``prefill`` the verifier (after its prefill) when the policy reads its attention."""
+        return "verifier_scores" in self.needs
+
+    def prefill(self, prompt: torch.Tensor, capacity: int, verifier: Verifier | None = None) -> None:
+        """Prefill the full prompt once, then keep only the policy's positions (explicit real positions later);
+        ``verifier``: the prefilled verifier, for a policy that needs its scores."""
         prompt_len = prompt.shape[1]
         full = PreallocatedCache(num_layers(self.model), prompt_len)
-        window = self.score_window if needs_scores(self.policy) else 0
-        _, scores = prefill(self.model, prompt, full, chunk_len=self.prefill_chunk, score_window=window)
-        idx = keep_indices(self.policy, scores, prompt_len, self.budget, self.chunk_size, num_layers(self.model))
-        kept = [len(i) for i in idx]
-        if len(set(kept)) != 1:  # layers may keep different positions but always the same number of them
-            raise AssertionError(f"layers keep different numbers of positions: {kept}")
-        self.cache = PreallocatedCache.from_kv(gathered_kv(full, idx), kept[0] + capacity)
+        per_head = "head_scores" in self.needs
+        window = self.score_window if per_head or "scores" in self.needs else 0
+        _, scores = prefill(
+            self.model, prompt, full, chunk_len=self.prefill_chunk, score_window=window, per_head=per_head
+        )
+        observed = {}
+        if per_head:
+            observed["head_scores"] = scores
+            if "scores" in self.needs:
+                observed["scores"] = [s.sum(dim=0) for s in scores]
+        elif scores is not None:
+            observed["scores"] = scores
+        if self.needs_verifier:
+            if verifier is None:
+                raise ValueError(f"policy {self.policy!r} reads the verifier's attention: prefill(..., verifier=)")
+            observed["verifier_scores"] = verifier.window_scores(prompt, self.score_window).to(self.device)
+        inputs = PolicyInputs(
+            prompt_len, self.budget, self.chunk_size, num_layers(self.model), self.score_window, **observed
+        )
+        idx = keep_indices(self.policy, inputs)  # every layer keeps the same number of positions (checked)
+        self.cache = PreallocatedCache.from_kv(gathered_kv(full, idx), idx[0].shape[-1] + capacity)
         self.position = prompt_len  # real position of the next token fed
 
     def draft(self, pending: list[int], gamma: int) -> list[int]:
@@ -449,7 +477,11 @@ def speculative(
         first, correction = timed_prefill(verifier, prompt, capacity, stats, device, sampler)
         out = [first]
         with Stopwatch(device) as t:
-            drafter.prefill(prompt.to(drafter.device), max_new_tokens + gamma + 1)
+            drafter.prefill(
+                prompt.to(drafter.device),
+                max_new_tokens + gamma + 1,
+                **({"verifier": verifier} if getattr(drafter, "needs_verifier", False) else {}),
+            )
         stats.drafter_prefill_s = t.seconds
         stats.record_memory(weights, verifier.kv_bytes(), drafter_kv_bytes(drafter))
         out, done = _finish(out, max_new_tokens, eos)
@@ -502,7 +534,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--gamma", type=int, default=5, help="draft length γ")
     parser.add_argument("--budget", type=int, default=256, help="drafter KV budget B (tokens of the prompt kept)")
-    parser.add_argument("--policy", default="topk_chunks", help="topk_chunks | streaming | full")
+    parser.add_argument("--policy", default="topk_chunks", choices=POLICIES, help="sparse policy of the drafter")
     parser.add_argument("--chunk-size", type=int, default=8)
     parser.add_argument("--score-window", type=int, default=32, help="last prefill queries that score chunks")
     parser.add_argument("--draft-vocab", help=".safetensors of the token ids the drafter may draft (draft-vocab)")

@@ -18,7 +18,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from budgetdraft.atomic import atomic_path  # noqa: E402
 from budgetdraft.grid import Grid, Settings  # noqa: E402
-from budgetdraft.names import BD, SD  # noqa: E402
+from budgetdraft.names import BD, METHOD_NAMES, SD, policy_label  # noqa: E402
 
 
 def save(fig, out: Path) -> list[Path]:
@@ -126,7 +126,50 @@ def fig_errorbar(grid: Grid, s: Settings):
     return gamma_grid(grid, s, errorbars=True)
 
 
-FIGURE_BUILDERS = {"fig_collapse": fig_collapse, "fig_gamma": fig_gamma, "fig_errorbar": fig_errorbar}
+def fig_policies(grid: Grid, s: Settings):
+    """rows contexts x cols {SD, BudgetDraft} x {acceptance, speedup}: each vs the budget B, one line per sparse
+    policy (settings `policies`: names, dataset, gamma, and the config's default policy, whose cells have the
+    plain labels)."""
+    pol = s.get("policies")
+    dataset, gamma, default, policies = pol["dataset"], int(pol["gamma"]), pol["default"], list(pol["names"])
+    budgets, contexts, drafters = sorted(s.budgets), s.contexts, (SD, BD)
+    fig, axes = plt.subplots(
+        len(contexts), 2 * len(drafters), figsize=(3.0 * 2 * len(drafters), 2.5 * len(contexts)), squeeze=False
+    )
+    values = {}
+    for i, context in enumerate(contexts):
+        for j, drafter in enumerate(drafters):
+            ax_acc, ax_sp = axes[i][2 * j], axes[i][2 * j + 1]
+            for k, policy in enumerate(policies):
+                keys = [grid.need(policy_label(drafter, policy, default), dataset, context, b, gamma) for b in budgets]
+                acc, sp = [grid.acceptance(key) for key in keys], [grid.speedup(key) for key in keys]
+                values[f"{context} {drafter} {policy}"] = {"budget": budgets, "acceptance": acc, "speedup": sp}
+                style = {"color": f"C{k}", "marker": "os^vDP"[k % 6], "ms": 3, "label": policy}
+                ax_acc.plot(budgets, acc, **style)
+                ax_sp.plot(budgets, sp, **style)
+            ax_sp.axhline(1.0, color="gray", lw=0.8, ls=":")
+            ax_acc.set_ylim(0, max(10.0, ax_acc.get_ylim()[1]))  # an all-zero panel still reads in percent
+            for ax, what in ((ax_acc, "acceptance (%)"), (ax_sp, "speedup vs AR (×)")):
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(budgets, [str(b) for b in budgets])
+                ax.minorticks_off()
+                ax.set_ylim(bottom=0)
+                ax.grid(alpha=0.3)
+                ax.set_title(f"{METHOD_NAMES.get(drafter, drafter)}, {context}: {what}", fontsize=8)
+                if i == len(contexts) - 1:
+                    ax.set_xlabel("KV budget $B$ (tokens)")
+    axes[0][0].legend(title="policy", fontsize=7, title_fontsize=7)
+    fig.suptitle(f"Sparse policies, {s.datasets.get(dataset, dataset)}, $\\gamma={gamma}$", fontsize=10)
+    fig.tight_layout()
+    return fig, values
+
+
+FIGURE_BUILDERS = {
+    "fig_collapse": fig_collapse,
+    "fig_gamma": fig_gamma,
+    "fig_errorbar": fig_errorbar,
+    "fig_policies": fig_policies,
+}
 
 
 def plotted_values(artifact: str, grid: Grid, s: Settings) -> dict:

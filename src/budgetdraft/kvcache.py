@@ -4,14 +4,20 @@
   rolling back are O(1) in the context length (rollback only moves a position), unlike ``DynamicCache``, which
   appends with ``torch.cat``.
 - ``prefill``: chunked prefill that can also score every prefix token by the attention it receives.
-- ``keep_indices``: the sparse policies (``topk_chunks`` = the paper's TopKChunks, ``streaming``, ``full``).
-- ``gathered_cache`` / ``PreallocatedCache.from_kv``: a cache holding only the kept prefix positions.
+- ``keep_indices``: the sparse policies, a registry (``sparse_policy``) of one function each: ``topk_chunks`` (the
+  paper's TopKChunks), ``streaming``, ``full``, ``snapkv`` (per-KV-head positions) and ``verifier_guided`` (the
+  chunks the verifier attends to).
+- ``gathered_cache`` / ``PreallocatedCache.from_kv``: a cache holding only the kept prefix positions (the same
+  positions in every head of a layer, or each KV head its own).
 
 After sparsification the cache length no longer equals the real position, so every later forward passes explicit
 ``position_ids`` (real positions P, P+1, ...) while the cache slots stay contiguous.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
@@ -101,6 +107,46 @@ class PreallocatedCache(Cache):
         return layer.keys[:, :, : layer.length], layer.values[:, :, : layer.length]
 
 
+class ReadOnlyLayer(CacheLayerMixin):
+    """Keys/values [B, H_kv, T, D] seen through without being written: ``update`` returns them with the new
+    entries appended (a copy) and keeps nothing, so the tensors it was given, a view into another cache, never
+    change."""
+
+    is_sliding = False
+    is_croppable = False
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.keys, self.values = keys, values
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        pass
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.keys.shape[-2] + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.keys.shape[-2]
+
+    def get_max_length(self) -> int:
+        return -1
+
+
+def read_only_view(cache: Cache, length: int) -> Cache:
+    """The first ``length`` positions of every layer of ``cache``, as a cache a forward can attend to without
+    writing into ``cache`` (``ReadOnlyLayer``)."""
+    return Cache(layers=[ReadOnlyLayer(k[:, :, :length], v[:, :, :length]) for k, v in all_layer_kv(cache)])
+
+
+def all_layer_kv(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [layer_kv(cache, i) for i in range(len(cache.layers))]
+
+
 def layer_kv(cache: Cache, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The valid keys/values [B, H_kv, T, D] of one layer of any cache (keys are stored after RoPE)."""
     if isinstance(cache, PreallocatedCache):
@@ -167,23 +213,35 @@ class QueryCapture:
         for handle in self.handles:
             handle.remove()
 
-    def scores(self, model, cache: Cache) -> list[torch.Tensor]:
-        """Per layer, a [T] float32 tensor: attention weight each cached position receives, summed over the
-        captured queries and over all heads (softmax(q·kᵀ/√d) with the causal mask)."""
-        out = []
+    def probabilities(self, model, cache: Cache):
+        """Per layer, the attention weights [1, H, w, T] (float32) of the captured queries on the T cached positions
+        (softmax(q·kᵀ/√d) with the causal mask; the captured queries are the last w of the T), and H_kv."""
         for idx, layer in enumerate(decoder_layers(model)):
             attn = layer.self_attn
             head_dim = attn.head_dim
             q = attention_queries(attn, self.hidden[idx], *self.rope[idx])  # [1, H, w, D]
             w = q.shape[2]
             keys, _ = layer_kv(cache, idx)  # [1, H_kv, T, D]
-            t = keys.shape[-2]
-            keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)
+            t, kv_heads = keys.shape[-2], keys.shape[1]
+            keys = keys.repeat_interleave(q.shape[1] // kv_heads, dim=1)
             scale = getattr(attn, "scaling", head_dim**-0.5)
             logits = torch.matmul(q.float(), keys.float().transpose(-1, -2)) * scale  # [1, H, w, T]
             query_pos = torch.arange(t - w, t, device=keys.device)[:, None]
             logits = logits.masked_fill(torch.arange(t, device=keys.device)[None, :] > query_pos, float("-inf"))
-            out.append(torch.softmax(logits, dim=-1).sum(dim=(0, 1, 2)))
+            yield torch.softmax(logits, dim=-1), kv_heads
+
+    def scores(self, model, cache: Cache) -> list[torch.Tensor]:
+        """Per layer, a [T] float32 tensor: attention weight each cached position receives, summed over the
+        captured queries and over all heads."""
+        return [probs.sum(dim=(0, 1, 2)) for probs, _ in self.probabilities(model, cache)]
+
+    def head_scores(self, model, cache: Cache) -> list[torch.Tensor]:
+        """Per layer, a [H_kv, T] float32 tensor: the same weights summed over the captured queries and over the
+        query heads that share each KV head (what a per-head policy ranks a KV head's positions by)."""
+        out = []
+        for probs, kv_heads in self.probabilities(model, cache):
+            _, h, w, t = probs.shape
+            out.append(probs[0].view(kv_heads, h // kv_heads, w, t).sum(dim=(1, 2)))
         return out
 
 
@@ -196,12 +254,14 @@ def prefill(
     chunk_len: int | None = None,
     score_window: int = 0,
     position_offset: int = 0,
+    per_head: bool = False,
 ):
     """Run ``model`` over ``input_ids`` [1, T] appending to ``cache``, ``chunk_len`` tokens per forward.
 
     Returns (logits of the last position [1, V], per-layer scores or None). With ``score_window > 0`` the scores
     are the cumulative attention weight each of the T prefix positions receives from the last ``score_window``
-    queries of the prefill, heads pooled by summation (what TopKChunks ranks chunks by).
+    queries of the prefill, heads pooled by summation (what TopKChunks ranks chunks by): [T] per layer, or with
+    ``per_head`` [H_kv, T] per layer, the query heads of each KV head pooled.
     """
     total = input_ids.shape[1]
     chunk_len = chunk_len or total
@@ -213,15 +273,106 @@ def prefill(
             positions = torch.arange(start, start + ids.shape[1], device=ids.device)[None] + position_offset
             out = model(input_ids=ids, past_key_values=cache, position_ids=positions, use_cache=True, logits_to_keep=1)
             logits = out.logits[:, -1]
-        scores = capture.scores(model, cache) if capture else None
+        scores = None if capture is None else (capture.head_scores if per_head else capture.scores)(model, cache)
     finally:
         if capture:
             capture.remove()
     return logits, scores
 
 
+@torch.no_grad()
+def window_scores(model, cache: Cache, input_ids: torch.Tensor, window: int) -> list[torch.Tensor]:
+    """The scores ``prefill(..., score_window=window)`` gives (per layer [T]), for a model whose ``cache`` already
+    holds the prefill of ``input_ids`` [1, T], computed afterwards without writing into ``cache``.
+
+    The last w prompt tokens are run again over a read-only view of the first T − w cached positions (so their
+    queries are captured), then scored against the cached keys. A verifier's cache stays bit for bit what it was:
+    decoding with it stays lossless. Costs one forward of w tokens over T − w positions."""
+    t = input_ids.shape[1]
+    if cache.get_seq_length() != t:
+        raise ValueError(f"the cache holds {cache.get_seq_length()} positions, not the prompt's {t}")
+    w = min(window, t)
+    capture = QueryCapture(model, w)
+    try:
+        model.get_decoder()(
+            input_ids=input_ids[:, t - w :],
+            past_key_values=read_only_view(cache, t - w),
+            position_ids=torch.arange(t - w, t, device=input_ids.device)[None],
+            use_cache=True,
+        )
+        return capture.scores(model, cache)
+    finally:
+        capture.remove()
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Sparse policies: which prefix positions the drafter keeps under a budget of B tokens
+#
+# A policy is one function registered with ``@sparse_policy(name, needs=...)``: it gets a ``PolicyInputs`` and
+# returns, per drafter layer, the kept prefix positions: a 1-D tensor [n] (every KV head keeps them) or a 2-D
+# tensor [H_kv, n] (each KV head its own n positions). Every layer keeps the same n ≤ B (all of [0, P) when
+# B ≥ P); keys were cached after RoPE, so a kept key carries its real position wherever it lands in the cache.
+
+
+OBSERVATIONS = {  # what a policy may ask for in ``needs``, and what fills it
+    "scores": "per drafter layer [P]: attention of the last score_window prompt queries, heads summed",
+    "head_scores": "per drafter layer [H_kv, P]: the same, summed per KV head (its query heads pooled)",
+    "verifier_scores": "[P]: the verifier's attention of the last score_window prompt queries, layers and heads summed",
+}
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What a sparse policy chooses from: the prefix length P, the budget B, and the observations it ``needs``
+    (None otherwise; ``OBSERVATIONS`` says what each holds)."""
+
+    prefix_len: int
+    budget: int
+    chunk_size: int = 8
+    num_layers: int = 1
+    window: int = 32  # score_window: the last prompt queries the scores come from (the observation window)
+    scores: list[torch.Tensor] | None = None
+    head_scores: list[torch.Tensor] | None = None
+    verifier_scores: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class SparsePolicy:
+    name: str
+    select: Callable[[PolicyInputs], list[torch.Tensor]]
+    needs: frozenset[str]
+    budgeted: bool = True  # keeps at most B positions (checked); False only for `full`
+
+
+REGISTRY: dict[str, SparsePolicy] = {}
+POLICIES = REGISTRY.keys()  # a live view: a policy registered later is in it too
+
+
+def sparse_policy(name: str, needs: tuple[str, ...] = (), budgeted: bool = True):
+    """Register ``f(inputs: PolicyInputs) -> list[Tensor]`` as the sparse policy ``name`` (decorator): from then on
+    ``keep_indices``, ``SparseDrafter`` and the ``--policy`` flags know it. ``needs``: keys of ``OBSERVATIONS``;
+    ``budgeted=False``: the policy may keep more than B positions (only ``full`` does)."""
+    unknown = sorted(set(needs) - set(OBSERVATIONS))
+    if unknown:
+        raise ValueError(f"sparse policy {name!r} needs {unknown}: not among {', '.join(OBSERVATIONS)}")
+
+    def register(select):
+        if name in REGISTRY:
+            raise ValueError(f"sparse policy {name!r} is registered already")
+        REGISTRY[name] = SparsePolicy(name, select, frozenset(needs), budgeted)
+        return select
+
+    return register
+
+
+def get_policy(name: str) -> SparsePolicy:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown sparse policy {name!r}; choose one of {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def policy_needs(name: str) -> frozenset[str]:
+    return get_policy(name).needs
 
 
 def check_budget(budget: int, chunk_size: int) -> None:
@@ -229,6 +380,36 @@ def check_budget(budget: int, chunk_size: int) -> None:
         raise ValueError(f"budget must be a positive number of tokens, got {budget}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+
+
+def keep_indices(policy: str, inputs: PolicyInputs) -> list[torch.Tensor]:
+    """Per drafter layer, the sorted prefix positions the drafter keeps: [n] for all heads, or [H_kv, n]."""
+    spec = get_policy(policy)
+    check_budget(inputs.budget, inputs.chunk_size)
+    missing = [key for key in sorted(spec.needs) if getattr(inputs, key) is None]
+    if missing:
+        raise ValueError(
+            f"policy {policy!r} needs {', '.join(missing)}: prefill with score_window > 0 (and for "
+            "verifier_scores, decode with `speculative`, which hands the drafter the verifier)"
+        )
+    idx = spec.select(inputs)
+    check_kept(spec, idx, inputs)
+    return idx
+
+
+def check_kept(spec: SparsePolicy, idx: list[torch.Tensor], inputs: PolicyInputs) -> None:
+    """A policy's answer: one tensor per layer, [n] or [H_kv, n], the same n ≤ B everywhere, positions in [0, P)."""
+    policy = spec.name
+    if len(idx) != inputs.num_layers:
+        raise ValueError(f"policy {policy!r} returned {len(idx)} index tensors for {inputs.num_layers} layers")
+    kept = {int(i.shape[-1]) for i in idx}
+    if any(i.dim() not in (1, 2) for i in idx) or len(kept) != 1:
+        raise ValueError(f"policy {policy!r}: every layer must keep the same number of positions, got {kept}")
+    n = kept.pop()
+    if n > (min(inputs.budget, inputs.prefix_len) if spec.budgeted else inputs.prefix_len):
+        raise ValueError(f"policy {policy!r} keeps {n} positions, over B = {inputs.budget} / P = {inputs.prefix_len}")
+    if n and any(int(i.min()) < 0 or int(i.max()) >= inputs.prefix_len for i in idx):
+        raise ValueError(f"policy {policy!r} keeps positions outside [0, {inputs.prefix_len})")
 
 
 def topk_chunks(scores: torch.Tensor, prefix_len: int, budget: int, chunk_size: int) -> torch.Tensor:
@@ -259,34 +440,71 @@ def streaming(prefix_len: int, budget: int, sinks: int = 4) -> torch.Tensor:
     return torch.cat([torch.arange(sinks), torch.arange(prefix_len - (budget - sinks), prefix_len)])
 
 
-POLICIES = ("topk_chunks", "streaming", "full")
+SNAPKV_KERNEL = 7  # SnapKV pools the window's scores over neighbouring positions (kernel 5-7 in its paper)
 
 
-def needs_scores(policy: str) -> bool:
-    return policy == "topk_chunks"
+def snapkv(head_scores: torch.Tensor, prefix_len: int, budget: int, window: int, kernel: int = SNAPKV_KERNEL):
+    """SnapKV: per KV head, the observation window (the last min(w, B) prompt positions) plus the B − w earlier
+    positions whose window scores [H_kv, P], max-pooled over ``kernel`` neighbours (so a kept token brings its
+    neighbours), are highest. Returns [H_kv, n] sorted per head; B ≥ P keeps everything."""
+    heads = head_scores.shape[0]
+    device = head_scores.device
+    if budget >= prefix_len:
+        return torch.arange(prefix_len, device=device).expand(heads, prefix_len)
+    w = min(window, budget)
+    candidates = prefix_len - w
+    pooled = torch.nn.functional.max_pool1d(
+        head_scores[None, :, :candidates].float(), kernel, stride=1, padding=kernel // 2
+    )[0, :, :candidates]
+    chosen = torch.topk(pooled, budget - w, dim=-1).indices.sort(dim=-1).values
+    recent = torch.arange(candidates, prefix_len, device=device).expand(heads, w)
+    return torch.cat([chosen, recent], dim=-1)
 
 
-def keep_indices(
-    policy: str, scores: list[torch.Tensor] | None, prefix_len: int, budget: int, chunk_size: int, num_layers: int
-) -> list[torch.Tensor]:
-    """Per layer, the sorted prefix positions the drafter keeps."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown sparse policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    check_budget(budget, chunk_size)
-    if policy == "full":
-        return [torch.arange(prefix_len)] * num_layers
-    if policy == "streaming":
-        return [streaming(prefix_len, budget)] * num_layers
-    if scores is None:
-        raise ValueError("policy 'topk_chunks' needs attention scores: prefill with score_window > 0")
-    return [topk_chunks(s, prefix_len, budget, chunk_size) for s in scores]
+@sparse_policy("full", budgeted=False)
+def full_policy(inputs: PolicyInputs) -> list[torch.Tensor]:
+    """Every prefix position (no sparsification, whatever B)."""
+    return [torch.arange(inputs.prefix_len)] * inputs.num_layers
+
+
+@sparse_policy("topk_chunks", needs=("scores",))
+def topk_chunks_policy(inputs: PolicyInputs) -> list[torch.Tensor]:
+    """The paper's TopKChunks, each layer by its own window scores."""
+    return [topk_chunks(s, inputs.prefix_len, inputs.budget, inputs.chunk_size) for s in inputs.scores]
+
+
+@sparse_policy("streaming")
+def streaming_policy(inputs: PolicyInputs) -> list[torch.Tensor]:
+    """StreamingLLM: attention sinks + the most recent tokens, the same in every layer."""
+    return [streaming(inputs.prefix_len, inputs.budget)] * inputs.num_layers
+
+
+@sparse_policy("snapkv", needs=("head_scores",))
+def snapkv_policy(inputs: PolicyInputs) -> list[torch.Tensor]:
+    """SnapKV: each KV head of each layer keeps its own positions (``snapkv``)."""
+    return [snapkv(s, inputs.prefix_len, inputs.budget, inputs.window) for s in inputs.head_scores]
+
+
+@sparse_policy("verifier_guided", needs=("verifier_scores",))
+def verifier_guided_policy(inputs: PolicyInputs) -> list[torch.Tensor]:
+    """The chunks the verifier's own attention ranks highest (TopKChunks on its scores), in every drafter layer."""
+    idx = topk_chunks(inputs.verifier_scores, inputs.prefix_len, inputs.budget, inputs.chunk_size)
+    return [idx] * inputs.num_layers
 
 
 def gathered_kv(cache: Cache, indices: list[torch.Tensor] | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer, copies of the keys/values at ``indices[layer]``: [n] positions kept by every head
+    (``index_select``), or [H_kv, n], each KV head its own (``gather``); all of them when ``indices`` is None."""
     out = []
     for i in range(len(cache.layers)):
         k, v = layer_kv(cache, i)
-        if indices is not None:
+        if indices is not None and indices[i].dim() == 2:
+            idx = indices[i].to(k.device)
+            if idx.shape[0] != k.shape[1]:
+                raise ValueError(f"layer {i}: per-head indices for {idx.shape[0]} heads, the cache has {k.shape[1]}")
+            rows = idx[None, :, :, None].expand(k.shape[0], -1, -1, k.shape[-1])
+            k, v = k.gather(2, rows), v.gather(2, rows[..., :1].expand(-1, -1, -1, v.shape[-1]))
+        elif indices is not None:
             idx = indices[i].to(k.device)
             k, v = k.index_select(2, idx), v.index_select(2, idx)
         else:

@@ -33,4 +33,22 @@ FIGURES = {  # artifact -> LaTeX label
     "fig_errorbar": "fig:errorbar",
 }
 FIGURE_STEMS = {"fig_collapse": "collapse", "fig_gamma": "gamma_sensitivity", "fig_errorbar": "errorbar"}
-ARTIFACTS = {**TABLES, **FIGURES}
+# Figures beyond the paper's, each its own named target and not in `all`: artifact -> label, artifact -> file stem.
+EXTRA_FIGURES = {"fig_policies": "fig:policies"}
+EXTRA_FIGURE_STEMS = {"fig_policies": "policies"}
+ARTIFACTS = {**TABLES, **FIGURES, **EXTRA_FIGURES}
+
+# A drafter decoded with a sparse policy other than the config's `policy` has its own cell label, LABEL@POLICY
+# (results/cells/sd@snapkv/...); under the config's policy it keeps its plain label, so the grid's paths stay put.
+POLICY_SEP = "@"
+
+
+def policy_label(label: str, policy: str, default: str) -> str:
+    """The cell label of drafter ``label`` decoded with sparse ``policy`` (``default``: the config's policy)."""
+    return label if policy == default else f"{label}{POLICY_SEP}{policy}"
+
+
+def label_policy(label: str, default: str) -> tuple[str, str]:
+    """(drafter label, sparse policy) of a cell label: the inverse of ``policy_label``."""
+    base, sep, policy = label.partition(POLICY_SEP)
+    return base, policy if sep else default

@@ -160,7 +160,7 @@ def branch_logits(
     on one sequence input_ids [P+C]. Gradients flow when grad is enabled (the prefix prefill never tracks them)."""
     from transformers import DynamicCache
 
-    from budgetdraft.kvcache import gathered_cache, keep_indices, prefill
+    from budgetdraft.kvcache import PolicyInputs, gathered_cache, keep_indices, prefill
 
     P, T = prefix_len, input_ids.shape[0]
     device = drafter.device
@@ -180,7 +180,8 @@ def branch_logits(
         return logits_a[0], None
 
     # Step 4: sparse-cache branch under budget B (the inference policy), with real position ids.
-    keep = keep_indices(POLICY, scores, P, budget, chunk_size, drafter.config.num_hidden_layers)
+    layers = drafter.config.num_hidden_layers
+    keep = keep_indices(POLICY, PolicyInputs(P, budget, chunk_size, layers, score_window, scores=scores))
     logits_c = drafter(input_ids=cont, past_key_values=gathered_cache(full, keep), position_ids=position_ids).logits
     return logits_a[0], logits_c[0]
 

@@ -25,9 +25,30 @@ BASELINE_BUDGET = max(config["budgets"])
 # cell label -> eval-cell --method
 METHOD = {method: method for method in names.METHODS}
 METHOD.update({variant: names.SD for variant in VARIANTS})
+# The `policies` target: the base drafter and BudgetDraft under each sparse policy; a policy other than the
+# config's `policy` has its own cell labels (LABEL@POLICY, budgetdraft.names.policy_label).
+POLICY = config["policy"]
+POLICIES = {
+    "names": ["topk_chunks", "streaming", "snapkv", "verifier_guided"],
+    "dataset": DATASETS[0],
+    "gamma": 5,
+    **config.get("policies", {}),
+}
+POLICY_LABELS = [
+    names.policy_label(label, policy, POLICY)
+    for label in (names.SD, names.BD)
+    for policy in POLICIES["names"]
+]
+METHOD.update(
+    {label: METHOD[names.label_policy(label, POLICY)[0]] for label in POLICY_LABELS}
+)
 TABLES = list(names.TABLES)
-# file stem under results/figures/ -> artifact
+# file stem under results/figures/ -> artifact: the paper's (in `all`), and every figure (one rule draws them)
 FIGURES = {stem: artifact for artifact, stem in names.FIGURE_STEMS.items()}
+ALL_FIGURES = {
+    **FIGURES,
+    **{stem: artifact for artifact, stem in names.EXTRA_FIGURE_STEMS.items()},
+}
 
 # src/ modules each stage runs: declared as inputs so that editing one reruns exactly its stage.
 # MODEL_CODE: every model forward runs these.
@@ -140,6 +161,10 @@ def check_config(config):
             f"single_budget.trained_budget = {config['single_budget']['trained_budget']} but the {names.SINGLE} "
             f"variant trains at budgets {trained}: the table's label would not say what was trained"
         )
+    if POLICIES["dataset"] not in config["datasets"]:
+        raise ValueError(
+            f"policies.dataset = {POLICIES['dataset']!r} is not a key of datasets"
+        )
     for label, needed_by in names.REQUIRED_VARIANTS.items():
         if label not in config["variants"]:
             raise ValueError(f"variants must define {label!r} ({needed_by})")
@@ -224,6 +249,8 @@ def artifact_cells(artifact):
         "fig_collapse": cells_at([SD], [collapse["dataset"]], None, collapse["gamma"]),
         "fig_gamma": ar_cells() + sweep_cells(BD),
         "fig_errorbar": ar_cells() + sweep_cells(BD),
+        "fig_policies": ar_cells([POLICIES["dataset"]])
+        + cells_at(POLICY_LABELS, [POLICIES["dataset"]], None, POLICIES["gamma"]),
     }[artifact]
     return list(dict.fromkeys(cells))  # unique, order kept
 
@@ -240,7 +267,7 @@ def artifact_files(artifacts):
     files = [f"results/tables/{a}.tex" for a in artifacts if a in TABLES]
     files += [
         f"results/figures/{stem}.{ext}"
-        for stem, a in FIGURES.items()
+        for stem, a in ALL_FIGURES.items()
         if a in artifacts
         for ext in ("pdf", "png")
     ]
@@ -291,6 +318,7 @@ def base_hparams():
 
 def drafter_dir(label):
     """The directory a cell label's drafter is read from (a directory() output; None for AR)."""
+    label = names.label_policy(label, POLICY)[0]
     if label == names.AR:
         return None
     if label in (names.SD, names.TRIFORCE):
@@ -394,3 +422,15 @@ def paper_settings():
 
 def samples(dataset):
     return config["datasets"][dataset].get("samples", config["samples"])
+
+
+def artifact_settings(artifact):
+    """The settings JSON of one artifact: `paper_settings`, and for the policies figure its `policies:` too."""
+    if artifact != "fig_policies":
+        return paper_settings()
+    return json.dumps(
+        {
+            **json.loads(paper_settings()),
+            "policies": {**POLICIES, "default": POLICY},
+        }
+    )

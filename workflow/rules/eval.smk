@@ -56,7 +56,7 @@ rule eval_cell:
         extra=cell_extra_flag,
         prefill=cell_prefill_flag,
         sampling=cell_sampling_flags(),
-        policy=config["policy"],
+        policy=lambda wc: names.label_policy(wc.label, POLICY)[1],
         chunk_size=config["chunk_size"],
         score_window=config["score_window"],
         max_new_tokens=config["max_new_tokens"],

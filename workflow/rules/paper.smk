@@ -20,9 +20,10 @@ rule table:
 
 
 rule figure:
-    """One figure of the paper (.pdf for LaTeX, .png next to it), captioned in the Snakemake report."""
+    """One figure (.pdf for LaTeX, .png next to it), captioned in the Snakemake report: the paper's, and the
+    extra ones of their own targets (`policies`)."""
     input:
-        cells=lambda wc: artifact_cells(FIGURES[wc.figure]),
+        cells=lambda wc: artifact_cells(ALL_FIGURES[wc.figure]),
         code=SRC["paper"] + ["src/budgetdraft/figures.py"],
     output:
         pdf=report(
@@ -35,12 +36,12 @@ rule figure:
     log:
         "logs/figures/{figure}.log",
     wildcard_constraints:
-        figure="|".join(FIGURES),
+        figure="|".join(ALL_FIGURES),
     conda:
         "../../envs/budgetdraft.yaml"
     params:
-        artifact=lambda wc: FIGURES[wc.figure],
-        settings=paper_settings(),
+        artifact=lambda wc: ALL_FIGURES[wc.figure],
+        settings=lambda wc: artifact_settings(ALL_FIGURES[wc.figure]),
     shell:
         "python -m budgetdraft paper --artifact {params.artifact} --out {output.pdf}"
         " --settings {params.settings:q} --cells {input.cells} > {log} 2>&1"
