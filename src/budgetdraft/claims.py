@@ -826,8 +826,9 @@ SPEEDUP_MODEL_TEXT = (
     "Each speculative cell's measured speedup beside (1 − α^(γ+1)) / ((1 − α)(γc + 1)) from its own acceptance α, "
     "its γ and c = seconds per drafter forward ÷ seconds per AR decode step (same dataset and context); rows are "
     "means over the cells (datasets × budgets) of a drafter, context and γ; every cell is in `claims.json` "
-    "(`speedup_model`). The model counts only drafter and verifier forwards: prefills, the sparse-cache selection "
-    "and Python overhead are what a ratio below 1 leaves out."
+    "(`speedup_model`). The model predicts decoding alone; a measured speedup is end to end, both sides including "
+    "the same verifier prefill, which pulls it toward 1 (above a prediction below 1), while what the model leaves "
+    "out (the drafter's prefill and sparse-cache selection, Python overhead) pulls it down."
 )
 
 
