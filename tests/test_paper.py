@@ -473,3 +473,33 @@ def test_cli(cells, tmp_path):
         *[str(p) for k, p in cells.items() if k[0] != "single_budget"],
     )
     assert done.returncode != 0 and "missing cell (label=single_budget, dataset=d2, context=1K" in done.stderr
+
+
+def test_comparison_drafter_sizes_are_counted_from_the_weights(cells, tmp_path):
+    """`paper --drafters`: the Drafter column is the parameter count of each label's directories, never typed."""
+    from conftest import tiny_llama
+
+    from budgetdraft.models import parameter_count
+
+    small, large = tmp_path / "small", tmp_path / "large"
+    tiny_llama(layers=1).save_pretrained(small)
+    tiny_llama(layers=3).save_pretrained(large)
+    n_small = sum(p.numel() for p in tiny_llama(layers=1).parameters())
+    assert parameter_count(small) == n_small  # untied embedding and head: every parameter stored once
+    settings = {**SETTINGS, "comparison": {k: v for k, v in SETTINGS["comparison"].items() if k != "drafter_sizes"}}
+    drafters = {
+        "sd": [str(small)],
+        "triforce": [str(small), str(large)],
+        "eagle3": [str(small)],
+        "lambda0.5": [str(small)],
+    }
+    out = tmp_path / "comparison.tex"
+    done = run_cli(
+        "--artifact", "comparison", "--out", str(out), "--settings", json.dumps(settings),
+        "--drafters", json.dumps(drafters), "--cells", *[str(p) for p in cells.values()],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    small_text, large_text = (f"{parameter_count(d) / 1e3:.0f}K" for d in (small, large))
+    text = out.read_text()
+    assert f"& {small_text}+{large_text} \\\\" in text and f"& {small_text} \\\\" in text
+    assert paper.trace_file(out)  # the counted sizes are recorded in the settings the trace re-derives from

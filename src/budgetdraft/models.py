@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -209,6 +210,25 @@ def weights_digest(spec: str) -> str:
     if not files:
         raise ValueError(f"model directory {path} holds no *.safetensors or *.bin weights")
     return files_sha256(files)
+
+
+def parameter_count(directory: str | Path) -> int:
+    """Parameters stored in a directory's top-level .safetensors files, read from their headers (no weights loaded)."""
+    from safetensors import safe_open
+
+    files = sorted(Path(directory).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no .safetensors file to count parameters from")
+    count = 0
+    for path in files:
+        with safe_open(str(path), "pt") as f:
+            count += sum(math.prod(f.get_slice(key).get_shape()) for key in f.keys())
+    return count
+
+
+def size_text(count: int) -> str:
+    """A parameter count as the paper writes it: 68M, 7.0B."""
+    return f"{count / 1e9:.1f}B" if count >= 1e9 else f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e3:.0f}K"
 
 
 def torch_dtype(name: str):

@@ -20,6 +20,7 @@ import pandas as pd
 
 from budgetdraft.atomic import atomic_write_text, file_sha256
 from budgetdraft.grid import Grid, Settings, load_cells, parse_settings, settings_dict
+from budgetdraft.jsonarg import json_object
 from budgetdraft.names import ARTIFACTS, TABLES
 from budgetdraft.tables import TABLE_BUILDERS, add_to_caption, evidence_text, timing_text
 
@@ -196,8 +197,28 @@ def configure_parser(parser) -> None:
         "comparison, single_budget; optional gammas {context: [gamma, ...]}",
     )
     parser.add_argument("--cells", required=True, nargs="+", help="cell parquet files the artifact reads")
+    parser.add_argument(
+        "--drafters",
+        help="JSON {label: [model directory, ...]}: the comparison table's drafter sizes, counted from their weights "
+        "(several directories are summed as 'a+b', e.g. TriForce's drafter + its middle level)",
+    )
+
+
+def drafter_sizes(drafters: dict) -> dict:
+    """{label: parameter counts of its directories, as '42.5M' or '42.5M+135.0M'}."""
+    from budgetdraft.models import parameter_count, size_text
+
+    return {label: "+".join(size_text(parameter_count(d)) for d in dirs) for label, dirs in drafters.items()}
 
 
 def run(args) -> None:
-    for path in build(args.artifact, args.cells, args.settings, args.out):
+    settings = args.settings
+    if args.drafters:
+        raw = settings_dict(args.settings)
+        raw["comparison"] = {
+            **raw["comparison"],
+            "drafter_sizes": drafter_sizes(json_object(args.drafters, "--drafters")),
+        }
+        settings = json.dumps(raw)
+    for path in build(args.artifact, args.cells, settings, args.out):
         print(path)

@@ -263,7 +263,7 @@ def comparison_key(grid: Grid, s: Settings, label, dataset, context, gamma, requ
 def table_comparison(grid: Grid, s: Settings) -> Table:
     t = Table()
     dataset, gamma = s.get("comparison.dataset"), int(s.get("comparison.gamma"))
-    contexts, sizes = [str(c) for c in s.get("comparison.contexts")], s.get("comparison.drafter_sizes")
+    contexts, sizes = [str(c) for c in s.get("comparison.contexts")], s.raw["comparison"].get("drafter_sizes", {})
     name = s.datasets.get(dataset, dataset)
     # comparison.baselines (optional): the baselines that were run, each then required; without it, every
     # baseline whose cells are given gets a row and the others are left out.

@@ -326,6 +326,24 @@ def drafter_dir(label):
     return f"results/drafters/{label}"
 
 
+def comparison_drafters():
+    """{label: [its model directories]} of the comparison table's rows, whose sizes the table counts from the
+    weights (TriForce: its drafter + the verifier, its middle level)."""
+    drafters = {names.SD: [base_drafter_dir()], names.BD: [drafter_dir(names.BD)]}
+    if names.TRIFORCE in BASELINES:
+        drafters[names.TRIFORCE] = [base_drafter_dir(), "results/models/verifier"]
+    if names.EAGLE3 in BASELINES:
+        drafters[names.EAGLE3] = [drafter_dir(names.EAGLE3)]
+    return drafters
+
+
+def drafters_flag(wildcards):
+    """`--drafters JSON` for the comparison table, nothing for the others."""
+    if wildcards.artifact != "comparison":
+        return ""
+    return "--drafters " + shlex.quote(json.dumps(comparison_drafters()))
+
+
 def cell_inputs(wildcards):
     """The verifier, the prompts, the shared prefills (`share_verifier_prefill`) and the drafter (not for AR)."""
     inputs = {
@@ -399,7 +417,6 @@ def paper_settings():
                 "dataset": cmp["dataset"],
                 "contexts": cmp["contexts"],
                 "gamma": cmp["gamma"],
-                "drafter_sizes": cmp.get("drafter_sizes", {}),
                 "baselines": BASELINES,
                 "budgets": {label: BASELINE_BUDGET for label in BASELINES},
             },

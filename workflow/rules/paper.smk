@@ -2,6 +2,11 @@ rule table:
     """One LaTeX table of the paper from its cells (formatting changes rerun only this rule, never the grid)."""
     input:
         cells=lambda wc: artifact_cells(wc.artifact),
+        drafters=lambda wc: (
+            sorted({d for dirs in comparison_drafters().values() for d in dirs})
+            if wc.artifact == "comparison"
+            else []
+        ),
         code=SRC["paper"],
     output:
         tex="results/tables/{artifact}.tex",
@@ -14,9 +19,10 @@ rule table:
         "../../envs/budgetdraft.yaml"
     params:
         settings=paper_settings(),
+        drafters=drafters_flag,
     shell:
         "python -m budgetdraft paper --artifact {wildcards.artifact} --out {output.tex}"
-        " --settings {params.settings:q} --cells {input.cells} > {log} 2>&1"
+        " --settings {params.settings:q} {params.drafters} --cells {input.cells} > {log} 2>&1"
 
 
 rule figure:
