@@ -341,7 +341,7 @@ def drafters_flag(wildcards):
     """`--drafters JSON` for the comparison table, nothing for the others."""
     if wildcards.artifact != "comparison":
         return ""
-    return "--drafters " + shlex.quote(json.dumps(comparison_drafters()))
+    return f"--drafters {shlex.quote(json.dumps(comparison_drafters()))}"
 
 
 def cell_inputs(wildcards):
