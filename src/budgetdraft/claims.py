@@ -63,6 +63,7 @@ import pandas as pd
 
 from budgetdraft.atomic import atomic_write_text
 from budgetdraft.grid import (
+    COST_COLUMNS,
     KEY,
     OPTIONAL_COLUMNS,
     Grid,
@@ -78,15 +79,12 @@ from budgetdraft.tables import timing_text
 RESAMPLES, SEED = 2000, 0
 MEASURED_COLUMNS = [
     "decode_s",
-    "new_tokens",
     "verifier_forwards",
     "peak_tensor_mb",
     "drafter_kv_mb",
     "verifier_kv_mb",
     "mem_kind",
-    "draft_s",
-    "draft_steps",
-    "verify_s",
+    *COST_COLUMNS,
 ]  # read when a cell has them
 HOLDS, FAILS, OPEN, NOT_RUN, NOT_MEASURED = "holds", "does not hold", "not resolved", "not run", "not measured"
 DIAGNOSTIC = "diagnostic"
