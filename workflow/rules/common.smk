@@ -337,11 +337,20 @@ def comparison_drafters():
     return drafters
 
 
+def artifact_drafters(wildcards):
+    """{label: [model directories]} whose sizes a table counts: the comparison table's drafters, else none."""
+    return comparison_drafters() if wildcards.artifact == "comparison" else {}
+
+
+def artifact_drafter_dirs(wildcards):
+    """The model directories of `artifact_drafters`, as the table rule's inputs."""
+    return sorted({d for dirs in artifact_drafters(wildcards).values() for d in dirs})
+
+
 def drafters_flag(wildcards):
-    """`--drafters JSON` for the comparison table, nothing for the others."""
-    if wildcards.artifact != "comparison":
-        return ""
-    return f"--drafters {shlex.quote(json.dumps(comparison_drafters()))}"
+    """`--drafters JSON` for a table that counts drafter sizes, nothing for the others."""
+    drafters = artifact_drafters(wildcards)
+    return f"--drafters {shlex.quote(json.dumps(drafters))}" if drafters else ""
 
 
 def cell_inputs(wildcards):

@@ -2,11 +2,7 @@ rule table:
     """One LaTeX table of the paper from its cells (formatting changes rerun only this rule, never the grid)."""
     input:
         cells=lambda wc: artifact_cells(wc.artifact),
-        drafters=lambda wc: (
-            sorted({d for dirs in comparison_drafters().values() for d in dirs})
-            if wc.artifact == "comparison"
-            else []
-        ),
+        drafters=artifact_drafter_dirs,
         code=SRC["paper"],
     output:
         tex="results/tables/{artifact}.tex",
