@@ -24,8 +24,8 @@ def server(tmp_path):
     server = subprocess.Popen(
         [sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--idle", "60"],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=open(tmp_path / "warm.log", "w"),
+        stderr=subprocess.STDOUT,
     )
     for _ in range(600):
         if sock.exists():
@@ -66,6 +66,9 @@ def test_warm_cell_equals_cold_cell_and_errors_come_through(tmp_path, warm):
     assert "sample 0 repeat 0" in hot.stderr  # the child wrote to the client's stderr
     a, b = pd.read_parquet(tmp_path / "hot.parquet"), pd.read_parquet(tmp_path / "cold.parquet")
     assert list(a.output_ids[0]) == list(b.output_ids[0]) and a.drafted[0] == b.drafted[0]
+    # the hot cell decoded with the models the server preloaded before forking it (not with its own reads)
+    log = (tmp_path / "warm.log").read_text()
+    assert f"preloaded {tmp_path / 'v'}" in log and f"preloaded {tmp_path / 'd'}" in log, log
     bad = cell(tmp_path, warm, tmp_path / "bad.parquet", method="nope")
     assert bad.returncode == 1 and "--method 'nope' is not one of" in bad.stderr
     assert not (tmp_path / "bad.parquet").exists()
@@ -149,3 +152,26 @@ def test_the_server_outlives_idle_time_but_not_the_process_that_started_it(tmp_p
     while _running(server) and time.time() < deadline:
         time.sleep(0.2)
     assert not _running(server)
+
+
+def test_a_preloaded_model_is_handed_out_once_and_never_after_its_files_change(tmp_path, monkeypatch):
+    import torch
+    from conftest import tiny_llama
+
+    from budgetdraft import models
+    from budgetdraft.cells import preload_models
+
+    models_and_prompts(tmp_path)
+    monkeypatch.setattr(models, "PRELOADED", {})
+    argv = tiny_cell_args(tmp_path, tmp_path / "out.parquet")
+    assert preload_models(argv) == [str(tmp_path / "v"), str(tmp_path / "d")]
+    assert preload_models(argv) == []  # already there
+    verifier, drafter = models.PRELOADED.values()
+    assert models.load_model(str(tmp_path / "v")) is verifier
+    assert models.load_model(str(tmp_path / "v")) is not verifier  # once: a second load is the command's own
+    tiny_llama(seed=2, layers=1).save_pretrained(tmp_path / "d")  # the drafter retrained after the preload
+    fresh = models.load_model(str(tmp_path / "d"))
+    assert fresh is not drafter and models.PRELOADED  # the stale copy is neither handed out nor taken
+    weight = "model.layers.0.mlp.down_proj.weight"
+    assert torch.equal(fresh.state_dict()[weight], tiny_llama(seed=2, layers=1).state_dict()[weight])
+    assert not torch.equal(fresh.state_dict()[weight], drafter.state_dict()[weight])

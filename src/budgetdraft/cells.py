@@ -10,6 +10,7 @@ The file is written atomically: a killed or failed cell leaves no file, and re-r
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import sys
@@ -25,8 +26,8 @@ from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
 from budgetdraft.draftvocab import load_vocab
 from budgetdraft.jsonarg import json_object
 from budgetdraft.kvcache import POLICIES
-from budgetdraft.models import load_model
-from budgetdraft.names import METHODS
+from budgetdraft.models import load_model, preload
+from budgetdraft.names import EAGLE3, METHODS
 from budgetdraft.prefill import check_covers, load_prefills
 from budgetdraft.sampling import add_sampling_flags, sampling_from_args
 
@@ -212,6 +213,19 @@ def configure_parser(parser) -> None:
     parser.add_argument("--extra", default="", help="JSON of method-specific settings (triforce, eagle3)")
     add_sampling_flags(parser)
     parser.add_argument("--out", required=True)
+
+
+def preload_models(argv: list[str]) -> list[str]:
+    """Preload the verifier and drafter an ``eval-cell`` command line names (``budgetdraft.models.preload``): the
+    warm process calls this before it forks the cell, so the cells of one model share one read of it. Returns
+    the models it loaded now."""
+    parser = argparse.ArgumentParser(add_help=False)
+    configure_parser(parser)
+    args, _ = parser.parse_known_args(argv)
+    wanted = [(args.verifier, args.verifier_dtype)]
+    if args.drafter and args.method != EAGLE3:  # an EAGLE-3 drafter is a head directory, not a causal LM
+        wanted.append((args.drafter, args.drafter_dtype))
+    return [spec for spec, dtype in wanted if preload(spec, args.device, dtype)]
 
 
 def run(args) -> None:

@@ -239,8 +239,42 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
+# (directory, device, dtype, its files' names / sizes / mtimes) -> model loaded ahead by ``preload``
+PRELOADED: dict[tuple, object] = {}
+
+
+def _preload_key(spec: str, device: str, dtype: str) -> tuple | None:
+    """The key of a model directory as its files stand now (None for hub ids): rewriting the directory changes it."""
+    path = Path(resolve(spec))
+    if not path.is_dir():
+        return None
+    files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file()))
+    return str(path.resolve()), device, dtype, files
+
+
+def preload(spec: str, device: str = "cpu", dtype: str = "float32") -> bool:
+    """Load ``spec`` into this process once, so that every process forked from it later takes the model from
+    ``load_model`` without reading it again (the warm process of a local pipeline run: budgetdraft.warm). Local
+    directories on CPU only: a fork must not inherit CUDA state. True when it loaded the model now."""
+    import torch
+
+    if torch.device(device).type != "cpu":
+        return False
+    key = _preload_key(spec, device, dtype)
+    if key is None or key in PRELOADED:
+        return False
+    PRELOADED[key] = _load(spec, device, dtype)
+    return True
+
+
 def load_model(spec: str, device: str = "cpu", dtype: str = "float32"):
-    """The causal LM named by ``spec``, in eval mode on ``device``; ``trust_remote_code`` stays off."""
+    """The causal LM named by ``spec``, in eval mode on ``device``; ``trust_remote_code`` stays off. A model this
+    process (or the process it was forked from) preloaded from the same files is handed out, once per process."""
+    model = PRELOADED.pop(_preload_key(spec, device, dtype), None) if PRELOADED else None
+    return model if model is not None else _load(spec, device, dtype)
+
+
+def _load(spec: str, device: str, dtype: str):
     from transformers import AutoModelForCausalLM
 
     from budgetdraft import attention
