@@ -1,6 +1,7 @@
-# Warm start for local runs (src/budgetdraft/warm.py): one pre-imported process forks a child per grid cell, so
+# Warm start for local runs (src/budgetdraft/warm.py): one pre-imported process forks a child per job, so
 # hundreds of short eval-cell jobs do not each pay seconds of imports. Jobs find it through BUDGETDRAFT_WARM and
-# run in their own process when it is absent (dry runs, cluster executors, warm_start: false).
+# run in their own process when it is absent (dry runs, cluster executors, warm_start: false, and --sdm conda /
+# apptainer: the warm process runs in Snakemake's environment, not the one the rule deploys).
 import os
 import signal
 import subprocess
@@ -12,7 +13,11 @@ WARM = {}
 
 
 onstart:
-    if config["warm_start"] and workflow.local_exec:
+    if (
+        config["warm_start"]
+        and workflow.local_exec
+        and not workflow.deployment_settings.deployment_method
+    ):
         os.makedirs("logs", exist_ok=True)
         path = os.pathsep.join(["src", os.environ.get("PYTHONPATH", "")])
         env = dict(os.environ, PYTHONPATH=path)
