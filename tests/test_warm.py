@@ -21,10 +21,11 @@ def server(tmp_path):
     """A warm process serving on tmp_path/warm.sock: its Popen and the environment that sends commands to it."""
     sock = tmp_path / "warm.sock"
     env = {**os.environ, "PYTHONPATH": SRC}
+    log = open(tmp_path / "warm.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--idle", "60"],
         env=env,
-        stdout=open(tmp_path / "warm.log", "w"),
+        stdout=log,
         stderr=subprocess.STDOUT,
     )
     for _ in range(600):
@@ -38,6 +39,7 @@ def server(tmp_path):
             os.kill(pid, signal.SIGKILL)
     server.terminate()
     server.wait()
+    log.close()
 
 
 @pytest.fixture
