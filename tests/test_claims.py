@@ -84,7 +84,7 @@ def equal_sd_bd(label, dataset, context, budget, sample):
     return 0.5 + (e if label == "lambda0.5" else -e)
 
 
-def write_cell(root: Path, accept, label, dataset, context, budget, gamma, measured=True) -> Path:
+def write_cell(root: Path, accept, label, dataset, context, budget, gamma, measured=True, replicate=None) -> Path:
     rows = []
     for s in SAMPLES:
         for r in REPEATS:
@@ -106,6 +106,8 @@ def write_cell(root: Path, accept, label, dataset, context, budget, gamma, measu
                 peak_mem_mb=PEAK_MB(context) + (0.5 if r else -0.5),
                 output_ids=np.arange(NEW_TOKENS, dtype=np.int32) + 100 * s,
             )
+            if replicate is not None:
+                row["replicate"] = replicate
             if measured:
                 row.update(
                     decode_s=total - 0.5,
@@ -120,7 +122,8 @@ def write_cell(root: Path, accept, label, dataset, context, budget, gamma, measu
                     verify_s=0.1 * (NEW_TOKENS - 1 if label == "ar" else 5),
                 )
             rows.append(row)
-    path = root / label / dataset / context / f"B{budget}_g{gamma}.parquet"
+    where = root / label if replicate is None else root / label / f"r{replicate}"
+    path = where / dataset / context / f"B{budget}_g{gamma}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(path)
     return path
@@ -251,8 +254,10 @@ def test_budget_that_costs_sd_nothing_is_named(tmp_path):
 
     found = by_id(write_grid(tmp_path, flat_sd, ["sd", "lambda0.5", "la_only"]).values())
     assert found["F3-SD"].ci_low <= 0 <= found["F3-SD"].ci_high
-    assert "budget costs this drafter nothing, so F3/F4 cannot show here" in found["F3"].why
+    assert "budget costs this drafter nothing, so there is no budget loss" in found["F3"].why
     assert found["F3"].verdict != "holds"
+    # F4 holds here (BudgetDraft 80 % vs L_A only 50 %): its lines must not say it cannot show
+    assert found["F4"].verdict == "holds" and "nothing" not in found["F4"].why + found["F4"].note
 
 
 def test_cli_writes_report_and_rejects_bad_settings(grid, tmp_path, capsys):
@@ -328,3 +333,60 @@ def test_speedup_model_per_cell_moves_with_draft_time_and_is_drawn(tmp_path):
     assert drawn["gamma"] == [2, 4]
     expected = np.mean([grid.predicted_speedup(("lambda0.5", "d1", "0.5K", b, 4)) for b in SETTINGS["budgets"]])
     assert drawn["predicted"][1] == pytest.approx(expected) and drawn["c"][1] == pytest.approx(0.15)
+
+
+def write_replicated(root: Path, bd_offsets) -> list[Path]:
+    """AR (shared) + SD and BudgetDraft in len(bd_offsets) training replicates at gamma_fixed: SD accepts 50 % (+
+    wiggle), BudgetDraft 4 pp more on every prompt, plus bd_offsets[r] in replicate r."""
+    g, paths = SETTINGS["gamma_fixed"], []
+    for d in SETTINGS["datasets"]:
+        for c in SETTINGS["contexts"]:
+            paths.append(write_cell(root, paper_like, "ar", d, c, 0, 0))
+            for b in SETTINGS["budgets"]:
+                for r, offset in enumerate(bd_offsets):
+
+                    def accept(label, *where, offset=offset):
+                        return 0.5 + wiggle(where[-1]) + (0.04 + offset if label == "lambda0.5" else 0.0)
+
+                    paths += [write_cell(root, accept, label, d, c, b, g, replicate=r) for label in ("sd", "lambda0.5")]
+    return paths
+
+
+def test_replicates_that_disagree_widen_the_interval_and_unresolve(tmp_path):
+    """Each replicate alone: +4 pp on every prompt (prompts-only interval [4, 4]: holds). Three replicates that
+    disagree by ±10 pp: the two-way interval spans 0 (not resolved) and names the replicates as its source."""
+    paths = write_replicated(tmp_path / "three", [0.0, -0.1, 0.1])
+    one = [p for p in paths if "/r1/" not in str(p) and "/r2/" not in str(p)]
+    alone = by_id(one)["F2/1K"]
+    assert alone.verdict == "holds" and alone.replicates == 1 and alone.ci_low == pytest.approx(4.0)
+    ev = claims.Evidence(claims.load_claim_cells(paths), parse_settings(SETTINGS))
+    found = {f.id: f for f in claims.findings(ev)}
+    f = found["F2/1K"]
+    assert f.replicates == 3 and f.value == pytest.approx(4.0)
+    assert f.ci_low < 0 < f.ci_high and f.verdict == "not resolved"
+    bd, sd = ev.keys("lambda0.5", 2, ["1K"]), ev.keys("sd", 2, ["1K"])
+    _, _, reps, prompts = claims.blocks(ev.acceptance(bd) - ev.acceptance(sd))
+    assert np.ptp(prompts) == pytest.approx(0.0) and np.ptp(reps) > 10  # paired prompts cancel; replicates do not
+    assert f.spread["replicate_share"] == pytest.approx(1.0)
+    text = claims.markdown(claims.header(ev, len(paths), 0), list(found.values()), ev, [])
+    assert "**R = 3**" in text and "| F2/1K |" in text and "replicates 100 %" in text
+
+
+def test_one_replicate_says_prompts_only_on_every_verdict(grid, tmp_path):
+    out = claims.build(list(grid.values()), SETTINGS, tmp_path / "one.md")
+    rows = [line for line in out[0].read_text().splitlines() if line.startswith("| F")]
+    assert rows and all("prompts only (R = 1" in row for row in rows if "**not run**" not in row)
+    assert "**R = 1**" in out[0].read_text()
+
+
+def test_a_cell_and_replicate_in_two_files_is_refused(tmp_path):
+    paths = write_replicated(tmp_path / "a", [0.0, 0.0])
+    twin = tmp_path / "b" / "twin.parquet"
+    twin.parent.mkdir()
+    twin.write_bytes(paths[1].read_bytes())  # the same (cell, replicate) again
+    with pytest.raises(ValueError, match="replicate=0.*is in two files"):
+        load_cells([*paths, twin])
+    shared = pd.read_parquet(paths[1]).drop(columns="replicate")
+    shared.to_parquet(twin)
+    with pytest.raises(ValueError, match="both shared and per replicate"):
+        load_cells([*paths, twin])

@@ -235,7 +235,7 @@ def test_paper_config_runs_offline_to_the_tables(paper_dirs, tmp_path, monkeypat
     train = pq.read_table(work / "results/data/train/budgetdraft.parquet").column("input_ids")
     assert {len(ids) for ids in train.to_pylist()} == {PREFIX + 16}
     for variant in ("la_only", "lambda0.5", "lambda1.0", "single_budget"):
-        trained = work / "results/drafters" / variant
+        trained = work / "results/drafters/r0" / variant  # the paper trained once: replicates 1
         log = (trained / "loss_log.csv").read_text().splitlines()
         assert len(log) == 1 + cfg["training"]["steps"], variant
         assert json.loads((trained / "hparams.json").read_text())["prefill_chunk"] < PREFIX  # a chunked prefill

@@ -35,7 +35,7 @@ SUBMITTED = re.compile(r"^Job \d+ has been submitted with SLURM jobid (\d+)", re
 DECODED = ["label", "method", "dataset", "context", "budget", "gamma", "sample", "doc_id", "repeat",
            "prompt_tokens", "new_tokens", "drafted", "accepted", "verifier_forwards", "output_ids"]  # fmt: skip
 TARGET = "comparison"
-CANCELLED_CELL = "results/cells/lambda0.5/lwm/256/B32_g5.parquet"  # one cell of the comparison table
+CANCELLED_CELL = "results/cells/lambda0.5/r1/lwm/256/B32_g5.parquet"  # one replicate's cell of the comparison table
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,8 @@ def test_cells_decode_what_the_local_run_decodes(slurm_run, request):
     work, _ = slurm_run
     local = request.getfixturevalue("pipeline_run")  # after slurm_run: a skipped SLURM test runs nothing
     cells = sorted(p.relative_to(work) for p in (work / "results/cells").rglob("*.parquet"))
-    assert len(cells) == 14  # AR, SD, BudgetDraft, TriForce, EAGLE-3 at lwm x 2 contexts (x 2 budgets for SD, BD)
+    # at lwm x 2 contexts: AR, EAGLE-3 (shared) and, in each of the 2 replicates, TriForce, SD and BudgetDraft (x 2 B)
+    assert len(cells) == 2 + 2 + 2 * (2 + 2 * 2 + 2 * 2)
     different = [str(c) for c in cells if decoded(local / c) != decoded(work / c)]
     assert not different, different
 

@@ -163,14 +163,15 @@ def test_policies_target_plans_its_cells_apart_from_the_grid(workdir):
     dataset; the config's own policy reuses the grid's cells (plain labels), the others get LABEL@POLICY cells
     whose command passes their policy."""
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
-    pol, n_ctx, n_b = cfg["policies"], len(cfg["contexts"]), len(cfg["budgets"])
+    pol, n_ctx, n_b, n_r = cfg["policies"], len(cfg["contexts"]), len(cfg["budgets"]), cfg["replicates"]
     _, out = snakemake(workdir, "-n", "-p", "policies", "--configfile", "config/ci.yaml")
     counts = job_counts(out)
-    assert counts["eval_cell"] == n_ctx * (1 + 2 * len(pol["names"]) * n_b), counts  # AR + 2 drafters x policies
+    assert counts["eval_cell"] == n_ctx, counts  # AR, shared by the replicates
+    assert counts["eval_replicate_cell"] == n_ctx * 2 * len(pol["names"]) * n_b * n_r, counts  # 2 drafters x policies
     assert counts["figure"] == 1 and "table" not in counts and "claims" not in counts
     assert "results/figures/policies.pdf" in out
-    assert f"results/cells/lambda0.5@snapkv/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in out
-    assert f"results/cells/sd/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in out  # the grid's own cell
+    assert f"results/cells/lambda0.5@snapkv/r1/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in out
+    assert f"results/cells/sd/r0/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in out  # the grid's own cell
     commands = [line for line in out.splitlines() if "eval-cell" in line]
     assert any("--label sd@verifier_guided" in c and "--policy verifier_guided" in c for c in commands)
     assert all("--policy topk_chunks" in c for c in commands if "@" not in c.split("--label ")[1].split()[0])
@@ -282,7 +283,7 @@ def sampled_cell_command(workdir, sampling, baselines=()):
     cfg["baselines"]["enabled"] = list(baselines)
     (workdir / "s.yaml").write_text(yaml.safe_dump(cfg))
     code, out = snakemake(
-        workdir, "-n", "-p", "results/cells/sd/gs/128/B16_g5.parquet", "--configfile", "s.yaml", check=False
+        workdir, "-n", "-p", "results/cells/sd/r0/gs/128/B16_g5.parquet", "--configfile", "s.yaml", check=False
     )
     return code, out, next((line for line in out.splitlines() if "eval-cell" in line), "")
 

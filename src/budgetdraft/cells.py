@@ -27,7 +27,7 @@ from budgetdraft.draftvocab import load_vocab
 from budgetdraft.jsonarg import json_object
 from budgetdraft.kvcache import POLICIES
 from budgetdraft.models import load_model, preload
-from budgetdraft.names import EAGLE3, METHODS
+from budgetdraft.names import EAGLE3, METHODS, SHARED
 from budgetdraft.prefill import check_covers, load_prefills
 from budgetdraft.sampling import add_sampling_flags, sampling_from_args
 
@@ -39,6 +39,7 @@ CELL_COLUMNS = [
     "budget",
     "gamma",
     "policy",
+    "replicate",  # training replicate of the drafter; SHARED (-1): a cell that no per-replicate training feeds
     "sample",
     "doc_id",
     "repeat",
@@ -155,6 +156,7 @@ def run_cell(args) -> pd.DataFrame:
                     "budget": args.budget,
                     "gamma": args.gamma,
                     "policy": args.policy,
+                    "replicate": args.replicate,
                     "sample": int(sample.sample),
                     "doc_id": str(sample.doc_id),
                     "repeat": repeat,
@@ -211,6 +213,12 @@ def configure_parser(parser) -> None:
         "seconds charged, instead of recomputed in every run",
     )
     parser.add_argument("--extra", default="", help="JSON of method-specific settings (triforce, eagle3)")
+    parser.add_argument(
+        "--replicate",
+        type=int,
+        default=SHARED,
+        help=f"training replicate of --drafter, recorded in the rows ({SHARED}: trained once or not at all)",
+    )
     add_sampling_flags(parser)
     parser.add_argument("--out", required=True)
 

@@ -37,11 +37,18 @@ sparse cache), BD = `lambda0.5` (BudgetDraft), L_A only = `la_only`, λ = 1.0 = 
   F8b-ctx             max over B of [max over contexts / min over contexts of m(SD+BD at context, B, drafter_kv_mb)]
                       at γ_f; equivalence margin [0.9, 1.1]
 
-Interval: a paired bootstrap over prompts: 2000 resamples of the prompts with replacement, stratified by dataset,
-seed 0; every statistic (both arms of a contrast alike) is recomputed on the same multiplicity matrix, whose row 0 is
-all ones (the point estimate). Percentile interval taken conservatively: the order statistics at or just outside the
-2.5th and 97.5th percentiles (numpy 'lower' / 'higher'); resamples where a statistic is undefined (0/0) are dropped.
-Memory figures barely vary across prompts, so their interval is close to the point value; the same rule applies.
+Interval: a paired two-way bootstrap over training replicates and prompts (Owen's pigeonhole bootstrap for a
+crossed design: every replicate's drafters decode every prompt). Each of 2000 resamples (seed 0) draws the R
+replicates with replacement and, independently, the prompts with replacement within each dataset; a (replicate,
+prompt) sum is weighted by the product of the two multiplicities. Every statistic (both arms of a contrast alike) is
+recomputed on the same draws: the arms are paired by replicate (replicate r of every variant starts from base drafter
+r) and by prompt; a shared cell (AR, or a drafter trained once) counts alike in every replicate. Percentile interval
+taken conservatively: the order statistics at or just outside the 2.5th and 97.5th percentiles (numpy 'lower' /
+'higher'); resamples where a statistic is undefined (0/0) are dropped. Where the spread comes from: the same
+statistic under 2000 resamples of the replicates alone (prompts fixed) and 2000 of the prompts alone (replicates
+fixed); each variance's share of their sum is reported. With R = 1 the interval covers prompts only, and the report
+says so on every verdict. Memory figures barely vary across prompts, so their interval is close to the point value;
+the same rule applies.
 
 Verdict: holds when the interval lies entirely on the paper's side of the reference (0, or 1 for ratios; a bound
 within 1e-9 of it excludes nothing); does not hold when entirely on the other side; not resolved otherwise.
@@ -73,7 +80,7 @@ from budgetdraft.grid import (
     parse_settings,
     predicted_speedup,
 )
-from budgetdraft.names import AR, BD, LA_ONLY, LAMBDA1, SD, SINGLE
+from budgetdraft.names import AR, BD, LA_ONLY, LAMBDA1, SD, SHARED, SINGLE
 from budgetdraft.tables import timing_text
 
 RESAMPLES, SEED = 2000, 0
@@ -104,7 +111,7 @@ def load_claim_cells(paths) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------- bootstrap
 
 
-def multiplicities(strata, n_prompts: int, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+def multiplicities(strata, n_prompts: int, resamples: int = RESAMPLES, seed: int | np.random.Generator = SEED):
     """(resamples, n_prompts) counts: each row draws, within every stratum (array of prompt columns), as many
     prompts as it has, with replacement."""
     rng = np.random.default_rng(seed)
@@ -121,8 +128,28 @@ def ratio(num, den):
     return np.divide(num, den, out=np.full(np.broadcast(num, den).shape, np.nan), where=den != 0)
 
 
+def two_way_weights(strata, n_prompts: int, n_replicates: int, resamples: int, seed: int):
+    """(replicate weights, prompt weights), each with 1 + 3 * resamples rows (`BLOCKS`): row 0 all ones (the point
+    estimate); then both factors resampled; the replicates alone; the prompts alone."""
+    rng = np.random.default_rng(seed)
+    prompts = multiplicities(strata, n_prompts, resamples, rng)  # first: with R = 1, the prompt-only bootstrap
+    reps = multiplicities([np.arange(n_replicates)], n_replicates, resamples, rng)
+    ones_r, ones_p = np.ones((resamples, n_replicates)), np.ones((resamples, n_prompts))
+    return (
+        np.vstack([np.ones(n_replicates), reps, reps, ones_r]),
+        np.vstack([np.ones(n_prompts), prompts, ones_p, prompts]),
+    )
+
+
+def blocks(stat) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A statistic over `two_way_weights` rows: (point, both resampled, replicates alone, prompts alone)."""
+    stat = np.asarray(stat, dtype=float)
+    n = (len(stat) - 1) // 3
+    return stat[:1], stat[1 : 1 + n], stat[1 + n : 1 + 2 * n], stat[1 + 2 * n :]
+
+
 class Evidence:
-    """The cells, their prompts, and the weights (row 0: all ones; rows 1..: bootstrap multiplicities)."""
+    """The cells, their prompts and training replicates, and the two-way bootstrap weights (`two_way_weights`)."""
 
     def __init__(self, df: pd.DataFrame, settings: Settings, resamples: int = RESAMPLES, seed: int = SEED):
         self.s = settings
@@ -136,11 +163,16 @@ class Evidence:
         )
         self.column = {p: i for i, p in enumerate(self.prompts)}
         df["prompt"] = [self.column[(d, int(s))] for d, s in zip(df["dataset"], df["sample"])]
+        if "replicate" not in df.columns:
+            df["replicate"] = SHARED
+        self.replicates = sorted(int(r) for r in df["replicate"].unique() if r != SHARED) or [SHARED]
+        row_of = {r: i for i, r in enumerate(self.replicates)}
+        df["replicate_row"] = [row_of.get(int(r), -1) for r in df["replicate"]]  # -1: shared, counts in every row
         self.grid = Grid(df, **settings.lossless)
         strata = [np.array([i for i, p in enumerate(self.prompts) if p[0] == d]) for d in self.datasets]
         strata = [s for s in strata if len(s)]
-        self.weights = np.vstack(
-            [np.ones(len(self.prompts)), multiplicities(strata, len(self.prompts), resamples, seed)]
+        self.replicate_weights, self.prompt_weights = two_way_weights(
+            strata, len(self.prompts), len(self.replicates), resamples, seed
         )
         self._vectors = {}
 
@@ -168,19 +200,35 @@ class Evidence:
     def measured(self, keys, column) -> bool:
         return bool(keys) and self.rows(keys)[column].notna().any()
 
-    # per-prompt sums, and statistics over the weights
+    # per-(replicate, prompt) sums, and statistics over the weights
+    def table(self, rows: pd.DataFrame, values) -> np.ndarray:
+        """(replicates, prompts) sums of ``values`` over ``rows``; a shared row adds to every replicate."""
+        n_r, n_p = len(self.replicates), len(self.prompts)
+        values = np.asarray(values, dtype=float)
+        own = rows["replicate_row"].to_numpy() >= 0
+        out = np.bincount(
+            rows["replicate_row"].to_numpy()[own] * n_p + rows["prompt"].to_numpy()[own],
+            weights=values[own],
+            minlength=n_r * n_p,
+        ).reshape(n_r, n_p)
+        return out + np.bincount(rows["prompt"].to_numpy()[~own], weights=values[~own], minlength=n_p)
+
     def vector(self, key, column) -> np.ndarray:
-        """Per prompt: Σ column over the cell's rows; column 'n:x' counts the rows where x is measured."""
+        """Per (replicate, prompt): Σ column over the cell's rows; column 'n:x' counts the rows where x is measured."""
         if (key, column) not in self._vectors:
             rows = self.grid.rows[key]
             values = rows[column[2:]].notna() if column.startswith("n:") else rows[column].fillna(0)
-            self._vectors[key, column] = np.bincount(
-                rows["prompt"], weights=values.astype(float), minlength=len(self.prompts)
-            )
+            self._vectors[key, column] = self.table(rows, values.astype(float))
         return self._vectors[key, column]
 
+    def weigh(self, table: np.ndarray) -> np.ndarray:
+        """Σ over (replicate, prompt) of table × replicate multiplicity × prompt multiplicity, per weights row."""
+        return np.einsum("br,rp,bp->b", self.replicate_weights, table, self.prompt_weights)
+
     def weighted(self, keys, column) -> np.ndarray:
-        return self.weights @ sum((self.vector(k, column) for k in keys), np.zeros(len(self.prompts)))
+        return self.weigh(
+            sum((self.vector(k, column) for k in keys), np.zeros((len(self.replicates), len(self.prompts))))
+        )
 
     def acceptance(self, keys) -> np.ndarray:
         return 100.0 * ratio(self.weighted(keys, "accepted"), self.weighted(keys, "drafted"))
@@ -189,32 +237,57 @@ class Evidence:
         return ratio(self.weighted(keys, column), self.weighted(keys, "n:" + column))
 
     def speedup(self, keys) -> np.ndarray:
-        """Mean over the prompts of the cells (one per dataset) of the per-prompt speedup vs AR."""
-        value, present = np.zeros(len(self.prompts)), np.zeros(len(self.prompts))
+        """Mean over the (replicate, prompt) pairs of the cells (one per dataset) of the per-prompt speedup vs AR
+        (the replicate's per-prompt time against AR's)."""
+        shape = (len(self.replicates), len(self.prompts))
+        value, present = np.zeros(shape), np.zeros(shape)
         for key in keys:
-            per_sample = self.grid.sample_speedups(key)
-            columns = [self.column[(key[1], int(s))] for s in per_sample.index]
-            value[columns], present[columns] = per_sample.to_numpy(), 1.0
-        return ratio(self.weights @ value, self.weights @ present)
+            self.grid.sample_speedups(key)  # checks that AR has the cell's samples
+            rows = self.grid.rows[key]
+            ar = self.grid.samples[self.grid.ar_key(key[1], key[2])]["time"]
+            per = rows.groupby(["replicate_row", "prompt", "sample"], as_index=False)["total_s"].mean()
+            per["speedup"] = ar.reindex(per["sample"]).to_numpy() / per["total_s"].to_numpy()
+            value += self.table(per, per["speedup"])
+            present += self.table(per, np.ones(len(per)))
+        return ratio(self.weigh(value), self.weigh(present))
 
     def prompt_count(self, keys) -> int:
-        return int(np.count_nonzero(sum((self.vector(k, "n:sample") for k in keys), np.zeros(len(self.prompts)))))
+        counts = sum((self.vector(k, "n:sample") for k in keys), np.zeros((len(self.replicates), len(self.prompts))))
+        return int(np.count_nonzero(counts.sum(axis=0)))
+
+    def replicate_count(self, keys) -> int:
+        """Training replicates behind the cells (1 when they are all shared)."""
+        own = {int(r) for k in keys for r in self.grid.rows[k]["replicate"].unique() if r != SHARED}
+        return max(1, len(own))
 
     def drafted(self, arms: dict) -> dict:
         return {arm: int(sum(self.vector(k, "drafted").sum() for k in keys)) for arm, keys in arms.items()}
 
 
 def estimate(stat) -> tuple[float, float, float]:
-    """(point, low, high): row 0, and the conservative 95 % percentile interval of the other rows."""
-    stat = np.asarray(stat, dtype=float)
-    boot = stat[1:][~np.isnan(stat[1:])]
+    """(point, low, high): the point row, and the conservative 95 % percentile interval of the resamples of both
+    replicates and prompts (`blocks`)."""
+    point, both, _, _ = blocks(stat)
+    boot = both[~np.isnan(both)]
     if not len(boot):
-        return float(stat[0]), math.nan, math.nan
+        return float(point[0]), math.nan, math.nan
     return (
-        float(stat[0]),
+        float(point[0]),
         float(np.percentile(boot, 2.5, method="lower")),
         float(np.percentile(boot, 97.5, method="higher")),
     )
+
+
+def variance_split(stat) -> dict:
+    """Standard deviation of a statistic under resampling the replicates alone and the prompts alone, and each
+    one's share of the sum of the two variances (None where neither varies)."""
+    point, _, reps, prompts = blocks(stat)
+    tol = 1e-9 * max(1.0, abs(float(point[0]))) if np.isfinite(point[0]) else 1e-9  # float noise is no spread
+    sd_r, sd_p = (float(np.nanstd(x)) if np.isfinite(x).any() else math.nan for x in (reps, prompts))
+    sd_r, sd_p = (0.0 if sd <= tol else sd for sd in (sd_r, sd_p))
+    total = sd_r**2 + sd_p**2
+    share = sd_r**2 / total if total > 0 else None
+    return {"sd_replicates": sd_r, "sd_prompts": sd_p, "replicate_share": share}
 
 
 # -------------------------------------------------------------------------------------------- verdicts
@@ -250,6 +323,8 @@ class Finding:
     verdict: str = NOT_RUN
     why: str = ""
     prompts: int = 0
+    replicates: int = 0
+    spread: dict = field(default_factory=dict)
     drafted: dict = field(default_factory=dict)
     unit: str = ""
     detail: str = ""
@@ -258,7 +333,9 @@ class Finding:
 
     def measure(self, ev: Evidence, stat, arms: dict) -> Finding:
         self.value, self.ci_low, self.ci_high = estimate(stat)
-        self.prompts = ev.prompt_count([k for keys in arms.values() for k in keys])
+        keys = [k for keys in arms.values() for k in keys]
+        self.prompts, self.replicates = ev.prompt_count(keys), ev.replicate_count(keys)
+        self.spread = variance_split(stat)
         self.drafted = ev.drafted(arms)
         return self
 
@@ -350,13 +427,13 @@ def recovery(ev: Evidence) -> list[Finding]:
         _, low, high = estimate(ratio(bd, sd))
         f.extra = {"ratio": float(ratio(bd[0], sd[0])), "ratio_ci": [low, high]}
         f.detail = f"BD {pct(bd[0])} vs SD {pct(sd[0])}; ratio {interval(ratio(bd, sd), lambda x: f'{x:.2f}')}"
-        if f.verdict in UNMET and context != shortest and not sd_fell(ev, context, shortest):
+        if f.verdict == FAILS:
+            f.why = f"the trained drafter accepts less than the base drafter at {context}: {bd[0]:.2f} vs {sd[0]:.2f} %"
+        elif f.verdict == OPEN and context != shortest and not sd_fell(ev, context, shortest):
             f.why = (
                 f"SD keeps {sd[0]:.2f} % at {context} (no fall from {shortest}): there is no collapse for "
                 f"BudgetDraft to recover from"
             )
-        elif f.verdict == FAILS:
-            f.why = f"the trained drafter accepts less than the base drafter at {context}: {bd[0]:.2f} vs {sd[0]:.2f} %"
         out.append(f)
     return out
 
@@ -385,7 +462,7 @@ def sd_budget_gap(ev: Evidence) -> Finding:
         bound = max(abs(f.ci_low), abs(f.ci_high))
         f.note = (
             f"SD acceptance at the smallest budget equals full-budget acceptance within ±{bound:.2f} pp: "
-            "budget costs this drafter nothing, so F3/F4 cannot show here"
+            "budget costs this drafter nothing, so there is no budget loss for BudgetDraft to recover"
         )
     return f
 
@@ -425,11 +502,10 @@ def budget_robustness(ev: Evidence, gap: Finding) -> list[Finding]:
 
 
 def explain_by_budget_gap(f: Finding, gap: Finding) -> None:
-    if gap.note:
-        if f.verdict == HOLDS:
-            f.note = gap.note
-        else:
-            f.why = gap.note
+    """An unresolved budget finding is explained by SD's budget gap when that gap is nil (nothing for BudgetDraft
+    to recover across budgets); a finding that holds or fails keeps its own reason."""
+    if gap.note and f.verdict == OPEN:
+        f.why = gap.note
 
 
 def consistency_loss(ev: Evidence, gap: Finding) -> list[Finding]:
@@ -465,7 +541,7 @@ def same_drafts(ev: Evidence, arms: dict) -> str:
     ):
         return ""
     steps = {label: ((ev.s.raw.get("variants") or {}).get(label) or {}).get("steps") for label in (a, b)}
-    trained = f" ({steps[a]} / {steps[b]} training steps from one base drafter)" if all(steps.values()) else ""
+    trained = f" ({steps[a]} / {steps[b]} training steps from the same base drafter)" if all(steps.values()) else ""
     return (
         f"{a} and {b} drafted and accepted exactly the same tokens on every prompt of these cells: their "
         f"training{trained} did not separate them"
@@ -703,6 +779,19 @@ def show(value, unit: str) -> str:
     return {"pp": f"{value:+.2f} pp", "x": f"{value:.2f}×", "ratio": f"{value:.3f}"}.get(unit, f"{value:.2f}")
 
 
+def spread_text(f: Finding) -> str:
+    """Where a finding's interval gets its width: the replicates' and the prompts' share of the variance."""
+    if f.value is None:
+        return "--"
+    if f.replicates < 2:
+        return "prompts only (R = 1: the training run is one draw the interval does not see)"
+    share = f.spread.get("replicate_share")
+    if share is None:
+        return f"neither varies (R = {f.replicates})"
+    sd_r, sd_p = (show(f.spread[k], f.unit).lstrip("+") for k in ("sd_replicates", "sd_prompts"))
+    return f"replicates {100 * share:.0f} % (sd {sd_r}) · prompts {100 * (1 - share):.0f} % (sd {sd_p})"
+
+
 def finding_row(f: Finding) -> str:
     run = show(f.value, f.unit) + (f"; {f.detail}" if f.detail else "") if f.value is not None else "--"
     ci = f"[{show(f.ci_low, f.unit)}, {show(f.ci_high, f.unit)}]" if f.value is not None else "--"
@@ -714,7 +803,8 @@ def finding_row(f: Finding) -> str:
         run,
         ci,
         f"**{f.verdict}**",
-        str(f.prompts) if f.value is not None else "--",
+        spread_text(f),
+        f"{f.replicates} × {f.prompts}" if f.value is not None else "--",
         drafted,
     ]
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
@@ -722,8 +812,8 @@ def finding_row(f: Finding) -> str:
 
 def evidence_rows(ev: Evidence) -> list[str]:
     lines = [
-        "| label | cells | drafted tokens per cell (min / median / max) | samples × repeats per cell |",
-        "|---|---|---|---|",
+        "| label | cells | drafted tokens per cell (min / median / max) | samples × repeats per cell | training replicates |",
+        "|---|---|---|---|---|",
     ]
     by_label = {}
     for key in sorted(ev.grid.rows):
@@ -733,9 +823,10 @@ def evidence_rows(ev: Evidence) -> list[str]:
         shapes = sorted(
             {f"{ev.grid.rows[k]['sample'].nunique()} × {ev.grid.rows[k]['repeat'].nunique()}" for k in keys}
         )
+        replicates = sorted({str(ev.replicate_count([k])) for k in keys})
         lines.append(
             f"| {label} | {len(keys)} | {drafted.min():,} / {np.median(drafted):,.0f} / {drafted.max():,} | "
-            f"{', '.join(shapes)} |"
+            f"{', '.join(shapes)} | {', '.join(replicates)} |"
         )
     return lines
 
@@ -791,7 +882,8 @@ def header(ev: Evidence, n_files: int, seed: int) -> dict:
         "gammas": gammas,
         "gamma_fixed": ev.gamma,
         "variants": variants,
-        "resamples": len(ev.weights) - 1,
+        "replicates": [r for r in ev.replicates if r != SHARED],
+        "resamples": (len(ev.prompt_weights) - 1) // 3,
         "seed": seed,
         "timing": timing_text(ev.s).strip(),
         "lossless": lossless_summary(ev),
@@ -845,16 +937,17 @@ def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict]) 
         + " (prompt = (dataset, sample))",
         f"- Contexts (shortest first): {', '.join(head['contexts'])}; budgets: {head['budgets']}; "
         f"γ: {head['gammas']} (γ_fixed = {head['gamma_fixed']}); variants: {variants}",
-        f"- 95 % paired bootstrap over prompts: {head['resamples']} resamples stratified by dataset, seed "
-        f"{head['seed']}; both arms of a contrast use the same resample; percentile interval.",
+        replicates_line(head),
+        f"- 95 % interval: {interval_text(head)}",
         f"- Verdict rule: {VERDICT_RULE}",
         *([f"- {head['timing']}"] if head.get("timing") else []),
         lossless_line(head["lossless"]),
         "",
         "## Findings",
         "",
-        "| id | the paper's claim | paper | this run | 95 % interval | verdict | prompts | drafted tokens per arm |",
-        "|---|---|---|---|---|---|---|---|",
+        "| id | the paper's claim | paper | this run | 95 % interval | verdict | the interval's spread comes from | "
+        "replicates × prompts | drafted tokens per arm |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [finding_row(f) for f in found]
     lines += ["", "## Why, and notes", ""]
@@ -866,6 +959,35 @@ def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict]) 
     lines += ["", "## Analytical speedup model", "", SPEEDUP_MODEL_TEXT, ""] + speedup_model_rows(model)
     lines += ["", "## Evidence behind each number", ""] + evidence_rows(ev)
     return "\n".join(lines) + "\n"
+
+
+def replicates_line(head: dict) -> str:
+    reps = head["replicates"]
+    if len(reps) < 2:
+        return (
+            "- Training replicates: **R = 1**: every drafter was trained once, so every interval below covers the "
+            "prompts only; a rerun on another machine (other float rounding) can move a verdict."
+        )
+    return (
+        f"- Training replicates: **R = {len(reps)}** (replicates {reps}): the base drafter and every variant were "
+        "trained once per replicate (training seed + replicate: data order, budget sampling), and every cell of a "
+        "trained drafter was measured in each; AR and drafters trained once are shared by all."
+    )
+
+
+def interval_text(head: dict) -> str:
+    both = (
+        "a paired two-way bootstrap over training replicates and prompts (Owen's pigeonhole bootstrap): each "
+        "resample draws the replicates with replacement and, independently, the prompts with replacement within "
+        "each dataset"
+        if len(head["replicates"]) > 1
+        else "a paired bootstrap over prompts (R = 1), drawn with replacement within each dataset"
+    )
+    return (
+        f"{both}; {head['resamples']} resamples, seed {head['seed']}; every arm of a contrast uses the same draw "
+        "(paired by replicate and prompt); percentile interval. The spread column splits it: the variance under "
+        "resampling the replicates alone vs the prompts alone."
+    )
 
 
 def lossless_line(summary: dict) -> str:

@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from budgetdraft.atomic import atomic_path  # noqa: E402
@@ -31,18 +32,33 @@ def save(fig, out: Path) -> list[Path]:
     return paths
 
 
+def replicate_sd(values) -> float:
+    """Standard deviation over training replicates (NaN with one replicate: nothing to draw)."""
+    values = np.asarray(values, dtype=float)
+    return float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
+
+
+def budget_mean_by_replicate(grid: Grid, keys, metric: str) -> np.ndarray:
+    """Per training replicate, the mean over ``keys`` (one per budget) of the cell's acceptance or speedup."""
+    per_key = [getattr(grid, f"replicate_{metric}")(k) for k in keys]
+    return pd.concat(per_key, axis=1).mean(axis=1).to_numpy(dtype=float)
+
+
 def fig_collapse(grid: Grid, s: Settings):
-    """Acceptance of SD (sparse/full) vs context length, one line per budget (the largest labelled 'full')."""
+    """Acceptance of SD (sparse/full) vs context length, one line per budget (the largest labelled 'full'); error
+    bars: the standard deviation over training replicates of the base drafter (when there are several)."""
     dataset, gamma = s.get("collapse.dataset"), int(s.get("collapse.gamma"))
     contexts, budgets = s.contexts, sorted(s.budgets)
     lengths = [int(n) for n in s.raw.get("context_tokens", {}).values()]  # "full" is fewer tokens than every prompt
     fig, ax = plt.subplots(figsize=(4.8, 3.2))
     values = {}
     for budget in budgets:
-        acc = [grid.acceptance(grid.need(SD, dataset, c, budget, gamma)) for c in contexts]
-        values[f"B={budget}"] = {"context": list(contexts), "acceptance": acc}
+        keys = [grid.need(SD, dataset, c, budget, gamma) for c in contexts]
+        acc = [grid.acceptance(k) for k in keys]
+        sd = [replicate_sd(grid.replicate_acceptance(k)) for k in keys]
+        values[f"B={budget}"] = {"context": list(contexts), "acceptance": acc, "acceptance_replicate_sd": sd}
         label = f"full = {budget} tokens" if budget == budgets[-1] else f"$B={budget}$"
-        ax.plot(range(len(contexts)), acc, marker="o", label=label)
+        ax.errorbar(range(len(contexts)), acc, yerr=np.nan_to_num(sd), marker="o", capsize=2, label=label)
     ax.set_xticks(range(len(contexts)), contexts)
     ax.set_xlabel("Context length")
     ax.set_ylabel("Acceptance (%)")
@@ -57,53 +73,102 @@ def fig_collapse(grid: Grid, s: Settings):
     return fig, values
 
 
+def gamma_series(grid: Grid, s: Settings, dataset, context, errorbars: bool) -> dict:
+    """BudgetDraft vs γ at one (dataset, context), averaged over budgets: acceptance, speedup, the analytical
+    speedup predicted from each cell's own α, γ and c (`budgetdraft.grid`), the standard deviation over training
+    replicates of the budget average, and with ``errorbars`` the std over (sample, budget) points of per-sample
+    values."""
+    gammas = s.sweep(grid, BD, dataset, context)
+    out = {"gamma": list(gammas), **{k: [] for k in ("acceptance", "speedup", "predicted", "c")}}
+    out.update({"acceptance_replicate_sd": [], "speedup_replicate_sd": []})
+    if errorbars:
+        out.update({"acceptance_std": [], "speedup_std": []})
+    for g in gammas:
+        keys = [(BD, dataset, context, b, g) for b in s.budgets]
+        out["predicted"].append(np.mean([grid.predicted_speedup(k) for k in keys]))
+        out["c"].append(np.mean([grid.cost(k) for k in keys]))
+        for metric in ("acceptance", "speedup"):
+            out[f"{metric}_replicate_sd"].append(replicate_sd(budget_mean_by_replicate(grid, keys, metric)))
+        if errorbars:
+            acc = np.concatenate([grid.sample_acceptance(k).to_numpy(dtype=float) for k in keys])
+            sp = np.concatenate([grid.sample_speedups(k).to_numpy(dtype=float) for k in keys])
+            out["acceptance"].append(np.nanmean(acc)), out["acceptance_std"].append(np.nanstd(acc))
+            out["speedup"].append(np.mean(sp)), out["speedup_std"].append(np.std(sp))
+        else:
+            out["acceptance"].append(np.mean([grid.acceptance(k) for k in keys]))
+            out["speedup"].append(np.mean([grid.speedup(k) for k in keys]))
+    return out
+
+
+def draw_line(ax, x, y, band, errors, **style):
+    """A line with a shaded band of ± ``band`` (replicates) and, if given, error bars of ± ``errors`` (samples)."""
+    x, y, band = np.asarray(x), np.asarray(y, dtype=float), np.asarray(band, dtype=float)
+    if errors is not None:
+        ax.errorbar(x, y, yerr=errors, capsize=2, **style)
+    else:
+        ax.plot(x, y, **style)
+    if np.isfinite(band).any():
+        ax.fill_between(x, y - band, y + band, color=style.get("color"), alpha=0.2, lw=0)
+        if len(x) == 1:  # a band needs two points: one γ gets a bar instead
+            ax.errorbar(x, y, yerr=band, color=style.get("color"), capsize=4, lw=2, alpha=0.4)
+
+
+def gamma_ticks(ax, gammas) -> None:
+    if len(gammas) <= 8:  # label every γ run (one γ alone would get fractional ticks)
+        ax.set_xticks(sorted(gammas))
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def gamma_grid(grid: Grid, s: Settings, errorbars: bool):
-    """rows contexts x cols datasets: BudgetDraft acceptance (left axis) and speedup (right axis) vs gamma,
-    averaged over budgets, beside the analytical speedup predicted from each cell's own α, γ and c (dotted; see
-    `budgetdraft.grid`). errorbars: mean +- std over (sample, budget) points of per-sample values."""
+    """BudgetDraft acceptance and speedup vs γ, averaged over budgets (`gamma_series`). When every context has a γ
+    sweep, the paper's layout: rows contexts x cols datasets, acceptance (left axis) and speedup (right axis) in
+    each panel. When some context has a single γ (a panel of one point is no plot), rows {acceptance, speedup} x
+    cols datasets, one line per context. Bands: ± the standard deviation over training replicates."""
+    ds = s.datasets
+    series = {(c, d): gamma_series(grid, s, d, c, errorbars) for c in s.contexts for d in ds}
+    values = {f"{c} {d}": v for (c, d), v in series.items()}
+    if all(len(v["gamma"]) > 1 for v in series.values()):
+        return paper_gamma_layout(series, s), values
+    return context_lines_layout(series, s), values
+
+
+def paper_gamma_layout(series: dict, s: Settings):
     ds = s.datasets
     fig, axes = plt.subplots(len(s.contexts), len(ds), figsize=(3.6 * len(ds), 2.8 * len(s.contexts)), squeeze=False)
-    values = {}
     for i, context in enumerate(s.contexts):
         for j, (dataset, name) in enumerate(ds.items()):
-            ax = axes[i][j]
-            gammas = s.sweep(grid, BD, dataset, context)
-            acc_m, acc_s, sp_m, sp_s, predicted, cost = [], [], [], [], [], []
-            for g in gammas:
-                keys = [(BD, dataset, context, b, g) for b in s.budgets]
-                predicted.append(np.mean([grid.predicted_speedup(k) for k in keys]))
-                cost.append(np.mean([grid.cost(k) for k in keys]))
-                if errorbars:
-                    acc = np.concatenate([grid.sample_acceptance(k).to_numpy(dtype=float) for k in keys])
-                    sp = np.concatenate([grid.sample_speedups(k).to_numpy(dtype=float) for k in keys])
-                    acc_m.append(np.nanmean(acc)), acc_s.append(np.nanstd(acc))
-                    sp_m.append(np.mean(sp)), sp_s.append(np.std(sp))
-                else:
-                    acc_m.append(np.mean([grid.acceptance(k) for k in keys]))
-                    sp_m.append(np.mean([grid.speedup(k) for k in keys]))
-            values[f"{context} {dataset}"] = {
-                "gamma": list(gammas),
-                "acceptance": acc_m,
-                "speedup": sp_m,
-                "predicted": predicted,
-                "c": cost,
-                **({"acceptance_std": acc_s, "speedup_std": sp_s} if errorbars else {}),
-            }
+            v, ax = series[context, dataset], axes[i][j]
             ax2 = ax.twinx()
-            if errorbars:
-                ax.errorbar(gammas, acc_m, yerr=acc_s, color="C0", marker="o", ms=3, capsize=2, label="acceptance")
-                ax2.errorbar(gammas, sp_m, yerr=sp_s, color="C1", marker="s", ms=3, capsize=2, ls="--", label="speedup")
-            else:
-                ax.plot(gammas, acc_m, color="C0", marker="o", ms=3, label="acceptance")
-                ax2.plot(gammas, sp_m, color="C1", marker="s", ms=3, ls="--", label="speedup")
-            ax2.plot(gammas, predicted, color="C1", ls=":", label="predicted speedup")
+            g = v["gamma"]
+            draw_line(
+                ax,
+                g,
+                v["acceptance"],
+                v["acceptance_replicate_sd"],
+                v.get("acceptance_std"),
+                color="C0",
+                marker="o",
+                ms=3,
+                label="acceptance",
+            )
+            draw_line(
+                ax2,
+                g,
+                v["speedup"],
+                v["speedup_replicate_sd"],
+                v.get("speedup_std"),
+                color="C1",
+                marker="s",
+                ms=3,
+                ls="--",
+                label="speedup",
+            )
+            ax2.plot(g, v["predicted"], color="C1", ls=":", label="predicted speedup")
             ax.set_title(f"{name}, {context}", fontsize=9)
             ax.set_ylim(0, 100)
             ax2.set_ylim(bottom=0)
-            if len(gammas) <= 8:  # label every γ run (one γ alone would get fractional ticks)
-                ax.set_xticks(gammas)
-            else:
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            gamma_ticks(ax, g)
             ax.grid(alpha=0.3)
             if j == 0:
                 ax.set_ylabel("Acceptance (%)", color="C0")
@@ -115,7 +180,34 @@ def gamma_grid(grid: Grid, s: Settings, errorbars: bool):
                 lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
                 ax.legend(lines, ["acceptance", "speedup", "predicted speedup"], fontsize=7, loc="lower left")
     fig.tight_layout()
-    return fig, values
+    return fig
+
+
+def context_lines_layout(series: dict, s: Settings):
+    ds = s.datasets
+    fig, axes = plt.subplots(2, len(ds), figsize=(3.6 * len(ds), 5.2), squeeze=False, sharex=True)
+    for j, (dataset, name) in enumerate(ds.items()):
+        ax_acc, ax_sp = axes[0][j], axes[1][j]
+        for k, context in enumerate(s.contexts):
+            v, color = series[context, dataset], f"C{k}"
+            g = v["gamma"]
+            style = {"color": color, "marker": "os^vDP"[k % 6], "ms": 3, "label": context}
+            draw_line(ax_acc, g, v["acceptance"], v["acceptance_replicate_sd"], v.get("acceptance_std"), **style)
+            draw_line(ax_sp, g, v["speedup"], v["speedup_replicate_sd"], v.get("speedup_std"), **style)
+            ax_sp.plot(g, v["predicted"], color=color, ls=":", lw=1)
+        ax_acc.set_title(name, fontsize=9)
+        ax_sp.axhline(1.0, color="gray", lw=0.8, ls=":")
+        for ax in (ax_acc, ax_sp):
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        gamma_ticks(ax_sp, sorted({g for c in s.contexts for g in series[c, dataset]["gamma"]}))
+        ax_sp.set_xlabel(r"Draft length $\gamma$")
+        if j == 0:
+            ax_acc.set_ylabel("Acceptance (%)")
+            ax_sp.set_ylabel("Speedup vs AR (×; dotted: predicted)")
+            ax_acc.legend(title="context", fontsize=7, title_fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def fig_gamma(grid: Grid, s: Settings):

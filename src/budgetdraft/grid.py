@@ -1,13 +1,14 @@
 """Measured grid cells and the settings that lay them out: what tables, figures and claims all read.
 
 A cell file (`budgetdraft.cells`, see docs/architecture.md) holds one row per (sample, repeat) of one
-(label, dataset, context, budget, gamma). Definitions used everywhere (`budgetdraft.tables`, `budgetdraft.figures`,
+(label, dataset, context, budget, gamma) and one training replicate of its drafter (`replicate`; `names.SHARED` for a
+cell that no per-replicate training feeds). A grid cell pools the files of its replicates. Definitions used everywhere (`budgetdraft.tables`, `budgetdraft.figures`,
 `budgetdraft.claims`):
 
-  per-sample time   mean over repeats of `total_s`
+  per-sample time   mean over repeats (and replicates) of `total_s`
   speedup           mean over samples of AR per-sample time / method per-sample time (matched by `sample`;
                     the AR cell is label `ar`, budget 0, gamma 0 of the same dataset and context)
-  acceptance (%)    100 * sum(accepted) / sum(drafted) over the cell
+  acceptance (%)    100 * sum(accepted) / sum(drafted) over the cell (every replicate)
   AR tok/s          mean `tok_per_s` of the AR cell
   peak memory (GB)  mean `peak_mem_mb` / 1024 over the cell's rows
   c                 drafter/verifier cost: seconds per drafter forward of the cell (sum `draft_s` / sum
@@ -39,15 +40,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from budgetdraft.jsonarg import json_object
-from budgetdraft.names import AR
+from budgetdraft.names import AR, SHARED
 
 KEY = ["label", "dataset", "context", "budget", "gamma"]
 NEEDED_COLUMNS = KEY + ["sample", "repeat", "total_s", "tok_per_s", "drafted", "accepted", "peak_mem_mb", "output_ids"]
 
 
-def cell_name(key) -> str:
+def cell_name(key, replicate: int = SHARED) -> str:
     label, dataset, context, budget, gamma = key
-    return f"(label={label}, dataset={dataset}, context={context}, budget={budget}, gamma={gamma})"
+    rep = f", replicate={replicate}" if replicate != SHARED else ""
+    return f"(label={label}, dataset={dataset}, context={context}, budget={budget}, gamma={gamma}{rep})"
 
 
 # ----------------------------------------------------------------------------------------------- cells
@@ -55,7 +57,7 @@ def cell_name(key) -> str:
 
 TIE_COLUMNS = ("runner_up_ids", "top2_margins")  # written by greedy AR cells (budgetdraft.decoding.Generation)
 COST_COLUMNS = ("draft_s", "draft_steps", "verify_s", "new_tokens")  # c of the analytical speedup model
-OPTIONAL_COLUMNS = ("device", "mem_kind", *TIE_COLUMNS, *COST_COLUMNS)  # read when a cell has them
+OPTIONAL_COLUMNS = ("replicate", "device", "mem_kind", *TIE_COLUMNS, *COST_COLUMNS)  # read when a cell has them
 
 
 def read_cell(path: Path, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
@@ -77,8 +79,9 @@ def read_cell(path: Path, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
 
 
 def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
-    """Concatenate cell files (`read_cell`: `NEEDED_COLUMNS` plus the `optional` columns each file has); reject
-    a cell given twice (in two files)."""
+    """Concatenate cell files (`read_cell`: `NEEDED_COLUMNS` plus the `optional` columns each file has; a file from
+    before replicates counts as `SHARED`); reject a cell and replicate given twice (in two files), and a cell given
+    both shared and per replicate."""
     if not paths:
         raise ValueError("no --cells given")
     frames, owner = [], {}
@@ -86,16 +89,23 @@ def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
         df = read_cell(path, optional)
         if df.empty:
             raise ValueError(f"{path}: cell file has no rows")
-        for key in df[KEY].drop_duplicates().itertuples(index=False):
-            key = tuple(key)
-            if key in owner:
-                raise ValueError(f"cell {cell_name(key)} is in two files: {owner[key]} and {path}")
-            owner[key] = path
+        if "replicate" not in df.columns:
+            df["replicate"] = SHARED
+        for *key, replicate in df[KEY + ["replicate"]].drop_duplicates().itertuples(index=False):
+            key, replicate = tuple(key), int(replicate)
+            if (key, replicate) in owner:
+                raise ValueError(
+                    f"cell {cell_name(key, replicate)} is in two files: {owner[key, replicate]} and {path}"
+                )
+            other = [p for (k, r), p in owner.items() if k == key and (r == SHARED) != (replicate == SHARED)]
+            if other:
+                raise ValueError(f"cell {cell_name(key)} is both shared and per replicate: {other[0]} and {path}")
+            owner[key, replicate] = path
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     for col in ("label", "dataset", "context"):
         df[col] = df[col].astype(str)
-    for col in ("budget", "gamma", "sample", "repeat"):
+    for col in ("budget", "gamma", "sample", "repeat", "replicate"):
         df[col] = df[col].astype(int)
     return df
 
@@ -219,6 +229,8 @@ class Grid:
                 f"budgetdraft paper: warning: cells come from several devices: {sorted(df['device'].unique())}",
                 file=sys.stderr,
             )
+        if "replicate" not in df.columns:  # frames built by hand, cells from before replicates
+            df = df.assign(replicate=SHARED)
         self.df = df
         per_sample = df.groupby(KEY + ["sample"], sort=True).agg(
             time=("total_s", "mean"), accepted=("accepted", "sum"), drafted=("drafted", "sum")
@@ -264,6 +276,21 @@ class Grid:
         rows = self.rows[self.need(*key)]
         drafted = rows["drafted"].sum()
         return 100.0 * rows["accepted"].sum() / drafted if drafted > 0 else math.nan
+
+    def replicate_acceptance(self, key) -> pd.Series:
+        """A cell's acceptance (%) in each training replicate (one entry, `SHARED`, for a shared cell)."""
+        sums = self.rows[self.need(*key)].groupby("replicate")[["accepted", "drafted"]].sum()
+        return 100.0 * sums["accepted"] / sums["drafted"].where(sums["drafted"] > 0)
+
+    def replicate_speedup(self, key) -> pd.Series:
+        """A cell's speedup (mean over samples of AR per-sample time / per-sample time) in each training replicate."""
+        key = self.need(*key)
+        ar = self.samples[self.ar_key(key[1], key[2])]["time"]
+        times = self.rows[key].groupby(["replicate", "sample"])["total_s"].mean()
+        return (ar.reindex(times.index.get_level_values("sample")).to_numpy() / times).groupby("replicate").mean()
+
+    def replicates(self, key) -> list[int]:
+        return sorted(int(r) for r in self.rows[self.need(*key)]["replicate"].unique())
 
     def cost(self, key) -> float:
         """c of a speculative cell (see the module docstring); NaN where the cells lack the timing columns."""

@@ -17,6 +17,10 @@ REQUIRED_VARIANTS = {  # trained variant (cell label) -> the artifacts that read
     SINGLE: "the single-budget table and claim F5",
 }
 
+# The `replicate` of a cell that no per-replicate training feeds (AR, a drafter trained once or not at all); cells of
+# a drafter trained once per training replicate (config `replicates`) carry 0, 1, ...
+SHARED = -1
+
 # The paper's artifacts: tables (results/tables/NAME.tex) and figures (results/figures/STEM.pdf and .png).
 TABLES = {  # artifact -> LaTeX label
     "main": "tab:best_speedup_and_accept_per_budget",

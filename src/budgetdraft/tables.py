@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from budgetdraft.grid import Grid, Settings, cell_name
-from budgetdraft.names import AR, BD, EAGLE3, LA_ONLY, LAMBDA1, METHOD_NAMES, SD, SINGLE, TABLES, TRIFORCE
+from budgetdraft.names import AR, BD, EAGLE3, LA_ONLY, LAMBDA1, METHOD_NAMES, SD, SHARED, SINGLE, TABLES, TRIFORCE
 
 SD_NAME, BD_NAME = METHOD_NAMES[SD], METHOD_NAMES[BD]
 X = r"$\times$"
@@ -418,7 +418,8 @@ def span(values) -> str:
 
 
 def evidence_text(grid: Grid) -> str:
-    """How much stands behind each entry: prompts and timed runs per cell, drafted tokens per speculative cell."""
+    """How much stands behind each entry: prompts and timed runs per cell, drafted tokens per speculative cell, and
+    the training replicates it pools with their spread."""
     cells = [rows for key, rows in grid.rows.items() if key[0] != AR]
     if not cells:
         return ""
@@ -426,7 +427,23 @@ def evidence_text(grid: Grid) -> str:
     return (
         f" Behind each entry: {span([rows['sample'].nunique() for rows in cells])} prompt(s) $\\times$ "
         f"{span([rows['repeat'].nunique() for rows in cells])} timed run(s); drafted tokens per speculative cell "
-        f"{span(drafted)} (median {int(np.median(drafted)):,})."
+        f"{span(drafted)} (median {int(np.median(drafted)):,})." + replicate_text(grid)
+    )
+
+
+def replicate_text(grid: Grid) -> str:
+    """What the training replicates add to a caption: how many each trained entry pools (its value is their pooled
+    mean), and how far one replicate's acceptance strays: the median and largest standard deviation over them."""
+    keys = [k for k in grid.rows if k[0] != AR and len(grid.replicates(k)) > 1]
+    if not keys:
+        return " Trained drafters: one training run each."
+    sd = np.array([np.nanstd(grid.replicate_acceptance(k).to_numpy(dtype=float), ddof=1) for k in keys])
+    once = sorted({METHOD_NAMES.get(k[0], k[0]) for k in grid.rows if k[0] != AR and grid.replicates(k) == [SHARED]})
+    return (
+        f" Entries of trained drafters pool {span([len(grid.replicates(k)) for k in keys])} training replicates; "
+        f"their acceptance varies across replicates by a standard deviation of {np.nanmedian(sd):.1f} pp (median "
+        f"over entries; largest {np.nanmax(sd):.1f} pp)."
+        + (f" Trained once or not at all: {names_text(once)}." if once else "")
     )
 
 

@@ -19,6 +19,8 @@ BASELINES = list(config["baselines"].get("enabled", []))
 # Training stages, each with its own sequences and teacher targets: the base drafter (short full-cache windows,
 # only when config `base_drafter` trains one) and BudgetDraft's variants (long prefix + supervised continuation).
 BASE = config.get("base_drafter")
+# Training replicates: the chain base drafter -> variants runs once per replicate r (training seed + r).
+REPLICATES = list(range(config["replicates"]))
 TRAINING_STAGES = (["base"] if BASE else []) + ["budgetdraft"]
 # TriForce and EAGLE-3 do not use the drafter budget B: one cell (at the largest B) per context is enough.
 BASELINE_BUDGET = max(config["budgets"])
@@ -182,8 +184,25 @@ check_config(config)
 # ---------------------------------------------------------------- the grid
 
 
-def cell(label, dataset, context, budget, gamma):
-    return f"results/cells/{label}/{dataset}/{context}/B{budget}_g{gamma}.parquet"
+def replicated(label):
+    """Whether a cell label's drafter is trained once per replicate: every variant, and SD and TriForce when they
+    decode with the trained base drafter. AR, EAGLE-3 (one run) and, without `base_drafter`, SD and TriForce
+    (the untrained drafter) are measured once and shared by every replicate."""
+    label = names.label_policy(label, POLICY)[0]
+    return label in VARIANTS or (bool(BASE) and label in (names.SD, names.TRIFORCE))
+
+
+def cell(label, dataset, context, budget, gamma, replicate=None):
+    """A cell file: results/cells/LABEL/rR/... for replicate R of a trained drafter, results/cells/LABEL/... shared."""
+    where = f"{label}/r{replicate}" if replicate is not None else label
+    return f"results/cells/{where}/{dataset}/{context}/B{budget}_g{gamma}.parquet"
+
+
+def cell_files(label, dataset, context, budget, gamma):
+    """The files of one grid cell: one per replicate (`replicated`), else the one shared file."""
+    if replicated(label):
+        return [cell(label, dataset, context, budget, gamma, r) for r in REPLICATES]
+    return [cell(label, dataset, context, budget, gamma)]
 
 
 def ar_cells(datasets=None, contexts=None):
@@ -197,11 +216,12 @@ def ar_cells(datasets=None, contexts=None):
 def sweep_cells(label):
     """Every dataset x context x budget x the context's γ sweep."""
     return [
-        cell(label, d, c, b, g)
+        f
         for d in DATASETS
         for c in CONTEXTS
         for b in BUDGETS
         for g in config["gammas"][c]
+        for f in cell_files(label, d, c, b, g)
     ]
 
 
@@ -209,11 +229,12 @@ def cells_at(labels, datasets=None, contexts=None, gamma=None):
     """Every dataset x context x budget at one γ (default: gamma_fixed)."""
     gamma = gamma or config["gamma_fixed"]
     return [
-        cell(label, d, c, b, gamma)
+        f
         for label in labels
         for d in datasets or DATASETS
         for c in contexts or CONTEXTS
         for b in BUDGETS
+        for f in cell_files(label, d, c, b, gamma)
     ]
 
 
@@ -235,9 +256,10 @@ def artifact_cells(artifact):
         "comparison": ar_cells([cmp["dataset"]], cmp["contexts"])
         + cells_at([SD, BD], [cmp["dataset"]], cmp["contexts"], cmp["gamma"])
         + [
-            cell(label, cmp["dataset"], c, BASELINE_BUDGET, cmp["gamma"])
+            f
             for label in BASELINES
             for c in cmp["contexts"]
+            for f in cell_files(label, cmp["dataset"], c, BASELINE_BUDGET, cmp["gamma"])
         ],
         "single_budget": ar_cells([single["dataset"]], [single["context"]])
         + cells_at(
@@ -282,11 +304,19 @@ def training_data(stage):
     return BASE["data"] if stage == "base" else config["training_data"]
 
 
-def base_drafter_dir():
-    """The drafter every other drafter starts from: the base drafter when config `base_drafter` trains one (a
-    directory() output of rule train_base), else the exported drafter untouched (the paper's llama-68m).
+def base_drafter_dir(replicate):
+    """The drafter every other drafter of a replicate starts from: its base drafter when config `base_drafter`
+    trains one (a directory() output of rule train_base), else the exported drafter untouched (the paper's llama-68m).
     """
-    return "results/models/drafter_base" if BASE else "results/models/drafter_untrained"
+    if BASE:
+        return f"results/models/drafter_base/r{replicate}"
+    return "results/models/drafter_untrained"
+
+
+def seeded(hparams, replicate):
+    """Training hparams of one replicate: seed + replicate (data order and budget sampling); replicate 0 trains
+    exactly what a configuration without replicates trains."""
+    return {**hparams, "seed": int(hparams.get("seed", 0)) + int(replicate)}
 
 
 # The device each kind of job runs on: model jobs on `device`; the training chain (targets, train_base, train) on
@@ -303,35 +333,41 @@ def gpu_slots(device):
     return 1 if str(device).startswith("cuda") else 0
 
 
-def base_hparams():
+def base_hparams(replicate):
     """`training:` merged with `base_drafter.training`, L_A only: the full-cache windows have no prefix to sparsify."""
-    return json.dumps(
-        {
-            **config["training"],
-            "device": TRAINING_DEVICE,
-            **BASE["training"],
-            "lambda_c": 0.0,
-        },
-        sort_keys=True,
-    )
+    hparams = {
+        **config["training"],
+        "device": TRAINING_DEVICE,
+        **BASE["training"],
+        "lambda_c": 0.0,
+    }
+    return json.dumps(seeded(hparams, replicate), sort_keys=True)
 
 
-def drafter_dir(label):
-    """The directory a cell label's drafter is read from (a directory() output; None for AR)."""
+def drafter_dir(label, replicate=None):
+    """The directory a cell label's drafter is read from (a directory() output; None for AR); `replicate` for the
+    labels that are `replicated`."""
     label = names.label_policy(label, POLICY)[0]
     if label == names.AR:
         return None
     if label in (names.SD, names.TRIFORCE):
-        return base_drafter_dir()
-    return f"results/drafters/{label}"
+        return base_drafter_dir(replicate)
+    if label == names.EAGLE3:
+        return f"results/drafters/{label}"
+    return f"results/drafters/r{replicate}/{label}"
 
 
 def comparison_drafters():
     """{label: [its model directories]} of the comparison table's rows, whose sizes the table counts from the
-    weights (TriForce: its drafter + the verifier, its middle level)."""
-    drafters = {names.SD: [base_drafter_dir()], names.BD: [drafter_dir(names.BD)]}
+    weights (TriForce: its drafter + the verifier, its middle level); replicates have the same sizes: the first's.
+    """
+    first = REPLICATES[0]
+    drafters = {
+        names.SD: [base_drafter_dir(first)],
+        names.BD: [drafter_dir(names.BD, first)],
+    }
     if names.TRIFORCE in BASELINES:
-        drafters[names.TRIFORCE] = [base_drafter_dir(), "results/models/verifier"]
+        drafters[names.TRIFORCE] = [base_drafter_dir(first), "results/models/verifier"]
     if names.EAGLE3 in BASELINES:
         drafters[names.EAGLE3] = [drafter_dir(names.EAGLE3)]
     return drafters
@@ -353,6 +389,11 @@ def drafters_flag(wildcards):
     return f"--drafters {shlex.quote(json.dumps(drafters))}" if drafters else ""
 
 
+def cell_replicate(wildcards):
+    """The replicate of a cell job (None for a shared cell, whose path has no rR)."""
+    return int(wildcards.replicate) if "replicate" in wildcards.keys() else None
+
+
 def cell_inputs(wildcards):
     """The verifier, the prompts, the shared prefills (`share_verifier_prefill`) and the drafter (not for AR)."""
     inputs = {
@@ -364,8 +405,9 @@ def cell_inputs(wildcards):
         inputs["prefill"] = (
             f"results/prefill/{wildcards.dataset}/{wildcards.context}.safetensors"
         )
-    if drafter_dir(wildcards.label) is not None:
-        inputs["drafter"] = drafter_dir(wildcards.label)
+    drafter = drafter_dir(wildcards.label, cell_replicate(wildcards))
+    if drafter is not None:
+        inputs["drafter"] = drafter
     return inputs
 
 
@@ -398,16 +440,15 @@ def cell_extra_flag(wildcards):
     return f"--extra {shlex.quote(json.dumps(extra, sort_keys=True))}"
 
 
-def variant_hparams(variant):
-    """`training:` merged with the variant's overrides, as handed to `budgetdraft train --hparams`."""
-    return json.dumps(
-        {
-            **config["training"],
-            "device": TRAINING_DEVICE,
-            **config["variants"][variant],
-        },
-        sort_keys=True,
-    )
+def variant_hparams(variant, replicate=0):
+    """`training:` merged with the variant's overrides and the replicate's seed, as handed to `budgetdraft train
+    --hparams`."""
+    hparams = {
+        **config["training"],
+        "device": TRAINING_DEVICE,
+        **config["variants"][variant],
+    }
+    return json.dumps(seeded(hparams, replicate), sort_keys=True)
 
 
 def paper_settings():
@@ -441,6 +482,7 @@ def paper_settings():
                 for hp in [json.loads(variant_hparams(v))]
             },
             "base_drafter_steps": BASE["training"]["steps"] if BASE else 0,
+            "replicates": len(REPLICATES),
             "base_drafter_teacher": BASE["teacher"] if BASE else "",
         }
     )

@@ -27,7 +27,8 @@ rule verifier_prefill:
 
 
 rule eval_cell:
-    """One grid cell = (label, dataset, context, budget B, draft length γ); AR cells are B0_g0.
+    """One grid cell = (label, dataset, context, budget B, draft length γ) of a drafter trained once or not at all
+    (AR cells are B0_g0); `eval_replicate_cell` below is the same for one training replicate of a trained drafter.
 
     The command writes its parquet atomically: a failed cell leaves no file and, with keep-going, stops nothing.
     """
@@ -40,7 +41,7 @@ rule eval_cell:
     benchmark:
         "benchmarks/cells/{label}/{dataset}/{context}/B{budget}_g{gamma}.tsv"
     wildcard_constraints:
-        label="|".join(re.escape(label) for label in METHOD),
+        label="|".join(re.escape(label) for label in METHOD if not replicated(label)),
         dataset="|".join(DATASETS),
         context="|".join(re.escape(c) for c in CONTEXTS),
         budget=r"\d+",
@@ -67,6 +68,9 @@ rule eval_cell:
         device=config["device"],
         verifier_dtype=config["verifier_dtype"],
         drafter_dtype=config["drafter_dtype"],
+        replicate=lambda wc: (
+            names.SHARED if cell_replicate(wc) is None else cell_replicate(wc)
+        ),
     shell:
         "python -m budgetdraft eval-cell --label {wildcards.label} --method {params.method}"
         " --verifier {input.verifier} {params.drafter} --prompts {input.prompts}"
@@ -78,4 +82,20 @@ rule eval_cell:
         " --warmup-prompt-tokens {params.warmup_prompt_tokens} --repeats {params.repeats}"
         " --device {params.device} --verifier-dtype {params.verifier_dtype}"
         " --drafter-dtype {params.drafter_dtype} --threads {threads} {params.extra} {params.prefill}{params.sampling}"
-        " --out {output} > {log} 2>&1"
+        " --replicate {params.replicate} --out {output} > {log} 2>&1"
+
+
+use rule eval_cell as eval_replicate_cell with:
+    output:
+        "results/cells/{label}/r{replicate}/{dataset}/{context}/B{budget}_g{gamma}.parquet",
+    log:
+        "logs/cells/{label}/r{replicate}/{dataset}/{context}/B{budget}_g{gamma}.log",
+    benchmark:
+        "benchmarks/cells/{label}/r{replicate}/{dataset}/{context}/B{budget}_g{gamma}.tsv"
+    wildcard_constraints:
+        label="|".join(re.escape(label) for label in METHOD if replicated(label)),
+        dataset="|".join(DATASETS),
+        context="|".join(re.escape(c) for c in CONTEXTS),
+        budget=r"\d+",
+        gamma=r"\d+",
+        replicate="|".join(str(r) for r in REPLICATES),

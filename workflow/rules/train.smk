@@ -4,18 +4,21 @@ if BASE:
     rule train_base:
         """The base drafter: the exported drafter trained with L_A alone on short full-cache windows (config
         `base_drafter`), so that it is a working generic drafter before any evaluation, as llama-68m is in the paper.
-        SD (sparse/full), TriForce's bottom level and every BudgetDraft variant start from it.
+        SD (sparse/full), TriForce's bottom level and every BudgetDraft variant start from it. One per training
+        replicate (config `replicates`), each with its own seed.
         """
         input:
             init="results/models/drafter_untrained",
             targets="results/targets/base.safetensors",
             code=SRC["train"],
         output:
-            directory("results/models/drafter_base"),
+            directory("results/models/drafter_base/r{replicate}"),
         log:
-            "logs/models/drafter_base.log",
+            "logs/models/drafter_base/r{replicate}.log",
         benchmark:
-            "benchmarks/models/drafter_base.tsv"
+            "benchmarks/models/drafter_base/r{replicate}.tsv"
+        wildcard_constraints:
+            replicate=r"\d+",
         priority: 50  # the training chain is the critical path: before any grid cell
         conda:
             "../../envs/budgetdraft.yaml"
@@ -23,31 +26,33 @@ if BASE:
         resources:
             gpu=gpu_slots(TRAINING_DEVICE),
         params:
-            hparams=base_hparams(),
+            hparams=lambda wc: base_hparams(wc.replicate),
         shell:
             "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {output}"
             " --hparams {params.hparams:q} > {log} 2>&1"
 
 
 rule train:
-    """One drafter variant: the base drafter trained with L_A + lambda_c * L_C (config `training` + overrides).
+    """One drafter variant of one training replicate: the replicate's base drafter trained with L_A + lambda_c * L_C
+    (config `training` + overrides, seed + replicate).
 
     A variant is its merged --hparams, nothing else.
-    Training works in results/drafters/{variant}.tmp/ (checkpoints/ there) and renames it when done: a failed
+    Training works in results/drafters/r{replicate}/{variant}.tmp/ (checkpoints/ there) and renames it when done: a failed
     or interrupted job keeps its checkpoints, and re-running resumes.
     """
     input:
-        init=base_drafter_dir(),
+        init=lambda wc: base_drafter_dir(wc.replicate),
         targets="results/targets/budgetdraft.safetensors",
         code=SRC["train"],
     output:
-        directory("results/drafters/{variant}"),
+        directory("results/drafters/r{replicate}/{variant}"),
     log:
-        "logs/drafters/{variant}.log",
+        "logs/drafters/r{replicate}/{variant}.log",
     benchmark:
-        "benchmarks/drafters/{variant}.tsv"
+        "benchmarks/drafters/r{replicate}/{variant}.tsv"
     wildcard_constraints:
         variant="|".join(re.escape(v) for v in VARIANTS),
+        replicate=r"\d+",
     priority: 50  # the training chain is the critical path: before any grid cell
     conda:
         "../../envs/budgetdraft.yaml"
@@ -55,14 +60,14 @@ rule train:
     resources:
         gpu=gpu_slots(TRAINING_DEVICE),
     params:
-        hparams=lambda wc: variant_hparams(wc.variant),
+        hparams=lambda wc: variant_hparams(wc.variant, wc.replicate),
     shell:
         "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {output}"
         " --hparams {params.hparams:q} > {log} 2>&1"
 
 
 rule train_eagle3:
-    """The EAGLE-3 draft head baseline (only when baselines.enabled lists eagle3)."""
+    """The EAGLE-3 draft head baseline (only when baselines.enabled lists eagle3): trained once, not per replicate."""
     input:
         verifier="results/models/verifier",
         targets="results/targets/budgetdraft.safetensors",
