@@ -390,3 +390,26 @@ def test_a_cell_and_replicate_in_two_files_is_refused(tmp_path):
     shared.to_parquet(twin)
     with pytest.raises(ValueError, match="both shared and per replicate"):
         load_cells([*paths, twin])
+
+
+def test_captions_and_figures_show_the_replicates_spread(tmp_path):
+    """Two replicates whose BudgetDraft differs by 10 pp: the caption pools 2 replicates and names their spread."""
+    from budgetdraft import tables
+
+    grid = Grid(load_cells(write_replicated(tmp_path, [0.0, 0.1])))
+    text = tables.replicate_text(grid)
+    assert "pool 2 training replicates" in text and "largest 7.1 pp" in text  # sd of {x, x + 10} = 7.07 pp
+    key = ("lambda0.5", "d1", "1K", 32, 2)
+    assert grid.replicate_acceptance(key).diff().iloc[-1] == pytest.approx(10.0)
+    assert grid.acceptance(key) == pytest.approx(grid.replicate_acceptance(key).mean())  # equal drafted counts
+    assert "one training run each" in tables.replicate_text(Grid(load_cells(write_replicated(tmp_path / "1", [0.0]))))
+
+
+def test_gamma_figure_has_no_lone_point_panel(grid):
+    """SETTINGS sweep γ at 0.5K only (1K has one γ): the figure draws one line per context instead of a 1K row of
+    one-point panels, and the replicates' spread is recorded per point."""
+    for artifact in ("fig_gamma", "fig_errorbar"):
+        fig, values = figures.FIGURE_BUILDERS[artifact](Grid(load_cells(list(grid.values()))), parse_settings(SETTINGS))
+        for ax in fig.axes:
+            assert max(len(line.get_xdata()) for line in ax.get_lines()) >= 2, (artifact, ax.get_title())
+        assert len(values["1K d1"]["gamma"]) == 1 and "acceptance_replicate_sd" in values["1K d1"]

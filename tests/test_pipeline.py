@@ -3,6 +3,7 @@
 import json
 import re
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import ci_snakemake as snakemake
 from conftest import planned_jobs
@@ -43,6 +44,13 @@ def test_claims_report_covers_every_finding(pipeline_run):
     verdicts = {"holds", "does not hold", "not resolved", "not run", "not measured", "diagnostic"}
     assert all(f["verdict"] in verdicts for f in findings), [f["verdict"] for f in findings]
     assert "Evidence behind each number" in text
+    assert "**R = 2**" in text and "the interval's spread comes from" in text  # config/ci.yaml: replicates 2
+    replicates = {
+        r
+        for cell in (pipeline_run / "results/cells/lambda0.5").rglob("*.parquet")
+        for r in pq.read_table(cell).column("replicate").to_pylist()
+    }
+    assert replicates == {0, 1}
 
 
 @pytest.mark.pipeline
@@ -55,9 +63,12 @@ def test_comparison_has_the_baselines(pipeline_run):
 def test_a_deleted_cell_reruns_alone_with_its_tables(pipeline_run):
     # a finished run plans nothing but the re-aggregation of tables and figures (profiles/default: forcerun)
     assert set(planned_jobs(snakemake(pipeline_run, "-n", "all").stdout)) == {"table", "figure", "all"}
-    cell = next((pipeline_run / "results/cells/lambda0.5").rglob("*.parquet"))
+    cell = next((pipeline_run / "results/cells/lambda0.5/r1").rglob("*.parquet"))  # one replicate's cell
     cell.unlink()
+    by_file = planned_jobs(snakemake(pipeline_run, "-n", str(cell.relative_to(pipeline_run))).stdout)
+    assert by_file == {"eval_replicate_cell": 1}, by_file  # requested by its file: that cell alone
     jobs = planned_jobs(snakemake(pipeline_run, "-n", "main").stdout)
-    assert jobs == {"eval_cell": 1, "table": 1, "main": 1}, jobs  # no data, targets, training or other cells
+    assert jobs == {"eval_replicate_cell": 1, "table": 1, "main": 1}, jobs  # no data, targets, training or other cells
     run = snakemake(pipeline_run, "main")
     assert run.returncode == 0 and cell.is_file(), run.stderr[-2000:]
+    assert set(pq.read_table(cell, columns=["replicate"]).column("replicate").to_pylist()) == {1}

@@ -51,7 +51,7 @@ def job_counts(out: str) -> dict[str, int]:
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
-def expected_cells(cfg: dict) -> int:
+def expected_cells(cfg: dict) -> set:
     """Cells docs/artifacts.md asks for, counted independently of workflow/rules/common.smk."""
     ds, ctx, budgets = list(cfg["datasets"]), list(cfg["contexts"]), cfg["budgets"]
     cells = {("ar", d, c, 0, 0) for d in ds for c in ctx}
@@ -69,19 +69,30 @@ def expected_cells(cfg: dict) -> int:
         cells |= {(label, one["dataset"], one["context"], b, one["gamma"]) for b in budgets}
     col = cfg["collapse"]
     cells |= {("sd", col["dataset"], c, b, col["gamma"]) for c in ctx for b in budgets}
-    return len(cells)
+    return cells
 
 
-@pytest.mark.parametrize("name, cells", [("config", 233), ("ci", 84), ("paper", 693)])
-def test_dry_run_plans_every_cell(workdir, name, cells):
+def replicated(cfg: dict, label: str) -> bool:
+    """A cell measured once per training replicate: a trained variant, or SD / TriForce on a trained base drafter."""
+    return label in cfg["variants"] or ("base_drafter" in cfg and label in ("sd", "triforce"))
+
+
+@pytest.mark.parametrize(
+    "name, cells, files", [("config", 233, 11 + 222 * 3), ("ci", 84, 8 + 76 * 2), ("paper", 693, 693)]
+)
+def test_dry_run_plans_every_cell(workdir, name, cells, files):
     cfg = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
-    assert expected_cells(cfg) == cells
+    grid = expected_cells(cfg)
+    assert len(grid) == cells
+    assert sum(cfg["replicates"] if replicated(cfg, c[0]) else 1 for c in grid) == files
     start = time.time()
     _, out = snakemake(workdir, "-n", "all", "--configfile", f"config/{name}.yaml")
     counts = job_counts(out)
-    assert counts["eval_cell"] == cells, counts
-    assert counts["train"] == 4 and counts["table"] == 7 and counts["figure"] == 3 and counts["claims"] == 1
-    assert counts.get("train_base", 0) == ("base_drafter" in cfg)  # the paper's llama-68m is used untouched
+    assert counts.get("eval_cell", 0) + counts.get("eval_replicate_cell", 0) == files, counts
+    assert counts.get("eval_cell", 0) == sum(not replicated(cfg, c[0]) for c in grid), counts  # shared cells once
+    reps = cfg["replicates"]
+    assert counts["train"] == 4 * reps and counts["table"] == 7 and counts["figure"] == 3 and counts["claims"] == 1
+    assert counts.get("train_base", 0) == ("base_drafter" in cfg) * reps  # the paper's llama-68m: untouched
     assert counts["prepare_prompts"] == len(cfg["datasets"]) * len(cfg["contexts"])
     shared = cfg.get("share_verifier_prefill", False)  # one prefill job per prompts file, or none
     assert counts.get("verifier_prefill", 0) == shared * counts["prepare_prompts"]
@@ -89,13 +100,23 @@ def test_dry_run_plans_every_cell(workdir, name, cells):
     assert time.time() - start < 60
 
 
+@pytest.mark.parametrize("name", ["config", "ci", "paper"])
+def test_budgetdraft_trains_where_it_evaluates(name):
+    """Its training sequences (prefix + supervised continuation) reach the longest context, as the paper's 16,128 +
+    256 reach 16K: the drafter is not left to extrapolate to positions it never trained at."""
+    cfg = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
+    data = cfg["training_data"]
+    assert data["prefix_len"] + data["cont_len"] == max(cfg["contexts"].values())
+
+
 def test_named_target_plans_only_its_cells(workdir):
     _, out = snakemake(workdir, "-n", "ablation_lc")
     cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     n_ds, n_ctx, n_b = len(cfg["datasets"]), len(cfg["contexts"]), len(cfg["budgets"])
     counts = job_counts(out)
-    assert counts["eval_cell"] == n_ds * n_ctx * (1 + 2 * n_b)  # AR + L_A-only + λ=0.5 at γ fixed
-    assert counts["train"] == 2 and counts["table"] == 1 and "figure" not in counts
+    assert counts["eval_cell"] == n_ds * n_ctx  # AR, shared
+    assert counts["eval_replicate_cell"] == n_ds * n_ctx * 2 * n_b * cfg["replicates"]  # L_A-only + λ=0.5 at γ fixed
+    assert counts["train"] == 2 * cfg["replicates"] and counts["table"] == 1 and "figure" not in counts
 
 
 def test_lint_and_format_are_clean(workdir):
@@ -187,9 +208,10 @@ def test_src_edits_rerun_only_their_stage(workdir, module):
     if module == "paper":  # formatting of tables/figures (and the claims report): never the grid
         assert counts == {"table": 7, "figure": 3, "claims": 1, "all": 1, "total": 12}, counts
     else:  # retrains the base drafter and every variant and reruns their cells, not the AR cells nor the targets
-        assert counts["train"] == 4 and counts["train_base"] == 1
+        reps = yaml.safe_load((ROOT / "config/ci.yaml").read_text())["replicates"]
+        assert counts["train"] == 4 * reps and counts["train_base"] == reps
         assert "targets" not in counts and "export_model" not in counts
-        assert 0 < counts["eval_cell"] < 84
+        assert counts["eval_replicate_cell"] == 76 * reps and "eval_cell" not in counts  # AR, EAGLE-3: shared
 
 
 @pytest.mark.parametrize(
