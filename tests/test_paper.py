@@ -384,6 +384,24 @@ def test_a_truncated_cell_file_is_named_with_its_fix(cells, tmp_path):
             load_cells([cells[("sd", "d1", "1K", 32, 2)], cut])
 
 
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda df: df.assign(accepted=df["accepted"] + 1), "acceptance = 0.3 but accepted / drafted give 0.4"),
+        (lambda df: df.assign(accepted=df["drafted"] + 1), "accepted 11 > drafted 10"),
+        (lambda df: df.assign(tok_per_s=df["tok_per_s"] * 2), "tok_per_s = "),
+    ],
+    ids=["accepted-raised", "accepted-beyond-drafted", "speed-doubled"],
+)
+def test_a_cell_whose_columns_disagree_is_refused(cells, tmp_path, edit, message):
+    """A cell edited by hand (or mixed from two runs) so that a derived column no longer follows its inputs."""
+    df = pd.read_parquet(cells[("sd", "d1", "1K", 32, 2)])
+    edited = tmp_path / "edited.parquet"
+    edit(df).to_parquet(edited)
+    with pytest.raises(ValueError, match=re.escape(f"{edited}: ") + ".*" + re.escape(message)):
+        load_cells([edited])
+
+
 def test_lossless_violation_detected(cells, tmp_path):
     bad = write_cell(tmp_path / "bad", "lambda0.5", "d2", "1K", 64, 2, corrupt_sample=1)
     paths = [p for k, p in cells.items() if k != ("lambda0.5", "d2", "1K", 64, 2)] + [bad]

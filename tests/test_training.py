@@ -354,6 +354,7 @@ def test_restart_with_other_hparams_starts_over(pair, tmp_path, capsys):
     out = training.train(str(drafter_dir), targets, tmp_path / "e", {**HP, "lr": 5e-4}, progress=False)
     captured = capsys.readouterr()
     assert "hparams changed since the checkpoint" in captured.err and "resuming" not in captured.out
+    assert "(lr: 0.001 -> 0.0005)" in captured.err  # the key that changed, then and now
     assert_same_weights(
         out, training.train(str(drafter_dir), targets, tmp_path / "f", {**HP, "lr": 5e-4}, progress=False)
     )

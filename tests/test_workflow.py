@@ -5,6 +5,7 @@ Each test works on a copy of the workflow in a temporary directory (never on the
 `names.py`, which the workflow itself reads (labels, artifacts), is the real one.
 """
 
+import json
 import os
 import re
 import shutil
@@ -107,6 +108,16 @@ def test_budgetdraft_trains_where_it_evaluates(name):
     cfg = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
     data = cfg["training_data"]
     assert data["prefix_len"] + data["cont_len"] == max(cfg["contexts"].values())
+
+
+def test_position_limit_is_the_configured_verifiers_not_a_stale_exports(workdir):
+    """A checkout that ran the embedded default holds SmolLM2's export (8,192 positions): planning the paper's
+    config (16K contexts, a 131,072-position verifier) must not read that file as the paper verifier's limit."""
+    stale = workdir / "results/models/verifier/config.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 8192}))
+    code, out = snakemake(workdir, "-n", "all", "--configfile", "config/paper.yaml", check=False)
+    assert code == 0 and "positions" not in out.split("Job stats")[0], out[-2000:]
 
 
 def test_named_target_plans_only_its_cells(workdir):
@@ -234,6 +245,8 @@ def test_src_edits_rerun_only_their_stage(workdir, module):
         (lambda c: c.update(budgets=[0, 32]), "budgets[0] = 0: must be >= 1 (drafter KV budget B in tokens)"),
         (lambda c: c["policies"].update(dataset="pg19"), "policies.dataset = 'pg19'"),
         (lambda c: c["policies"].update(names=["h2o"]), "policies.names[0] = 'h2o'"),
+        (lambda c: c.update(device="gpu"), "device = 'gpu': must match"),
+        (lambda c: c["training"].update(device="gpu:0"), "training.device = 'gpu:0': must match"),
     ],
     ids=[
         "unknown-dataset-source",
@@ -250,6 +263,8 @@ def test_src_edits_rerun_only_their_stage(workdir, module):
         "plain-schema-line",
         "unknown-policies-dataset",
         "unknown-policy",
+        "device-gpu",
+        "training-device-gpu",
     ],
 )
 def test_bad_config_fails_naming_the_key(workdir, edit, message):

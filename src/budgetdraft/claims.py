@@ -831,6 +831,31 @@ def evidence_rows(ev: Evidence) -> list[str]:
     return lines
 
 
+REPLICATE_TEXT = (
+    "Each drafter's acceptance pooled over its cells at γ_fixed (every dataset, context and budget), in each training "
+    "replicate, and their mean and standard deviation: how far one training run can land from another."
+)
+
+
+def replicate_acceptance(ev: Evidence) -> dict[str, list[float]]:
+    """{label: pooled acceptance (%) at γ_fixed in each replicate (one value for a shared label)}."""
+    out = {}
+    for label in sorted({k[0] for k in ev.grid.rows if k[0] != AR}):
+        keys = ev.keys(label, ev.gamma, budgets=sorted({k[3] for k in ev.grid.rows if k[0] == label}))
+        if keys:
+            sums = ev.rows(keys).groupby("replicate")[["accepted", "drafted"]].sum()
+            out[label] = [float(x) for x in 100.0 * sums["accepted"] / sums["drafted"].where(sums["drafted"] > 0)]
+    return out
+
+
+def replicate_rows(ev: Evidence) -> list[str]:
+    lines = ["| drafter | per replicate (%) | mean | sd over replicates |", "|---|---|---|---|"]
+    for label, values in replicate_acceptance(ev).items():
+        sd = f"{np.std(values, ddof=1):.2f} pp" if len(values) > 1 else "-- (one run)"
+        lines.append(f"| {label} | {', '.join(f'{v:.2f}' for v in values)} | {np.mean(values):.2f} % | {sd} |")
+    return lines
+
+
 def speedup_model(ev: Evidence) -> list[dict]:
     """Per speculative cell with an AR cell beside it: α, γ, c, measured and predicted speedup (`budgetdraft.grid`)."""
     out = []
@@ -957,6 +982,7 @@ def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict]) 
         if f.why or f.note
     ]
     lines += ["", "## Analytical speedup model", "", SPEEDUP_MODEL_TEXT, ""] + speedup_model_rows(model)
+    lines += ["", "## Acceptance per training replicate", "", REPLICATE_TEXT, ""] + replicate_rows(ev)
     lines += ["", "## Evidence behind each number", ""] + evidence_rows(ev)
     return "\n".join(lines) + "\n"
 
@@ -1032,6 +1058,7 @@ def build(cells, settings, out, resamples: int = RESAMPLES, seed: int = SEED) ->
                     "verdict_rule": VERDICT_RULE,
                     "findings": [asdict(f) for f in found],
                     "speedup_model": model,
+                    "replicate_acceptance": replicate_acceptance(ev),
                 }
             ),
             indent=1,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import math
 import os
 import shutil
@@ -198,6 +199,21 @@ def resolve(spec: str) -> str:
     return str(cut)
 
 
+def max_positions(spec: str) -> int | None:
+    """The position limit in the config.json of the model ``spec`` names, read without loading or converting it: a
+    local directory's, an embedded model's converted cache (None before its first conversion), None for a hub id
+    (not readable offline) or a config without the key."""
+    base, options = parse_spec(spec)
+    if base.startswith("embedded:"):
+        path = cache_root() / "models" / base.split(":", 1)[1]  # a layer cut keeps the full model's positions
+    else:
+        path = Path(os.path.expanduser(spec))
+    config = path / "config.json"
+    if not config.is_file():
+        return None
+    return json.loads(config.read_text()).get("max_position_embeddings")
+
+
 def weights_digest(spec: str) -> str:
     """sha256 (hex) identifying the weights of ``spec``: ``files_sha256`` of the ``*.safetensors`` and ``*.bin``
     files of its resolved directory (embedded specs resolve to their converted cache directory). A hub id
@@ -275,14 +291,18 @@ def load_model(spec: str, device: str = "cpu", dtype: str = "float32"):
 
 
 def _load(spec: str, device: str, dtype: str):
+    """Load in ``dtype``; on an accelerator the weights go straight to ``device`` (``device_map``) instead of through
+    a CPU copy of the whole model (on the CPU, where they are already, a plain load)."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     from budgetdraft import attention
 
     path = resolve(spec)
+    placement = {} if torch.device(device).type == "cpu" else {"device_map": device}
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch_dtype(dtype), trust_remote_code=False, attn_implementation=attention.NAME
+            path, dtype=torch_dtype(dtype), trust_remote_code=False, attn_implementation=attention.NAME, **placement
         )
     except OSError as err:
         raise ValueError(f"cannot load model {spec!r}: {err}") from None
@@ -316,22 +336,25 @@ def check_pair(drafter, verifier) -> None:
         raise ValueError(f"drafter vocab_size {dv} differs from verifier vocab_size {vv}: they cannot share token ids")
 
 
-def export(spec: str, out: str | Path) -> Path:
-    """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer)."""
+def export(spec: str, out: str | Path, dtype: str = "float32") -> Path:
+    """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer), its
+    weights stored in ``dtype``: the dtype the run uses, so that a 7B fp16 verifier is written (and read by every
+    job) as 13.5 GB, not as a 27 GB float32 copy."""
     from transformers import AutoModelForCausalLM
 
     src = resolve(spec)
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype("float32"), trust_remote_code=False)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype(dtype), trust_remote_code=False)
     return _save_dir_atomically(model, load_tokenizer(spec), out)
 
 
 def configure_parser(parser) -> None:
     parser.add_argument("--spec", required=True, help="model spec (embedded:..., hub id or directory)")
     parser.add_argument("--out", required=True, help="output Hugging Face directory")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="dtype the weights are stored in")
 
 
 def run(args) -> None:
-    print(export(args.spec, args.out))
+    print(export(args.spec, args.out, args.dtype))

@@ -312,6 +312,14 @@ def _identity_changes(checkpoint: Path, identity: dict) -> list[str]:
     return [key for key in current if saved.get(key) != current[key]]
 
 
+def _hparams_diff(checkpoint: Path, identity: dict) -> str:
+    """The hparams keys that differ from the run.json of `checkpoint`, with their values then and now."""
+    then = json.loads((checkpoint / "run.json").read_text()).get("hparams") or {}
+    now = json.loads(json.dumps(identity["hparams"], sort_keys=True))
+    keys = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+    return ", ".join(f"{k}: {then.get(k, 'unset')!r} -> {now.get(k, 'unset')!r}" for k in keys)
+
+
 def save_checkpoint(work: Path, step: int, drafter, optimizer, scheduler, identity: dict) -> Path:
     """checkpoints/step_N/ written atomically (``atomic_path``); older checkpoints, and what a killed write left,
     are removed afterwards."""
@@ -450,8 +458,10 @@ def resume(work: Path, identity: dict, drafter, optimizer, scheduler, steps: int
     checkpoint = latest_checkpoint(work)
     changed = _identity_changes(checkpoint, identity) if checkpoint is not None else []
     if changed:
+        detail = f" ({_hparams_diff(checkpoint, identity)})" if "hparams" in changed else ""
         print(
-            f"{', '.join(changed)} changed since the checkpoint {checkpoint}: restarting from step 0", file=sys.stderr
+            f"{', '.join(changed)} changed since the checkpoint {checkpoint}{detail}: restarting from step 0",
+            file=sys.stderr,
         )
         checkpoint = None
     if checkpoint is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 # Labels and artifacts have one home, shared with the library (src/ is on sys.path: Snakefile).
 from budgetdraft import names
-from budgetdraft.models import check_spec
+from budgetdraft.models import check_spec, max_positions
 
 # ---------------------------------------------------------------- names
 
@@ -110,18 +110,15 @@ def check_config(config):
         except ValueError as e:
             raise ValueError(f"{key} = {config[key]!r}: {e}") from None
     limit = config["verifier_max_positions"]
-    exported = Path("results/models/verifier/config.json")
-    if exported.is_file():  # once exported, the model's own limit applies too
-        model_limit = (
-            json.loads(exported.read_text()).get("max_position_embeddings") or limit
-        )
-        limit = min(limit, model_limit)
+    own = max_positions(config["verifier"])  # the configured verifier's, where readable offline
+    limit = min(limit, own or limit)
     new = config["max_new_tokens"]
     for label, length in config["contexts"].items():
         if length + new > limit:
             raise ValueError(
                 f"contexts.{label} = {length}: prompt + max_new_tokens ({new}) exceeds "
-                f"the verifier's {limit} positions (verifier_max_positions / its config.json)"
+                f"the verifier's {limit} positions (verifier_max_positions / the config.json of "
+                f"{config['verifier']})"
             )
     data = config["training_data"]
     if data["prefix_len"] + data["cont_len"] > limit:
@@ -311,6 +308,14 @@ def base_drafter_dir(replicate):
     if BASE:
         return f"results/models/drafter_base/r{replicate}"
     return "results/models/drafter_untrained"
+
+
+def export_dtype(role):
+    """The dtype a model is exported in: the verifier's `verifier_dtype`; the drafter's training dtype (the dtype it
+    is trained and, with the paper's fp32 drafter, decoded in)."""
+    if role == "verifier":
+        return config["verifier_dtype"]
+    return config["training"].get("dtype", config["drafter_dtype"])
 
 
 def seeded(hparams, replicate):

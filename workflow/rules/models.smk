@@ -1,5 +1,6 @@
 rule export_model:
-    """Materialise the verifier / the untrained drafter once as plain Hugging Face directories."""
+    """Materialise the verifier / the untrained drafter once as plain Hugging Face directories, in the dtype each is
+    used in (`export_dtype`)."""
     input:
         code=SRC["models"],
     output:
@@ -16,5 +17,7 @@ rule export_model:
         spec=lambda wc: (
             config["verifier"] if wc.role == "verifier" else config["drafter"]
         ),
+        dtype=lambda wc: export_dtype(wc.role),
     shell:
-        "python -m budgetdraft export-model --spec {params.spec:q} --out {output} > {log} 2>&1"
+        "python -m budgetdraft export-model --spec {params.spec:q} --dtype {params.dtype}"
+        " --out {output} > {log} 2>&1"
