@@ -100,9 +100,11 @@ def gamma_series(grid: Grid, s: Settings, dataset, context, errorbars: bool) -> 
     return out
 
 
-def draw_line(ax, x, y, band, errors, **style):
-    """A line with a shaded band of ± ``band`` (replicates) and, if given, error bars of ± ``errors`` (samples)."""
-    x, y, band = np.asarray(x), np.asarray(y, dtype=float), np.asarray(band, dtype=float)
+def draw_line(ax, series: dict, metric: str, **style):
+    """``series[metric]`` vs γ (`gamma_series`) with a shaded band of ± its std over replicates and, where the series
+    has them, error bars of ± its std over samples."""
+    x, y = np.asarray(series["gamma"]), np.asarray(series[metric], dtype=float)
+    band, errors = np.asarray(series[f"{metric}_replicate_sd"], dtype=float), series.get(f"{metric}_std")
     if errors is not None:
         ax.errorbar(x, y, yerr=errors, capsize=2, **style)
     else:
@@ -141,29 +143,8 @@ def paper_gamma_layout(series: dict, s: Settings):
             v, ax = series[context, dataset], axes[i][j]
             ax2 = ax.twinx()
             g = v["gamma"]
-            draw_line(
-                ax,
-                g,
-                v["acceptance"],
-                v["acceptance_replicate_sd"],
-                v.get("acceptance_std"),
-                color="C0",
-                marker="o",
-                ms=3,
-                label="acceptance",
-            )
-            draw_line(
-                ax2,
-                g,
-                v["speedup"],
-                v["speedup_replicate_sd"],
-                v.get("speedup_std"),
-                color="C1",
-                marker="s",
-                ms=3,
-                ls="--",
-                label="speedup",
-            )
+            draw_line(ax, v, "acceptance", color="C0", marker="o", ms=3, label="acceptance")
+            draw_line(ax2, v, "speedup", color="C1", marker="s", ms=3, ls="--", label="speedup")
             ax2.plot(g, v["predicted"], color="C1", ls=":", label="predicted speedup")
             ax.set_title(f"{name}, {context}", fontsize=9)
             ax.set_ylim(0, 100)
@@ -192,8 +173,8 @@ def context_lines_layout(series: dict, s: Settings):
             v, color = series[context, dataset], f"C{k}"
             g = v["gamma"]
             style = {"color": color, "marker": "os^vDP"[k % 6], "ms": 3, "label": context}
-            draw_line(ax_acc, g, v["acceptance"], v["acceptance_replicate_sd"], v.get("acceptance_std"), **style)
-            draw_line(ax_sp, g, v["speedup"], v["speedup_replicate_sd"], v.get("speedup_std"), **style)
+            draw_line(ax_acc, v, "acceptance", **style)
+            draw_line(ax_sp, v, "speedup", **style)
             ax_sp.plot(g, v["predicted"], color=color, ls=":", lw=1)
         ax_acc.set_title(name, fontsize=9)
         ax_sp.axhline(1.0, color="gray", lw=0.8, ls=":")
