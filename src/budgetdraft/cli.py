@@ -21,9 +21,10 @@ COMMANDS = {
     "claims": ("budgetdraft.claims", "report which of the paper's findings hold in this run, with bootstrap intervals"),
     "train-eagle3": ("budgetdraft.baselines.eagle3", "train the EAGLE-3 draft head baseline"),
     "warm": ("budgetdraft.warm", "serve pre-imported forks to the commands of a local pipeline run"),
+    "estimate": ("budgetdraft.estimate", "what a configuration will cost on a device, before it runs"),
 }
 # every pipeline stage: the warm process saves each job its start-up (1-6 s of imports; budgetdraft.warm)
-WARM_COMMANDS = tuple(name for name in COMMANDS if name != "warm")
+WARM_COMMANDS = tuple(name for name in COMMANDS if name not in ("warm", "estimate"))
 
 
 def build_parser() -> argparse.ArgumentParser:
