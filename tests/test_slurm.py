@@ -136,16 +136,16 @@ def test_a_cancelled_cell_is_resubmitted_alone_with_its_table(slurm_run, slurm_e
         if run.poll() is None:
             run.kill()
     log = log_path.read_text()
-    assert "rule eval_cell:" in log and f"SLURM-job '{job}' failed" in log, log[-3000:]
+    assert "rule eval_replicate_cell:" in log and f"SLURM-job '{job}' failed" in log, log[-3000:]
     assert job_states([job]) == {job: "CANCELLED"}
     assert not cell.exists()
 
     plan = ci_snakemake(work, *PROFILE, "-n", TARGET, env=slurm_env)
-    assert planned_jobs(plan.stdout) == {"eval_cell": 1, "table": 1, TARGET: 1}, plan.stdout[-3000:]
+    assert planned_jobs(plan.stdout) == {"eval_replicate_cell": 1, "table": 1, TARGET: 1}, plan.stdout[-3000:]
     rerun = ci_snakemake(work, *PROFILE, TARGET, env=slurm_env)
     log = rerun.stdout + rerun.stderr
     assert rerun.returncode == 0, log[-3000:]
     remote, _, ids = jobs_of(log)
-    assert remote == {"eval_cell": 1, "table": 1} and len(ids) == 2, (remote, ids)
+    assert remote == {"eval_replicate_cell": 1, "table": 1} and len(ids) == 2, (remote, ids)
     assert set(job_states(ids).values()) == {"COMPLETED"}
     assert decoded(cell) == decoded(request.getfixturevalue("pipeline_run") / CANCELLED_CELL)

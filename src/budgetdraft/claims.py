@@ -434,6 +434,8 @@ def recovery(ev: Evidence) -> list[Finding]:
                 f"SD keeps {sd[0]:.2f} % at {context} (no fall from {shortest}): there is no collapse for "
                 f"BudgetDraft to recover from"
             )
+        elif f.verdict == OPEN:
+            f.why = f"BudgetDraft accepts {bd[0]:.2f} % vs SD's {sd[0]:.2f} % at {context}, within the interval's reach"
         out.append(f)
     return out
 

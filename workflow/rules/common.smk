@@ -110,7 +110,8 @@ def check_config(config):
         except ValueError as e:
             raise ValueError(f"{key} = {config[key]!r}: {e}") from None
     limit = config["verifier_max_positions"]
-    own = max_positions(config["verifier"])  # the configured verifier's, where readable offline
+    # the configured verifier's own limit, where its config.json is readable offline
+    own = max_positions(config["verifier"])
     limit = min(limit, own or limit)
     new = config["max_new_tokens"]
     for label, length in config["contexts"].items():

@@ -75,14 +75,15 @@ rule eval_cell:
         "python -m budgetdraft eval-cell --label {wildcards.label} --method {params.method}"
         " --verifier {input.verifier} {params.drafter} --prompts {input.prompts}"
         " --dataset {wildcards.dataset} --context {wildcards.context}"
-        " --budget {wildcards.budget} --gamma {wildcards.gamma} --policy {params.policy}"
+        " --budget {wildcards.budget} --gamma {wildcards.gamma} --replicate {params.replicate}"
+        " --policy {params.policy}"
         " --chunk-size {params.chunk_size} --score-window {params.score_window}"
         " --max-new-tokens {params.max_new_tokens} --warmup {params.warmup}"
         " --warmup-tokens {params.warmup_tokens}"
         " --warmup-prompt-tokens {params.warmup_prompt_tokens} --repeats {params.repeats}"
         " --device {params.device} --verifier-dtype {params.verifier_dtype}"
         " --drafter-dtype {params.drafter_dtype} --threads {threads} {params.extra} {params.prefill}{params.sampling}"
-        " --replicate {params.replicate} --out {output} > {log} 2>&1"
+        " --out {output} > {log} 2>&1"
 
 
 use rule eval_cell as eval_replicate_cell with:
