@@ -237,7 +237,7 @@ class Estimator:
     def cell(self, label: str, dataset: str, context: int, budget: int, gamma: int) -> Cost:
         c = self.cfg
         shared = bool(c.get("share_verifier_prefill"))
-        runs = self.samples(dataset) * c["repeats"]
+        runs = self.samples(dataset) * c.get("repeats", 1)
         timed, prefilled = self.generation(label, context, budget, gamma, c["max_new_tokens"], shared)
         warm_len = c.get("warmup_prompt_tokens") or context
         warm, _ = self.generation(label, warm_len, budget, gamma, c.get("warmup_tokens") or c["max_new_tokens"], False)
@@ -245,11 +245,11 @@ class Estimator:
         load_s = loads * (self.verifier.load_s if label == "ar" else self.verifier.load_s + self.drafter.load_s)
         return Cost(
             jobs=1,
-            generations=runs + c["warmup"],
+            generations=runs + c.get("warmup", 1),
             prefilled=runs * prefilled,
             decoded=runs * c["max_new_tokens"],
             loads=loads,
-            seconds=runs * timed + c["warmup"] * warm + load_s,
+            seconds=runs * timed + c.get("warmup", 1) * warm + load_s,
         )
 
     def prefill_job(self, dataset: str, context: int) -> Cost:
@@ -393,6 +393,6 @@ def run(args) -> None:
     est = Estimator(cfg, DEVICES[args.gpu], args.alpha)
     check_fits(cfg, est, args.gpu)
     stages = costs(cfg, planned_jobs(args.configfile, args.target), est)
-    print(report(cfg, stages, est, args.gpu), end="")
     if math.isnan(sum(c.seconds for c in stages.values())):
         raise ValueError("the estimate is undefined (NaN): check the config's lengths and steps")
+    print(report(cfg, stages, est, args.gpu), end="")
