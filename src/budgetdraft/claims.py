@@ -75,6 +75,7 @@ from budgetdraft.grid import (
     OPTIONAL_COLUMNS,
     Grid,
     Settings,
+    acceptance_by_replicate,
     draft_cost,
     load_cells,
     parse_settings,
@@ -163,12 +164,9 @@ class Evidence:
         )
         self.column = {p: i for i, p in enumerate(self.prompts)}
         df["prompt"] = [self.column[(d, int(s))] for d, s in zip(df["dataset"], df["sample"])]
-        if "replicate" not in df.columns:
-            df["replicate"] = SHARED
-        self.replicates = sorted(int(r) for r in df["replicate"].unique() if r != SHARED) or [SHARED]
-        row_of = {r: i for i, r in enumerate(self.replicates)}
-        df["replicate_row"] = [row_of.get(int(r), -1) for r in df["replicate"]]  # -1: shared, counts in every row
         self.grid = Grid(df, **settings.lossless)
+        self.replicates = sorted(int(r) for r in self.grid.df["replicate"].unique() if r != SHARED) or [SHARED]
+        self.row_of = {r: i for i, r in enumerate(self.replicates) if r != SHARED}
         strata = [np.array([i for i, p in enumerate(self.prompts) if p[0] == d]) for d in self.datasets]
         strata = [s for s in strata if len(s)]
         self.replicate_weights, self.prompt_weights = two_way_weights(
@@ -202,16 +200,14 @@ class Evidence:
 
     # per-(replicate, prompt) sums, and statistics over the weights
     def table(self, rows: pd.DataFrame, values) -> np.ndarray:
-        """(replicates, prompts) sums of ``values`` over ``rows``; a shared row adds to every replicate."""
+        """(replicates, prompts) sums of ``values`` over ``rows`` (columns `replicate`, `prompt`); a shared row adds
+        to every replicate."""
         n_r, n_p = len(self.replicates), len(self.prompts)
         values = np.asarray(values, dtype=float)
-        own = rows["replicate_row"].to_numpy() >= 0
-        out = np.bincount(
-            rows["replicate_row"].to_numpy()[own] * n_p + rows["prompt"].to_numpy()[own],
-            weights=values[own],
-            minlength=n_r * n_p,
-        ).reshape(n_r, n_p)
-        return out + np.bincount(rows["prompt"].to_numpy()[~own], weights=values[~own], minlength=n_p)
+        row = rows["replicate"].map(self.row_of).fillna(-1).to_numpy(dtype=int)  # -1: shared
+        prompt, own = rows["prompt"].to_numpy(dtype=int), row >= 0
+        out = np.bincount(row[own] * n_p + prompt[own], weights=values[own], minlength=n_r * n_p).reshape(n_r, n_p)
+        return out + np.bincount(prompt[~own], weights=values[~own], minlength=n_p)
 
     def vector(self, key, column) -> np.ndarray:
         """Per (replicate, prompt): Σ column over the cell's rows; column 'n:x' counts the rows where x is measured."""
@@ -242,11 +238,8 @@ class Evidence:
         shape = (len(self.replicates), len(self.prompts))
         value, present = np.zeros(shape), np.zeros(shape)
         for key in keys:
-            self.grid.sample_speedups(key)  # checks that AR has the cell's samples
-            rows = self.grid.rows[key]
-            ar = self.grid.samples[self.grid.ar_key(key[1], key[2])]["time"]
-            per = rows.groupby(["replicate_row", "prompt", "sample"], as_index=False)["total_s"].mean()
-            per["speedup"] = ar.reindex(per["sample"]).to_numpy() / per["total_s"].to_numpy()
+            per = self.grid.replicate_sample_speedups(key).rename("speedup").reset_index()
+            per["prompt"] = [self.column[(key[1], int(s))] for s in per["sample"]]
             value += self.table(per, per["speedup"])
             present += self.table(per, np.ones(len(per)))
         return ratio(self.weigh(value), self.weigh(present))
@@ -845,8 +838,7 @@ def replicate_acceptance(ev: Evidence) -> dict[str, list[float]]:
     for label in sorted({k[0] for k in ev.grid.rows if k[0] != AR}):
         keys = ev.keys(label, ev.gamma, budgets=sorted({k[3] for k in ev.grid.rows if k[0] == label}))
         if keys:
-            sums = ev.rows(keys).groupby("replicate")[["accepted", "drafted"]].sum()
-            out[label] = [float(x) for x in 100.0 * sums["accepted"] / sums["drafted"].where(sums["drafted"] > 0)]
+            out[label] = [float(x) for x in acceptance_by_replicate(ev.rows(keys))]
     return out
 
 

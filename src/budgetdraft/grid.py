@@ -310,15 +310,19 @@ class Grid:
 
     def replicate_acceptance(self, key) -> pd.Series:
         """A cell's acceptance (%) in each training replicate (one entry, `SHARED`, for a shared cell)."""
-        sums = self.rows[self.need(*key)].groupby("replicate")[["accepted", "drafted"]].sum()
-        return 100.0 * sums["accepted"] / sums["drafted"].where(sums["drafted"] > 0)
+        return acceptance_by_replicate(self.rows[self.need(*key)])
+
+    def replicate_sample_speedups(self, key) -> pd.Series:
+        """AR per-sample time / the cell's per-sample time in each training replicate, indexed by (replicate,
+        sample)."""
+        self.sample_speedups(key)  # the AR cell must have the cell's samples
+        ar = self.samples[self.ar_key(key[1], key[2])]["time"]
+        times = self.rows[tuple(key)].groupby(["replicate", "sample"])["total_s"].mean()
+        return ar.reindex(times.index.get_level_values("sample")).to_numpy() / times
 
     def replicate_speedup(self, key) -> pd.Series:
         """A cell's speedup (mean over samples of AR per-sample time / per-sample time) in each training replicate."""
-        key = self.need(*key)
-        ar = self.samples[self.ar_key(key[1], key[2])]["time"]
-        times = self.rows[key].groupby(["replicate", "sample"])["total_s"].mean()
-        return (ar.reindex(times.index.get_level_values("sample")).to_numpy() / times).groupby("replicate").mean()
+        return self.replicate_sample_speedups(key).groupby("replicate").mean()
 
     def replicates(self, key) -> list[int]:
         return sorted(int(r) for r in self.rows[self.need(*key)]["replicate"].unique())
@@ -362,6 +366,12 @@ class Grid:
     def peak(self, key) -> float:
         """Mean `peak_mem_mb` of a cell, in the unit of `memory`."""
         return float(self.rows[self.need(*key)]["peak_mem_mb"].mean()) / self.memory[1]
+
+
+def acceptance_by_replicate(rows: pd.DataFrame) -> pd.Series:
+    """100 · Σ accepted / Σ drafted over ``rows``, per training replicate (NaN where nothing was drafted)."""
+    sums = rows.groupby("replicate")[["accepted", "drafted"]].sum()
+    return 100.0 * sums["accepted"] / sums["drafted"].where(sums["drafted"] > 0)
 
 
 def draft_cost(rows: pd.DataFrame, ar_rows: pd.DataFrame) -> float:
