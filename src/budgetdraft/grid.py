@@ -115,7 +115,7 @@ def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
     both shared and per replicate."""
     if not paths:
         raise ValueError("no --cells given")
-    frames, owner = [], {}
+    frames, owner, kind = [], {}, {}  # (cell, replicate) -> file; cell -> (shared?, a file of it)
     for path in map(Path, paths):
         df = read_cell(path, optional)
         if df.empty:
@@ -128,9 +128,9 @@ def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
                 raise ValueError(
                     f"cell {cell_name(key, replicate)} is in two files: {owner[key, replicate]} and {path}"
                 )
-            other = [p for (k, r), p in owner.items() if k == key and (r == SHARED) != (replicate == SHARED)]
-            if other:
-                raise ValueError(f"cell {cell_name(key)} is both shared and per replicate: {other[0]} and {path}")
+            shared, first = kind.setdefault(key, (replicate == SHARED, path))
+            if shared != (replicate == SHARED):
+                raise ValueError(f"cell {cell_name(key)} is both shared and per replicate: {first} and {path}")
             owner[key, replicate] = path
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
