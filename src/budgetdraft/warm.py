@@ -35,6 +35,7 @@ import sys
 import time
 
 ENV = "BUDGETDRAFT_WARM"
+ASYNC_LOAD_OFF = "HF_DEACTIVATE_ASYNC_LOAD"
 PRELOAD = (
     "torch",
     "pandas",
@@ -90,6 +91,7 @@ def _child(request: dict, fds: list[int]) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ.pop(ENV, None)
+    os.environ[ASYNC_LOAD_OFF] = "1"  # a fork must not start transformers' loader threads (torch's OpenMP pool)
     sys.argv = ["budgetdraft", *request["argv"]]
     try:  # the program's entry point, as `python -m budgetdraft ARGV` runs it (not the cli module's API)
         runpy.run_module("budgetdraft", run_name="__main__", alter_sys=True)
@@ -164,7 +166,7 @@ def serve(path: str, idle: float = 0) -> None:
     from transformers.utils import logging as hf_logging
 
     torch.set_num_threads(1)  # no OpenMP pool for a fork to inherit; each command sets its own --threads
-    os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"  # transformers loads weights in a thread pool otherwise
+    os.environ[ASYNC_LOAD_OFF] = "1"  # transformers loads weights in a thread pool otherwise
     hf_logging.disable_progress_bar()  # tqdm's monitor thread
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     if os.path.exists(path):
