@@ -1,8 +1,10 @@
 """Warm start: a cell run through the pre-imported process equals the same cell run in its own process, and a
-killed client takes its command with it."""
+killed client takes its command with it; the resident server (the GPU path, run here on device cpu) keeps each
+model loaded across cells, forks nothing, and can be started by the first cell of a cluster job."""
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,14 +18,16 @@ from conftest import tiny_cell_args, tiny_cell_inputs
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
-@pytest.fixture
-def server(tmp_path):
-    """A warm process serving on tmp_path/warm.sock: its Popen and the environment that sends commands to it."""
+@pytest.fixture(params=["forking"])
+def server(tmp_path, request):
+    """A warm process serving on tmp_path/warm.sock: its Popen and the environment that sends commands to it
+    (``resident`` when the test is parametrized so)."""
     sock = tmp_path / "warm.sock"
     env = {**os.environ, "PYTHONPATH": SRC}
     log = open(tmp_path / "warm.log", "w")
+    mode = ["--resident"] if request.param == "resident" else []
     server = subprocess.Popen(
-        [sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--idle", "60"],
+        [sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--idle", "60", *mode],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -177,3 +181,82 @@ def test_a_preloaded_model_is_handed_out_once_and_never_after_its_files_change(t
     weight = "model.layers.0.mlp.down_proj.weight"
     assert torch.equal(fresh.state_dict()[weight], tiny_llama(seed=2, layers=1).state_dict()[weight])
     assert not torch.equal(fresh.state_dict()[weight], drafter.state_dict()[weight])
+
+
+RESIDENT = pytest.mark.parametrize("server", ["resident"], indirect=True)
+
+
+@RESIDENT
+def test_resident_cells_equal_cold_cells_and_read_each_model_once(tmp_path, server):
+    process, warm = server
+    models_and_prompts(tmp_path)
+    cold_env = {k: v for k, v in warm.items() if k != "BUDGETDRAFT_WARM"}
+    first, second = cell(tmp_path, warm, tmp_path / "a.parquet"), cell(tmp_path, warm, tmp_path / "b.parquet")
+    cold = cell(tmp_path, cold_env, tmp_path / "cold.parquet")
+    assert first.returncode == second.returncode == cold.returncode == 0, first.stderr + second.stderr + cold.stderr
+    rows = [pd.read_parquet(tmp_path / f"{name}.parquet") for name in ("a", "b", "cold")]
+    assert all(
+        list(r.output_ids[0]) == list(rows[2].output_ids[0]) and r.drafted[0] == rows[2].drafted[0] for r in rows
+    )
+    for model in ("v", "d"):  # loaded by the first cell, handed to the second without a read
+        assert f"loaded {tmp_path / model} (cpu, float32); it stays resident" in first.stderr, first.stderr
+        assert f"{tmp_path / model} (cpu, float32) is resident: not loaded again" in second.stderr, second.stderr
+    assert not _descendants(process.pid)  # nothing forked
+    bad = cell(tmp_path, warm, tmp_path / "bad.parquet", method="nope")
+    assert bad.returncode == 1 and "--method 'nope' is not one of" in bad.stderr
+    again = cell(tmp_path, warm, tmp_path / "c.parquet")  # an error leaves the server serving, its models kept
+    assert again.returncode == 0 and "is resident: not loaded again" in again.stderr, again.stderr
+
+
+@RESIDENT
+def test_a_resident_server_leaves_other_commands_to_their_own_process(tmp_path, server, monkeypatch):
+    from budgetdraft import warm
+
+    _, env = server
+    monkeypatch.setenv(warm.ENV, env[warm.ENV])
+    assert warm.delegate(["claims", "--help"]) is None  # not served: the command line runs it itself
+    models_and_prompts(tmp_path)
+    run = subprocess.run(cell_argv(tmp_path, tmp_path / "x.parquet"), env=env, capture_output=True, text=True)
+    assert run.returncode == 0 and "it stays resident" in run.stderr, run.stderr
+
+
+@RESIDENT
+def test_a_killed_client_interrupts_its_resident_command(tmp_path, server):
+    _, env = server
+    models_and_prompts(tmp_path)
+    out, log = tmp_path / "killed.parquet", tmp_path / "killed.log"
+    with open(log, "w") as stderr:
+        client = subprocess.Popen(cell_argv(tmp_path, out, new_tokens=200, repeats=1000), env=env, stderr=stderr)
+    deadline = time.time() + 60
+    while "repeat 0" not in log.read_text() and time.time() < deadline:
+        time.sleep(0.1)
+    assert "repeat 0" in log.read_text(), log.read_text()
+    client.kill()
+    client.wait()
+    # served only once the killed command has stopped: minutes of decoding if it went on
+    after = subprocess.run(
+        cell_argv(tmp_path, tmp_path / "after.parquet"), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert after.returncode == 0, after.stderr
+    assert "is resident: not loaded again" in after.stderr, after.stderr
+    assert not out.exists() and not list(tmp_path.glob(".killed.parquet.*"))
+
+
+def test_the_first_cell_of_a_cluster_job_starts_the_resident_server(tmp_path):
+    """No onstart runs inside a cluster job: the first cell that finds no server starts a detached resident one,
+    and the next cell of the same job group uses it."""
+    from budgetdraft import warm
+
+    models_and_prompts(tmp_path)
+    sock = tmp_path / "job.sock"
+    env = {**os.environ, "PYTHONPATH": SRC, warm.ENV: str(sock), warm.AUTOSTART: "resident"}
+    try:
+        first, second = cell(tmp_path, env, tmp_path / "a.parquet"), cell(tmp_path, env, tmp_path / "b.parquet")
+        assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+        assert "it stays resident" in first.stderr and "is resident: not loaded again" in second.stderr
+        assert "(resident, pid" in (tmp_path / "job.sock.log").read_text()
+    finally:
+        log = (tmp_path / "job.sock.log").read_text() if (tmp_path / "job.sock.log").exists() else ""
+        for pid in re.findall(r"\(resident, pid (\d+)", log):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGTERM)

@@ -255,8 +255,11 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
-# (directory, device, dtype, its files' names / sizes / mtimes) -> model loaded ahead by ``preload``
+# (directory, device, dtype, its files' names / sizes / mtimes) -> model loaded ahead by ``preload``, or kept loaded
 PRELOADED: dict[tuple, object] = {}
+# True in the resident process (``budgetdraft warm --resident``): it runs commands one after another in itself, so
+# every model ``load_model`` loads stays loaded for the next command instead of being handed out once
+KEEP = False
 
 
 def _preload_key(spec: str, device: str, dtype: str) -> tuple | None:
@@ -285,9 +288,41 @@ def preload(spec: str, device: str = "cpu", dtype: str = "float32") -> bool:
 
 def load_model(spec: str, device: str = "cpu", dtype: str = "float32"):
     """The causal LM named by ``spec``, in eval mode on ``device``; ``trust_remote_code`` stays off. A model this
-    process (or the process it was forked from) preloaded from the same files is handed out, once per process."""
-    model = PRELOADED.pop(_preload_key(spec, device, dtype), None) if PRELOADED else None
+    process (or the process it was forked from) preloaded from the same files is handed out, once per process;
+    in the resident process (``KEEP``) every model stays loaded and is handed to each command that names it."""
+    key = _preload_key(spec, device, dtype) if PRELOADED or KEEP else None
+    if KEEP and key is not None:
+        return _resident(key, spec)
+    model = PRELOADED.pop(key, None) if key else None
     return model if model is not None else _load(spec, device, dtype)
+
+
+def _resident(key: tuple, spec: str):
+    """The kept model of ``key``, loaded now if it is not kept yet; a copy of the same directory from files that
+    have changed since (a retrained drafter) is dropped first, freeing its memory. Says which, on stderr."""
+    import sys
+
+    if key in PRELOADED:
+        print(f"budgetdraft: {spec} ({key[1]}, {key[2]}) is resident: not loaded again", file=sys.stderr)
+        return PRELOADED[key]
+    for stale in [k for k in PRELOADED if k[:3] == key[:3]]:
+        del PRELOADED[stale]
+    PRELOADED[key] = _load(spec, key[1], key[2])
+    print(f"budgetdraft: loaded {spec} ({key[1]}, {key[2]}); it stays resident", file=sys.stderr)
+    return PRELOADED[key]
+
+
+def release_changed() -> list[str]:
+    """Drop every kept model a command left changed (a forward hook still registered, or train mode): the next
+    command then loads it afresh instead of inheriting the change. Returns the directories dropped."""
+    changed = [
+        key
+        for key, model in PRELOADED.items()
+        if model.training or any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    ]
+    for key in changed:
+        del PRELOADED[key]
+    return [key[0] for key in changed]
 
 
 def _load(spec: str, device: str, dtype: str):

@@ -19,6 +19,16 @@ Each request gets a *keeper*, a fork of the warm process that forks the command'
 its own and waits for whichever comes first: the child's exit (its status goes to the client) or the client's end
 of the socket closing (the job was killed: Snakemake stopped, Ctrl-C, a timeout), which kills the child's group
 with SIGTERM, so no orphaned cell goes on computing and writing while other cells are timed.
+
+**Resident** (``--resident``; the pipeline's choice when ``device`` is an accelerator, ``warm_start: resident``
+forces it on the CPU): CUDA cannot be used across a fork, so this server forks nothing. It runs ``eval-cell`` and
+``prefill`` requests itself, one after another, and keeps every model they load (``budgetdraft.models.KEEP``,
+keyed by the directory's files as the preload is): a grid on one GPU reads its verifier once, not once per cell.
+Every other command is answered "not served" and runs in its own process. A client whose socket closes interrupts
+its command (KeyboardInterrupt in the server's main thread); a model a command left changed (a hook still
+registered, train mode) is dropped. On a cluster, where no ``onstart`` runs inside a job, a job sets
+``BUDGETDRAFT_WARM_AUTOSTART=resident`` with the socket path, and the first cell of a job group that finds no
+server starts one (``autostart``): the group's cells then share its models, and the server ends with the job.
 """
 
 from __future__ import annotations
@@ -32,10 +42,15 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 
 ENV = "BUDGETDRAFT_WARM"
+AUTOSTART = "BUDGETDRAFT_WARM_AUTOSTART"  # "resident": a client that finds no server starts a resident one
+AUTOSTART_IDLE_S = 300  # an autostarted server has no parent to watch: it leaves after this long without a request
 ASYNC_LOAD_OFF = "HF_DEACTIVATE_ASYNC_LOAD"
+RESIDENT_COMMANDS = ("eval-cell", "prefill")  # what a resident server runs itself: model loads it can keep
+NOT_SERVED = -(1 << 30)  # a resident server's answer to any other command: the client runs it in its own process
 PRELOAD = (
     "torch",
     "pandas",
@@ -53,20 +68,60 @@ PRELOAD = (
 )
 
 
-def delegate(argv: list[str]) -> int | None:
-    """Run ``budgetdraft argv`` in the warm process; its exit status, or None when no warm process answers."""
-    path = os.environ.get(ENV)
-    if not path or not os.path.exists(path):
-        return None
+def _connect(path: str) -> socket.socket | None:
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         client.connect(path)
     except OSError:
+        client.close()
+        return None
+    return client
+
+
+def autostart(path: str) -> socket.socket | None:
+    """Start a resident server on ``path`` unless one answers there, and connect to it (None if it does not come
+    up). A lock file makes the cells of one job that start at once start a single server."""
+    import fcntl
+    import subprocess
+
+    with open(f"{path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if client := _connect(path):
+            return client
+        env = {k: v for k, v in os.environ.items() if k not in (ENV, AUTOSTART)}
+        argv = ["--socket", path, "--resident", "--detached", "--idle", str(AUTOSTART_IDLE_S)]
+        with open(f"{path}.log", "a") as log:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "budgetdraft", "warm", *argv],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # not killed with the cell that started it
+            )
+        for _ in range(1200):  # its imports take seconds
+            if os.path.exists(path) or server.poll() is not None:
+                break
+            time.sleep(0.1)
+        return _connect(path)
+
+
+def delegate(argv: list[str]) -> int | None:
+    """Run ``budgetdraft argv`` in the warm process; its exit status, or None when no warm process answers or a
+    resident one does not serve this command."""
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    client = _connect(path) if os.path.exists(path) else None
+    if client is None and os.environ.get(AUTOSTART) == "resident" and argv[:1] in ([c] for c in RESIDENT_COMMANDS):
+        client = autostart(path)
+    if client is None:
         return None
     request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
     socket.send_fds(client, [struct.pack("!I", len(request)) + request], [0, 1, 2])
     status = client.recv(4)
-    return struct.unpack("!i", status)[0] if len(status) == 4 else 1
+    code = struct.unpack("!i", status)[0] if len(status) == 4 else 1
+    return None if code == NOT_SERVED else code
 
 
 def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -82,10 +137,10 @@ def _child(request: dict, fds: list[int]) -> int:
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
         os.close(fd)
-    sys.stdin, sys.stdout, sys.stderr = (
-        os.fdopen(0, "r"),
-        os.fdopen(1, "w", buffering=1),
-        os.fdopen(2, "w", buffering=1),
+    sys.stdin, sys.stdout, sys.stderr = (  # closefd=False: the resident server restores its own 0, 1, 2 after
+        os.fdopen(0, "r", closefd=False),
+        os.fdopen(1, "w", buffering=1, closefd=False),
+        os.fdopen(2, "w", buffering=1, closefd=False),
     )
     os.chdir(request["cwd"])
     os.environ.clear()
@@ -152,12 +207,76 @@ def _preload(request: dict) -> None:
         print(f"budgetdraft warm: nothing preloaded for {request['argv']}: {err!r}", flush=True)
 
 
+def _watch(conn: socket.socket, done: int) -> None:
+    """In a thread of the resident server: interrupt the main thread's command when the client's end of ``conn``
+    closes before ``done`` becomes readable (the command finished)."""
+    ready, _, _ = select.select([conn, done], [], [])
+    if done not in ready:
+        import _thread
+
+        _thread.interrupt_main()
+
+
+def _run_here(conn: socket.socket, request: dict, fds: list[int]) -> int:
+    """Run the command in this process (the resident server), then restore the server's own standard streams,
+    environment, working directory and argv. Returns the command's exit status (1 when interrupted)."""
+    saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
+    saved = (sys.stdin, sys.stdout, sys.stderr, dict(os.environ), os.getcwd(), sys.argv)
+    done, done_w = os.pipe()
+    watcher = threading.Thread(target=_watch, args=(conn, done), daemon=True)
+    watcher.start()
+    try:
+        return _child(request, fds)
+    finally:
+        os.write(done_w, b"x")
+        watcher.join()
+        for target, fd in zip((0, 1, 2), saved_fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.close(done)
+        os.close(done_w)
+        sys.stdin, sys.stdout, sys.stderr, env, cwd, sys.argv = saved
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+
+
+def _serve_here(conn: socket.socket, request: dict, fds: list[int]) -> None:
+    """The resident server's handling of one request: run a resident command here, or answer NOT_SERVED."""
+    code = NOT_SERVED
+    if request["argv"][:1] in ([c] for c in RESIDENT_COMMANDS):
+        try:
+            code = _run_here(conn, request, fds)
+        except KeyboardInterrupt:  # the client left just as its command ended
+            code = 130
+        finally:
+            _after_command()
+    else:
+        for fd in fds:
+            os.close(fd)
+    with contextlib.suppress(OSError):  # a client that is gone
+        conn.sendall(struct.pack("!i", code))
+    conn.close()
+
+
+def _after_command() -> None:
+    from budgetdraft.models import release_changed
+
+    for path in release_changed():
+        print(f"budgetdraft warm: dropped {path}: the last command left it changed", flush=True)
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()  # the next cell's peak memory is its own
+
+
 POLL_S = 5.0  # how often an idle server checks that its parent is still there
 
 
-def serve(path: str, idle: float = 0) -> None:
-    """Serve on ``path`` until the parent process exits, or ``idle`` seconds pass without a request (0: never).
-    (A fixed idle limit alone killed the server while the training chain kept every cell waiting.)"""
+def serve(path: str, idle: float = 0, resident: bool = False, detached: bool = False) -> None:
+    """Serve on ``path`` until the parent process exits (unless ``detached``), or ``idle`` seconds pass without a
+    request (0: never). (A fixed idle limit alone killed the server while the training chain kept every cell
+    waiting.) ``resident``: run the resident commands here and keep their models, instead of forking."""
     import importlib
 
     for module in PRELOAD:
@@ -165,43 +284,60 @@ def serve(path: str, idle: float = 0) -> None:
     import torch
     from transformers.utils import logging as hf_logging
 
+    from budgetdraft import models
+
+    models.KEEP = resident
     torch.set_num_threads(1)  # no OpenMP pool for a fork to inherit; each command sets its own --threads
     os.environ[ASYNC_LOAD_OFF] = "1"  # transformers loads weights in a thread pool otherwise
     hf_logging.disable_progress_bar()  # tqdm's monitor thread
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    if not resident:
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the keepers are reaped by the kernel
+    server = _listen(path)
+    parent, last_request = os.getppid(), time.monotonic()
+    mode = "resident" if resident else "forking"
+    print(f"budgetdraft warm: serving on {path} ({mode}, pid {os.getpid()}, parent {parent})", flush=True)
+    try:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                if (not detached and os.getppid() != parent) or (idle and time.monotonic() - last_request > idle):
+                    return
+                continue
+            request, fds = _recv_request(conn)
+            if resident:
+                _serve_here(conn, request, fds)
+            else:
+                _fork_keeper(server, conn, request, fds)
+            last_request = time.monotonic()
+    finally:
+        server.close()
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def _listen(path: str) -> socket.socket:
     if os.path.exists(path):
         os.unlink(path)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)
     server.settimeout(POLL_S)
-    parent, last_request = os.getppid(), time.monotonic()
-    print(f"budgetdraft warm: serving on {path} (pid {os.getpid()}, parent {parent})", flush=True)
-    try:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                if os.getppid() != parent or (idle and time.monotonic() - last_request > idle):
-                    return
-                continue
-            last_request = time.monotonic()
-            request, fds = _recv_request(conn)
-            _preload(request)
-            if os.fork() == 0:  # keeper: run the command, report its status, leave
-                server.close()
-                code = 1
-                try:
-                    code = _keep(conn, request, fds)
-                finally:
-                    os._exit(code)
-            for fd in fds:
-                os.close(fd)
-            conn.close()
-    finally:
+    return server
+
+
+def _fork_keeper(server: socket.socket, conn: socket.socket, request: dict, fds: list[int]) -> None:
+    _preload(request)
+    if os.fork() == 0:  # keeper: run the command, report its status, leave
         server.close()
-        if os.path.exists(path):
-            os.unlink(path)
+        code = 1
+        try:
+            code = _keep(conn, request, fds)
+        finally:
+            os._exit(code)
+    for fd in fds:
+        os.close(fd)
+    conn.close()
 
 
 def configure_parser(parser) -> None:
@@ -212,7 +348,17 @@ def configure_parser(parser) -> None:
         default=0,
         help="also exit after this many seconds without a request (0: only when the parent exits)",
     )
+    parser.add_argument(
+        "--resident",
+        action="store_true",
+        help=f"fork nothing: run {' and '.join(RESIDENT_COMMANDS)} here and keep their models loaded (GPU)",
+    )
+    parser.add_argument(
+        "--detached", action="store_true", help="do not exit with the parent process (needs --idle to ever exit)"
+    )
 
 
 def run(args) -> None:
-    serve(args.socket, args.idle)
+    if args.detached and not args.idle:
+        raise ValueError("--detached needs --idle > 0: nothing else would ever stop the server")
+    serve(args.socket, args.idle, args.resident, args.detached)
