@@ -1,4 +1,4 @@
-"""The claims report (`budgetdraft.claims`) on synthetic cells.
+"""The claims report (`budgetdraft.claims`, its findings, bootstrap and verdicts) on synthetic cells.
 
 The cells below are TEST FIXTURES with hand-chosen values (not measurements): the acceptance of every row follows
 an `accept(label, dataset, context, budget, sample)` function of each test, times follow `SPEED`, memory `PEAK_MB`
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from budgetdraft import claims, cli, figures
+from budgetdraft import bootstrap, claims, cli, evidence, figures, findings
 from budgetdraft.grid import Grid, load_cells, parse_settings
 
 SETTINGS = {
@@ -143,8 +143,8 @@ def write_grid(root: Path, accept=paper_like, labels=LABELS, measured=True) -> d
 
 
 def by_id(paths, settings=SETTINGS, **kw) -> dict:
-    ev = claims.Evidence(claims.load_claim_cells(list(paths)), parse_settings(settings), **kw)
-    return {f.id: f for f in claims.findings(ev)}
+    ev = evidence.Evidence(evidence.load_claim_cells(list(paths)), parse_settings(settings), **kw)
+    return {f.id: f for f in findings.all_findings(ev)}
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +212,7 @@ def test_bootstrap_is_reproducible_stratified_and_paired(grid, tmp_path):
     )
     assert a[1].read_text() == b[1].read_text() and a[0].read_text() == b[0].read_text()
 
-    m = claims.multiplicities([np.array([0, 1, 2]), np.array([3, 4])], 5, resamples=100, seed=0)
+    m = bootstrap.multiplicities([np.array([0, 1, 2]), np.array([3, 4])], 5, resamples=100, seed=0)
     assert (m[:, :3].sum(axis=1) == 3).all() and (m[:, 3:].sum(axis=1) == 2).all()  # stratified by dataset
 
     # BudgetDraft = SD + 10 pp on every prompt, prompts very different: the paired difference is exactly 10 pp in
@@ -221,15 +221,15 @@ def test_bootstrap_is_reproducible_stratified_and_paired(grid, tmp_path):
         return 0.1 * (sample + 1) + (0.1 if label == "lambda0.5" else 0.0)
 
     paths = list(write_grid(tmp_path / "offset", offset, ["sd", "lambda0.5"]).values())
-    df, settings = claims.load_claim_cells(paths), parse_settings(SETTINGS)
-    ev, ev_other = claims.Evidence(df, settings), claims.Evidence(df, settings, seed=1)
+    df, settings = evidence.load_claim_cells(paths), parse_settings(SETTINGS)
+    ev, ev_other = evidence.Evidence(df, settings), evidence.Evidence(df, settings, seed=1)
     sd, bd = ev.keys("sd", 2, ["1K"]), ev.keys("lambda0.5", 2, ["1K"])
-    paired = claims.estimate(ev.acceptance(bd) - ev.acceptance(sd))
-    unpaired = claims.estimate(ev.acceptance(bd) - ev_other.acceptance(sd))
+    paired = bootstrap.estimate(ev.acceptance(bd) - ev.acceptance(sd))
+    unpaired = bootstrap.estimate(ev.acceptance(bd) - ev_other.acceptance(sd))
     assert paired == pytest.approx((10.0, 10.0, 10.0))
-    assert claims.estimate(ev.acceptance(sd)) == claims.estimate(claims.Evidence(df, settings).acceptance(sd))
-    assert claims.estimate(ev.acceptance(sd)) != claims.estimate(ev_other.acceptance(sd))  # another seed
-    assert claims.estimate(ev.acceptance(sd))[2] - claims.estimate(ev.acceptance(sd))[1] > 10
+    assert bootstrap.estimate(ev.acceptance(sd)) == bootstrap.estimate(evidence.Evidence(df, settings).acceptance(sd))
+    assert bootstrap.estimate(ev.acceptance(sd)) != bootstrap.estimate(ev_other.acceptance(sd))  # another seed
+    assert bootstrap.estimate(ev.acceptance(sd))[2] - bootstrap.estimate(ev.acceptance(sd))[1] > 10
     assert unpaired[2] - unpaired[1] > 10
 
 
@@ -359,13 +359,13 @@ def test_replicates_that_disagree_widen_the_interval_and_unresolve(tmp_path):
     one = [p for p in paths if "/r1/" not in str(p) and "/r2/" not in str(p)]
     alone = by_id(one)["F2/1K"]
     assert alone.verdict == "holds" and alone.replicates == 1 and alone.ci_low == pytest.approx(4.0)
-    ev = claims.Evidence(claims.load_claim_cells(paths), parse_settings(SETTINGS))
-    found = {f.id: f for f in claims.findings(ev)}
+    ev = evidence.Evidence(evidence.load_claim_cells(paths), parse_settings(SETTINGS))
+    found = {f.id: f for f in findings.all_findings(ev)}
     f = found["F2/1K"]
     assert f.replicates == 3 and f.value == pytest.approx(4.0)
     assert f.ci_low < 0 < f.ci_high and f.verdict == "not resolved"
     bd, sd = ev.keys("lambda0.5", 2, ["1K"]), ev.keys("sd", 2, ["1K"])
-    _, _, reps, prompts = claims.blocks(ev.acceptance(bd) - ev.acceptance(sd))
+    _, _, reps, prompts = bootstrap.blocks(ev.acceptance(bd) - ev.acceptance(sd))
     assert np.ptp(prompts) == pytest.approx(0.0) and np.ptp(reps) > 10  # paired prompts cancel; replicates do not
     assert f.spread["replicate_share"] == pytest.approx(1.0)
     text = claims.markdown(claims.header(ev, len(paths), 0), list(found.values()), ev, [])
@@ -413,3 +413,22 @@ def test_gamma_figure_has_no_lone_point_panel(grid):
         for ax in fig.axes:
             assert max(len(line.get_xdata()) for line in ax.get_lines()) >= 2, (artifact, ax.get_title())
         assert len(values["1K d1"]["gamma"]) == 1 and "acceptance_replicate_sd" in values["1K d1"]
+
+
+def test_paper_figures_read_as_the_paper_gives_them():
+    """The paper's numbers live in one table of data (`findings.PAPER`); the report renders them."""
+    assert findings.PAPER["F1"].text() == "GS B=256: 55.42 % (4K) → 0.30 % (8K) → 0.51 % (16K)"
+    assert findings.PAPER["F2"].text() == "e.g. 8K GS: 75 % vs 0.14 % (SD)"  # an int: the paper's own rounding
+    assert findings.PAPER["F8b-B"].text() == "drafter cache is O(B)"
+    assert findings.PAPER_BEST_SPEEDUP == {"4K": 6.55, "8K": 4.46, "16K": 2.10}
+
+
+def test_plain_values_for_json():
+    """One conversion for claims.json (strict JSON: no NaN) and a figure's plotted values (NaN kept)."""
+    from budgetdraft.plainjson import plain
+
+    values = {1: (np.float32(0.5), np.int64(3), float("nan"), [float("inf")], True, "x", None)}
+    assert plain(values, strict=True) == {"1": [0.5, 3, None, [None], True, "x", None]}
+    loose = plain(values)
+    assert np.isnan(loose["1"][2]) and loose["1"][3] == [float("inf")] and loose["1"][:2] == [0.5, 3]
+    assert all(type(v) in (float, int) for v in loose["1"][:2]) and loose["1"][4] is True

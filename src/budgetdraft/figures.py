@@ -20,6 +20,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from budgetdraft.atomic import atomic_path  # noqa: E402
 from budgetdraft.grid import Grid, Settings  # noqa: E402
 from budgetdraft.names import BD, METHOD_NAMES, SD, policy_label  # noqa: E402
+from budgetdraft.plainjson import plain  # noqa: E402
 
 
 def save(fig, out: Path) -> list[Path]:
@@ -256,16 +257,3 @@ def draw(artifact: str, grid: Grid, s: Settings, out: Path) -> tuple[list[Path],
     """Write figure ``artifact`` to ``out`` (.pdf) and its .png; return the paths and the plotted values."""
     fig, values = FIGURE_BUILDERS[artifact](grid, s)
     return save(fig, out), plain(values)
-
-
-def plain(values):
-    """``values`` with numpy scalars turned into Python floats / ints, so they compare equal after JSON."""
-    if isinstance(values, dict):
-        return {str(k): plain(v) for k, v in values.items()}
-    if isinstance(values, (list, tuple)):
-        return [plain(v) for v in values]
-    if isinstance(values, (np.integer, int)) and not isinstance(values, bool):
-        return int(values)
-    if isinstance(values, (np.floating, float)):
-        return float(values)
-    return values
