@@ -20,6 +20,7 @@ HOLDS, FAILS, OPEN, NOT_RUN, NOT_MEASURED = "holds", "does not hold", "not resol
 DIAGNOSTIC = "diagnostic"
 UNMET = (FAILS, OPEN)  # verdicts that get a 'why' when the cells show one
 
+# The rule in the report's words (claims.md's header, claims.json's `verdict_rule`).
 VERDICT_RULE = (
     "**holds** when the 95 % interval lies entirely on the side the paper claims (excludes 0, or 1 for "
     "ratios); **does not hold** when it lies entirely on the other side; **not resolved** otherwise. "
