@@ -5,6 +5,7 @@
     snakemake claims                                  # which of the paper's findings hold here (results/claims.md)
     snakemake policies                                # sparse policies compared (results/figures/policies.pdf)
     snakemake all --configfile config/paper.yaml      # the paper's scale (target before --configfile)
+    snakemake --report report.html                    # every result in one page, results/claims.md first
 
 Stages (workflow/rules/): models -> data -> targets -> train -> eval (one job per grid cell) -> paper.
 """
@@ -47,6 +48,10 @@ OFFLINE = "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1; " if EMBEDDED_ONLY els
 shell.prefix(f"export PYTHONPATH=src:$PYTHONPATH; {OFFLINE}set -euo pipefail; ")
 
 
+# The report's first page: results/claims.md; its entries: workflow/report/ (captions) and report() in the rules.
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/data.smk"
@@ -62,6 +67,7 @@ rule all:
     input:
         artifact_files(TABLES + list(FIGURES.values())),
         "results/claims.md",
+        REPORT_PAGES,
     localrule: True
 
 

@@ -1,12 +1,91 @@
+# What `snakemake --report report.html` shows besides the figures (workflow/report/): each table rendered from its
+# .tex, the cells behind each artifact, results/claims.md (also the report's first page), the configuration and
+# the runtimes. Pages are derived from the files the rules write (workflow/report/render.py), never typed in.
+RENDER = "workflow/report/render.py"
+# artifact or figure stem -> its name in the paper (labels of the report's entries)
+PAPER_NAMES = {
+    "main": "Table 1",
+    "comparison": "Table 2",
+    "ablation_lc": "Table 3",
+    "vram_gamma": "App. A (vs γ)",
+    "vram": "App. A",
+    "lambda": "App. C",
+    "single_budget": "App. E",
+    "collapse": "Fig. 1",
+    "gamma_sensitivity": "Fig. 3",
+    "errorbar": "App. B",
+    "policies": "not in the paper",
+    "claims": "findings F1-F8",
+}
+REPORT_PAGES = [
+    "results/report/configuration.html",
+    "results/report/runtimes.html",
+]
+
+
+# the labels of an artifact's entries in the report (a table of them per category)
+REPORT_LABELS = {
+    name: {"artifact": name, "paper": paper} for name, paper in PAPER_NAMES.items()
+}
+# {stage: the benchmark files of the jobs `all` runs}, from each rule's own `benchmark:` pattern; read by the
+# runtimes page, and computed only when rule run_summary is planned
+STAGE_BENCHMARKS = {
+    "export_model": lambda: expand(
+        rules.export_model.benchmark, role=["verifier", "drafter_untrained"]
+    ),
+    "targets": lambda: expand(rules.targets.benchmark, stage=TRAINING_STAGES),
+    "train_base": lambda: (
+        expand(rules.train_base.benchmark, replicate=REPLICATES) if BASE else []
+    ),
+    "train": lambda: expand(
+        rules.train.benchmark, replicate=REPLICATES, variant=VARIANTS
+    ),
+    "train_eagle3": lambda: (
+        [str(rules.train_eagle3.benchmark)] if names.EAGLE3 in BASELINES else []
+    ),
+    "verifier_prefill": lambda: (
+        expand(rules.verifier_prefill.benchmark, dataset=DATASETS, context=CONTEXTS)
+        if config["share_verifier_prefill"]
+        else []
+    ),
+    "eval (cells)": lambda: [
+        str(r.benchmark.apply_wildcards(r.get_wildcards(path)))
+        for path in all_cells()
+        for r in (rules.eval_replicate_cell.rule, rules.eval_cell.rule)
+        if r.is_producer(path)
+    ],
+}
+
+
 rule table:
     """One LaTeX table of the paper from its cells (formatting changes rerun only this rule, never the grid)."""
     input:
         cells=lambda wc: artifact_cells(wc.artifact),
         drafters=artifact_drafter_dirs,
         code=SRC["paper"],
+        render=RENDER,
     output:
-        tex="results/tables/{artifact}.tex",
+        tex=report(
+            "results/tables/{artifact}.tex",
+            caption="../report/table.rst",
+            category="Tables",
+            subcategory="LaTeX source",
+            labels=lambda wc: REPORT_LABELS[wc.artifact],
+        ),
         sources="results/tables/{artifact}.sources.json",  # provenance: cells + settings by sha256, see `trace_file`
+        html=report(
+            "results/tables/{artifact}.html",
+            caption="../report/table.rst",
+            category="Tables",
+            subcategory="Rendered",
+            labels=lambda wc: REPORT_LABELS[wc.artifact],
+        ),
+        cells=report(
+            "results/report/cells/{artifact}.html",
+            caption="../report/cells.rst",
+            category="Cells",
+            labels=lambda wc: REPORT_LABELS[wc.artifact],
+        ),
     log:
         "logs/tables/{artifact}.log",
     wildcard_constraints:
@@ -16,9 +95,12 @@ rule table:
     params:
         settings=paper_settings(),
         drafters=drafters_flag,
+        name=lambda wc: f"{PAPER_NAMES[wc.artifact]} ({wc.artifact})",
     shell:
         "python -m budgetdraft paper --artifact {wildcards.artifact} --out {output.tex}"
-        " --settings {params.settings:q} {params.drafters} --cells {input.cells} > {log} 2>&1"
+        " --settings {params.settings:q} {params.drafters} --cells {input.cells} > {log} 2>&1; "
+        "python {input.render} table {output.tex} {output.html} --name {params.name:q} >> {log} 2>&1; "
+        "python {input.render} cells {output.cells} --title {params.name:q} --sources {output.sources} >> {log} 2>&1"
 
 
 rule figure:
@@ -27,14 +109,22 @@ rule figure:
     input:
         cells=lambda wc: artifact_cells(ALL_FIGURES[wc.figure]),
         code=SRC["paper"] + ["src/budgetdraft/figures.py"],
+        render=RENDER,
     output:
-        pdf=report(
-            "results/figures/{figure}.pdf",
+        pdf="results/figures/{figure}.pdf",
+        png=report(
+            "results/figures/{figure}.png",
             caption="../report/figure.rst",
             category="Figures",
+            labels=lambda wc: REPORT_LABELS[wc.figure],
         ),
-        png="results/figures/{figure}.png",
         sources="results/figures/{figure}.sources.json",  # provenance: cells, outputs, plotted values
+        cells=report(
+            "results/report/cells/{figure}.html",
+            caption="../report/cells.rst",
+            category="Cells",
+            labels=lambda wc: REPORT_LABELS[wc.figure],
+        ),
     log:
         "logs/figures/{figure}.log",
     wildcard_constraints:
@@ -44,9 +134,11 @@ rule figure:
     params:
         artifact=lambda wc: ALL_FIGURES[wc.figure],
         settings=lambda wc: artifact_settings(ALL_FIGURES[wc.figure]),
+        name=lambda wc: f"{PAPER_NAMES.get(wc.figure, 'Figure')} ({wc.figure})",
     shell:
         "python -m budgetdraft paper --artifact {params.artifact} --out {output.pdf}"
-        " --settings {params.settings:q} --cells {input.cells} > {log} 2>&1"
+        " --settings {params.settings:q} --cells {input.cells} > {log} 2>&1; "
+        "python {input.render} cells {output.cells} --title {params.name:q} --sources {output.sources} >> {log} 2>&1"
 
 
 rule claims:
@@ -55,9 +147,22 @@ rule claims:
     input:
         cells=all_cells(),
         code=SRC["paper"] + ["src/budgetdraft/claims.py"],
+        render=RENDER,
     output:
         md="results/claims.md",
         json="results/claims.json",
+        html=report(
+            "results/claims.html",
+            caption="../report/claims.rst",
+            category="Claims",
+            labels=REPORT_LABELS["claims"],
+        ),
+        cells=report(
+            "results/report/cells/claims.html",
+            caption="../report/cells.rst",
+            category="Cells",
+            labels=REPORT_LABELS["claims"],
+        ),
     log:
         "logs/claims.log",
     conda:
@@ -66,4 +171,35 @@ rule claims:
         settings=paper_settings(),
     shell:
         "python -m budgetdraft claims --out {output.md} --settings {params.settings:q}"
-        " --cells {input.cells} > {log} 2>&1"
+        " --cells {input.cells} > {log} 2>&1; "
+        "python {input.render} markdown {output.md} {output.html} >> {log} 2>&1; "
+        "python {input.render} cells {output.cells} --title 'Findings F1-F8 (claims)' --files {input.cells} >> {log} 2>&1"
+
+
+rule run_summary:
+    """The report's pages about the run: its configuration (the schema's defaults filled in) and the wall time of
+    every job per stage, from their benchmark files (every such job is upstream of the cells).
+    """
+    input:
+        cells=all_cells(),
+        render=RENDER,
+    output:
+        config=report(
+            REPORT_PAGES[0], caption="../report/configuration.rst", category="Run"
+        ),
+        runtimes=report(
+            REPORT_PAGES[1], caption="../report/runtimes.rst", category="Run"
+        ),
+    log:
+        "logs/report/run_summary.log",
+    localrule: True
+    conda:
+        "../../envs/budgetdraft.yaml"
+    params:
+        config=json.dumps(config),
+        configfiles=" ".join(shlex.quote(str(f)) for f in workflow.configfiles),
+        benchmarks=lambda wc: json.dumps({k: f() for k, f in STAGE_BENCHMARKS.items()}),
+    shell:
+        "python {input.render} config {output.config} --config {params.config:q}"
+        " --configfiles {params.configfiles} > {log} 2>&1; "
+        "python {input.render} runtimes {output.runtimes} --benchmarks {params.benchmarks:q} >> {log} 2>&1"
