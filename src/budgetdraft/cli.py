@@ -22,10 +22,11 @@ COMMANDS = {
     "train-eagle3": ("budgetdraft.baselines.eagle3", "train the EAGLE-3 draft head baseline"),
     "warm": ("budgetdraft.warm", "serve pre-imported forks to the commands of a local pipeline run"),
     "estimate": ("budgetdraft.estimate", "what a configuration will cost on a device, before it runs"),
+    "pin": ("budgetdraft.revisions", "the hub commits of a config's models and datasets, as its `revisions:` block"),
     "export-hf-generate": ("budgetdraft.hf", "write custom_generate/ beside a drafter: publish it with its loop"),
 }
 # every pipeline stage: the warm process saves each job its start-up (1-6 s of imports; budgetdraft.warm)
-WARM_COMMANDS = tuple(name for name in COMMANDS if name not in ("warm", "estimate", "export-hf-generate"))
+WARM_COMMANDS = tuple(name for name in COMMANDS if name not in ("warm", "estimate", "pin", "export-hf-generate"))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,6 +33,7 @@ from importlib.metadata import distribution
 from pathlib import Path
 
 from budgetdraft.atomic import atomic_path
+from budgetdraft.revisions import HUB_DATASETS
 
 LWM_PREFIX = (
     "You are a helpful assistant. USER: Please read a part of the book below, and then give me the summary.\n"
@@ -152,24 +153,26 @@ def _gutenberg_work(url: str | None, fallback: str) -> str:
     return f"gutenberg:{match.group(1)}" if match else fallback
 
 
-def _pg19(split: str) -> Iterator[Doc]:  # pragma: no cover - needs the Hugging Face hub
+def _pg19(split: str, revision: str) -> Iterator[Doc]:  # pragma: no cover - needs the Hugging Face hub
     from datasets import load_dataset
 
-    for i, row in enumerate(load_dataset("emozilla/pg19", split=split, streaming=True)):
+    rows = load_dataset(HUB_DATASETS["pg19_test"], split=split, streaming=True, revision=revision or None)
+    for i, row in enumerate(rows):
         title = row.get("short_book_title") or str(i)
         yield Doc(f"pg19:{split}:{i}|{_gutenberg_work(row.get('url'), 'pg19:' + title)}", row["text"])
 
 
-def _pg19_test(seed: int) -> Iterator[Doc]:  # pragma: no cover - needs the Hugging Face hub
-    yield from _pg19("test")
+def _pg19_test(seed: int, revision: str = "") -> Iterator[Doc]:  # pragma: no cover - needs the Hugging Face hub
+    yield from _pg19("test", revision)
 
 
-def _longbench_qmsum(seed: int) -> Iterator[Doc]:  # pragma: no cover - needs the Hugging Face hub
+def _longbench_qmsum(seed: int, revision: str = "") -> Iterator[Doc]:  # pragma: no cover - needs the hub
     import zipfile
 
     from huggingface_hub import hf_hub_download
 
-    archive = hf_hub_download("THUDM/LongBench", "data.zip", repo_type="dataset")
+    repo = HUB_DATASETS["longbench_qmsum"]
+    archive = hf_hub_download(repo, "data.zip", repo_type="dataset", revision=revision or None)
     with zipfile.ZipFile(archive) as zf:
         member = next(n for n in zf.namelist() if n.endswith("qmsum.jsonl"))
         lines = zf.read(member).decode("utf-8").splitlines()
@@ -178,11 +181,12 @@ def _longbench_qmsum(seed: int) -> Iterator[Doc]:  # pragma: no cover - needs th
         yield Doc(f"qmsum:{row.get('_id', i)}", row["context"], suffix="\n" + row["input"], cut="middle")
 
 
-def _narrativeqa_lwm(seed: int) -> Iterator[Doc]:  # pragma: no cover - needs the Hugging Face hub
+def _narrativeqa_lwm(seed: int, revision: str = "") -> Iterator[Doc]:  # pragma: no cover - needs the hub
     from datasets import load_dataset
 
     wanted = set(LWM_NARRATIVEQA_ROWS)
-    for i, row in enumerate(load_dataset("deepmind/narrativeqa", split="train", streaming=True)):
+    rows = load_dataset(HUB_DATASETS["narrativeqa_lwm"], split="train", streaming=True, revision=revision or None)
+    for i, row in enumerate(rows):
         if i in wanted:
             doc = row["document"]
             work = _gutenberg_work(doc.get("url"), f"narrativeqa:{doc.get('id', i)}")
@@ -198,8 +202,8 @@ def _embedded_rest(seed: int) -> Iterator[Doc]:
         yield Doc(doc_id, texts[doc_id])
 
 
-def _pg19_train(seed: int) -> Iterator[Doc]:  # pragma: no cover - needs the Hugging Face hub
-    yield from _pg19("train")
+def _pg19_train(seed: int, revision: str = "") -> Iterator[Doc]:  # pragma: no cover - needs the Hugging Face hub
+    yield from _pg19("train", revision)
 
 
 EVAL_SOURCES: dict[str, Callable[[int], Iterator[Doc]]] = {
@@ -307,11 +311,20 @@ def load_encoder(tokenizer: str) -> Encoder:
     return Encoder(load_tokenizer(tokenizer))
 
 
+def source_docs(sources: dict, args) -> Iterator[Doc]:
+    """The documents of ``args.source``, at ``args.revision`` for a hub source (only a hub source takes one)."""
+    if not args.revision:
+        return sources[args.source](args.seed)
+    if args.source not in HUB_DATASETS:
+        raise ValueError(f"--revision {args.revision}: source {args.source!r} reads no hub repository")
+    return sources[args.source](args.seed, revision=args.revision)
+
+
 def prepare_prompts(args) -> None:
     if args.source not in EVAL_SOURCES:
         raise ValueError(f"--source {args.source!r} is not one of {', '.join(EVAL_SOURCES)}")
     lengths = sorted({args.length, *(args.select_length or [])})
-    chosen = select_prompts(EVAL_SOURCES[args.source](args.seed), load_encoder(args.tokenizer), lengths, args.samples)
+    chosen = select_prompts(source_docs(EVAL_SOURCES, args), load_encoder(args.tokenizer), lengths, args.samples)
     write_parquet(
         {
             "dataset": [args.dataset] * len(chosen),
@@ -331,7 +344,7 @@ def prepare_train(args) -> None:
     if args.source not in TRAIN_SOURCES:
         raise ValueError(f"--source {args.source!r} is not one of {', '.join(TRAIN_SOURCES)}")
     eval_ids = [d for f in args.exclude for d in pq.read_table(f, columns=["doc_id"]).column("doc_id").to_pylist()]
-    docs = TRAIN_SOURCES[args.source](args.seed)
+    docs = source_docs(TRAIN_SOURCES, args)
     chosen = training_sequences(docs, load_encoder(args.tokenizer), args.length, args.sequences, eval_ids)
     write_parquet({"doc_id": [d for d, _ in chosen], "input_ids": [ids for _, ids in chosen]}, args.out)
     print(
@@ -356,6 +369,7 @@ def configure_parser(parser) -> None:
     for q in (p, t):
         q.add_argument("--tokenizer", required=True, help="verifier directory or model spec")
         q.add_argument("--seed", type=int, default=0, help="order in which documents are considered")
+        q.add_argument("--revision", default="", help="hub commit of a hub source's repository (`revisions:`)")
         q.add_argument("--out", required=True)
 
 

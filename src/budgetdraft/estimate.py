@@ -8,7 +8,8 @@ output, so the grid has one home (workflow/rules/common.smk). Each job is then c
 (`MODELS`, or a local directory's config.json) and the config: a forward pass takes the longer of its FLOPs at the
 device's throughput and its bytes (weights, KV cache read, and the cache rewritten by `DynamicCache`'s concatenation)
 at its memory bandwidth, plus a fixed cost per layer (Python and kernel launches); a job loads its models from disk
-once. Speculative cells assume one acceptance rate (`--alpha`). Every assumption is printed with the table. A
+once, except grid cells on a GPU, which share the resident process's models (`--cells-per-process`: one process for
+the whole grid on one GPU, or a SLURM job group). Speculative cells assume one acceptance rate (`--alpha`). Every assumption is printed with the table. A
 context whose verifier weights + KV cache + the drafter's full prefix cache cannot fit the device is refused,
 naming the context.
 """
@@ -212,13 +213,17 @@ class Cost:
 
 
 class Estimator:
-    def __init__(self, cfg: dict, device: Device, alpha: float):
+    def __init__(self, cfg: dict, device: Device, alpha: float, cells_per_process: int = 0):
         self.cfg, self.device, self.alpha = cfg, device, alpha
-        gpu = device.parallel == 1
         self.verifier = Model(shape(cfg["verifier"]), BYTES[cfg["verifier_dtype"]], device)
         self.drafter = Model(shape(cfg["drafter"]), BYTES[cfg["drafter_dtype"]], device)
         self.trainee = Model(self.drafter.shape, BYTES[cfg["training"].get("dtype", "float32")], device)
-        self.loads_per_cell = 1 if gpu else 0  # on the CPU the warm process loads each model once for all cells
+        # which process loads a cell's models (workflow/rules/warm.smk): on the CPU the forking warm process, once
+        # for all cells; on a GPU the resident process, once per `cells_per_process` cells (0: all of them); with
+        # warm_start false, every cell its own
+        self.cold = cfg.get("warm_start", True) is False
+        self.cells_per_process = 1 if self.cold else cells_per_process
+        self.loads_per_cell = 1 if self.cold or device.parallel == 1 else 0
 
     def generation(self, label: str, context: int, budget: int, gamma: int, new: int, shared: bool) -> tuple:
         """(seconds, tokens prefilled) of one generation of ``new`` tokens after a ``context``-token prompt."""
@@ -241,8 +246,8 @@ class Estimator:
         timed, prefilled = self.generation(label, context, budget, gamma, c["max_new_tokens"], shared)
         warm_len = c.get("warmup_prompt_tokens") or context
         warm, _ = self.generation(label, warm_len, budget, gamma, c.get("warmup_tokens") or c["max_new_tokens"], False)
-        loads = self.loads_per_cell * (1 if label == "ar" else 2)
-        load_s = loads * (self.verifier.load_s if label == "ar" else self.verifier.load_s + self.drafter.load_s)
+        loads = self.loads_per_cell * (0 if label == "ar" else 1)  # a drafter per cell: the verifier per process
+        load_s = loads * self.drafter.load_s
         return Cost(
             jobs=1,
             generations=runs + c.get("warmup", 1),
@@ -251,6 +256,14 @@ class Estimator:
             loads=loads,
             seconds=runs * timed + c.get("warmup", 1) * warm + load_s,
         )
+
+    def verifier_loads(self, cells: int) -> Cost:
+        """The verifier loads of ``cells`` grid cells: one per process that runs them (none on the CPU, where the
+        forking warm process loaded it)."""
+        if not self.loads_per_cell or not cells:
+            return Cost()
+        loads = math.ceil(cells / (self.cells_per_process or cells))
+        return Cost(0, 0, 0, 0, loads, loads * self.verifier.load_s)
 
     def prefill_job(self, dataset: str, context: int) -> Cost:
         runs = self.samples(dataset) * 2  # PREFILL_RUNS timed runs of each prompt
@@ -285,6 +298,9 @@ def costs(cfg: dict, jobs, est: Estimator) -> dict[str, Cost]:
     """Per stage (cells by label and context), the summed cost of the planned jobs."""
     out: dict[str, Cost] = defaultdict(Cost)
     tr = cfg["training"]
+    cells = sum(rule in ("eval_cell", "eval_replicate_cell") for rule, _ in jobs)
+    if loads := est.verifier_loads(cells):
+        out["cells: verifier loads"] = loads
     for rule, outputs in jobs:
         path = outputs[0]
         if rule in ("eval_cell", "eval_replicate_cell"):
@@ -374,7 +390,13 @@ def report(cfg: dict, stages: dict[str, Cost], est: Estimator, gpu: str) -> str:
         "and 3x the KV cache (read, and rewritten by DynamicCache's concatenation); training steps cost 3x a forward.",
         "- a speculative round: γ drafter steps on its sparse cache (B tokens) and one verifier forward of γ + 1 "
         "tokens, (1 − α^(γ+1)) / (1 − α) tokens per round; TriForce and EAGLE-3 cells are costed as SD.",
-        "- GPU cells load their models in every job (one process each); on the CPU the warm process loads them once.",
+        (
+            "- grid cells: on the CPU the forking warm process loads each model once; on a GPU each cell loads its "
+            "drafter and the resident process loads the verifier once "
+            + (f"per {est.cells_per_process} cells" if est.cells_per_process else "for the whole grid")
+            + (" (warm_start: false: once per cell)" if est.cold else "")
+            + "."
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -384,13 +406,21 @@ def configure_parser(parser) -> None:
     parser.add_argument("--gpu", default="a100-80g", choices=DEVICES, help="device the run will use")
     parser.add_argument("--alpha", type=float, default=0.3, help="acceptance rate assumed in speculative cells")
     parser.add_argument("--target", default="all", help="the snakemake target to estimate")
+    parser.add_argument(
+        "--cells-per-process",
+        type=int,
+        default=0,
+        help="GPU cells one resident process runs (0: all, one local GPU; profiles/slurm's job groups: 16)",
+    )
 
 
 def run(args) -> None:
     cfg = yaml.safe_load(Path(args.configfile).read_text())
     if not 0 <= args.alpha <= 1:
         raise ValueError(f"--alpha {args.alpha}: an acceptance rate is between 0 and 1")
-    est = Estimator(cfg, DEVICES[args.gpu], args.alpha)
+    if args.cells_per_process < 0:
+        raise ValueError(f"--cells-per-process {args.cells_per_process}: must be >= 0")
+    est = Estimator(cfg, DEVICES[args.gpu], args.alpha, args.cells_per_process)
     check_fits(cfg, est, args.gpu)
     stages = costs(cfg, planned_jobs(args.configfile, args.target), est)
     if math.isnan(sum(c.seconds for c in stages.values())):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budgetdraft.atomic import atomic_path, file_sha256, files_sha256
+from budgetdraft.revisions import hub_model
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -344,7 +345,7 @@ def _load(spec: str, device: str, dtype: str):
     return model.to(device).eval()
 
 
-def load_tokenizer(spec: str):
+def load_tokenizer(spec: str, revision: str = ""):
     """The tokenizer of ``spec``; ``trust_remote_code`` stays off. A directory whose tokenizer is only a
     SentencePiece ``tokenizer.model`` (the Llama-2-era hub repositories, e.g. the paper's JackFram/llama-68m) is
     converted by transformers, which needs protobuf for it: without, a ValueError says so (transformers itself
@@ -361,7 +362,7 @@ def load_tokenizer(spec: str):
                 f"the tokenizer of {spec!r} is a SentencePiece tokenizer.model without tokenizer.json: reading it "
                 "needs protobuf (pinned in envs/requirements.txt: pip install -r envs/requirements.txt)"
             ) from None
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=False, revision=revision or None)
 
 
 def check_pair(drafter, verifier) -> None:
@@ -371,25 +372,30 @@ def check_pair(drafter, verifier) -> None:
         raise ValueError(f"drafter vocab_size {dv} differs from verifier vocab_size {vv}: they cannot share token ids")
 
 
-def export(spec: str, out: str | Path, dtype: str = "float32") -> Path:
+def export(spec: str, out: str | Path, dtype: str = "float32", revision: str = "") -> Path:
     """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer), its
     weights stored in ``dtype``: the dtype the run uses, so that a 7B fp16 verifier is written (and read by every
-    job) as 13.5 GB, not as a 27 GB float32 copy."""
+    job) as 13.5 GB, not as a 27 GB float32 copy. ``revision``: the hub commit of a hub id (budgetdraft.revisions)."""
     from transformers import AutoModelForCausalLM
 
     src = resolve(spec)
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype(dtype), trust_remote_code=False)
-    return _save_dir_atomically(model, load_tokenizer(spec), out)
+    if revision and not hub_model(spec):
+        raise ValueError(f"--revision {revision}: {spec!r} is not a hub repository")
+    model = AutoModelForCausalLM.from_pretrained(
+        src, dtype=torch_dtype(dtype), trust_remote_code=False, revision=revision or None
+    )
+    return _save_dir_atomically(model, load_tokenizer(spec, revision), out)
 
 
 def configure_parser(parser) -> None:
     parser.add_argument("--spec", required=True, help="model spec (embedded:..., hub id or directory)")
     parser.add_argument("--out", required=True, help="output Hugging Face directory")
     parser.add_argument("--dtype", default="float32", choices=DTYPES, help="dtype the weights are stored in")
+    parser.add_argument("--revision", default="", help="hub commit to read a hub id at (config `revisions:`)")
 
 
 def run(args) -> None:
-    print(export(args.spec, args.out, args.dtype))
+    print(export(args.spec, args.out, args.dtype, args.revision))

@@ -16,11 +16,14 @@ rule prepare_prompts:
         select=" ".join(str(n) for n in config["contexts"].values()),
         samples=lambda wc: samples(wc.dataset),
         seed=config["seed"],
+        revision=lambda wc: revision_flag(
+            revisions.HUB_DATASETS.get(config["datasets"][wc.dataset]["source"])
+        ),
     shell:
         "python -m budgetdraft prepare prompts --dataset {wildcards.dataset} --source {params.source}"
         " --context {wildcards.context} --length {params.length} --select-length {params.select}"
         " --samples {params.samples} --seed {params.seed} --tokenizer {input.verifier}"
-        " --out {output} > {log} 2>&1"
+        " {params.revision} --out {output} > {log} 2>&1"
 
 
 rule prepare_train:
@@ -49,7 +52,10 @@ rule prepare_train:
         + training_data(wc.stage)["cont_len"],
         sequences=lambda wc: training_data(wc.stage)["sequences"],
         seed=config["seed"],
+        revision=lambda wc: revision_flag(
+            revisions.HUB_DATASETS.get(training_data(wc.stage)["source"])
+        ),
     shell:
         "python -m budgetdraft prepare train --source {params.source} --length {params.length}"
         " --sequences {params.sequences} --seed {params.seed} --tokenizer {input.verifier}"
-        " --exclude {input.prompts} --out {output} > {log} 2>&1"
+        " --exclude {input.prompts} {params.revision} --out {output} > {log} 2>&1"

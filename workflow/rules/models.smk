@@ -18,6 +18,11 @@ rule export_model:
             config["verifier"] if wc.role == "verifier" else config["drafter"]
         ),
         dtype=lambda wc: export_dtype(wc.role),
+        revision=lambda wc: revision_flag(
+            revisions.hub_model(
+                config["verifier" if wc.role == "verifier" else "drafter"]
+            )
+        ),
     shell:
-        "python -m budgetdraft export-model --spec {params.spec:q} --dtype {params.dtype}"
+        "python -m budgetdraft export-model --spec {params.spec:q} --dtype {params.dtype} {params.revision}"
         " --out {output} > {log} 2>&1"

@@ -1,7 +1,8 @@
-# Warm start for local runs (src/budgetdraft/warm.py): one pre-imported process forks a child per job, so
-# hundreds of short eval-cell jobs do not each pay seconds of imports. Jobs find it through BUDGETDRAFT_WARM and
-# run in their own process when it is absent (dry runs, cluster executors, warm_start: false, and --sdm conda /
-# apptainer: the warm process runs in Snakemake's environment, not the one the rule deploys).
+# Warm start (src/budgetdraft/warm.py): on the CPU one pre-imported process forks a child per job, so hundreds of
+# short eval-cell jobs do not each pay seconds of imports; on an accelerator one resident process runs the cells
+# itself and keeps their models loaded (no fork after CUDA), locally and inside cluster job groups. Jobs find it
+# through BUDGETDRAFT_WARM and run in their own process when it is absent (dry runs, warm_start: false, other
+# cluster jobs, and --sdm conda / apptainer: the warm process runs in Snakemake's environment, not the rule's).
 import os
 import signal
 import subprocess
@@ -12,17 +13,48 @@ WARM_SOCKET = os.path.abspath(".snakemake/budgetdraft-warm.sock")
 WARM = {}
 
 
+def warm_mode():
+    """How jobs share a pre-imported process (schema: warm_start): "fork", "resident" or None (each on its own)."""
+    mode = config["warm_start"]
+    if mode is True:
+        return "fork" if config["device"] == "cpu" else "resident"
+    return mode or None
+
+
+if workflow.remote_exec and warm_mode() == "resident":
+    # a cluster job (no onstart runs there): its first cell starts a resident server that its job group's other
+    # cells share, with the cell's own Python (a conda environment's too)
+    job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
+    os.environ.update(
+        BUDGETDRAFT_WARM=os.path.join(
+            os.environ.get("TMPDIR", "/tmp"), f"budgetdraft-{job}.sock"
+        ),
+        BUDGETDRAFT_WARM_AUTOSTART=str(
+            os.getpid()
+        ),  # this job's Snakemake: the server exits with it
+    )
+
+
 onstart:
     if (
-        config["warm_start"]
+        warm_mode()
         and workflow.local_exec
         and not workflow.deployment_settings.deployment_method
     ):
         os.makedirs("logs", exist_ok=True)
         path = os.pathsep.join(["src", os.environ.get("PYTHONPATH", "")])
         env = dict(os.environ, PYTHONPATH=path)
+        resident = ["--resident"] if warm_mode() == "resident" else []
         WARM["process"] = subprocess.Popen(
-            [sys.executable, "-m", "budgetdraft", "warm", "--socket", WARM_SOCKET],
+            [
+                sys.executable,
+                "-m",
+                "budgetdraft",
+                "warm",
+                "--socket",
+                WARM_SOCKET,
+                *resident,
+            ],
             env=env,
             stdout=open("logs/warm.log", "w"),
             stderr=subprocess.STDOUT,
