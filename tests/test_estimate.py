@@ -63,3 +63,16 @@ def test_the_command_costs_every_planned_job(tmp_path):
     assert cells == 8 + 76 * 2  # the shared cells and two replicates of the rest (tests/test_workflow.py)
     assert {"base drafters", "variants", "targets", "EAGLE-3 head", "**total**"} <= set(rows)
     assert "Wall time:" in proc.stdout and "Assumptions:" in proc.stdout
+
+
+def test_gpu_cells_load_the_verifier_once_per_resident_process():
+    _, grid = paper_estimator()
+    cfg, _ = paper_estimator()
+    groups = estimate.Estimator(cfg, estimate.DEVICES["a100-80g"], 0.5, cells_per_process=16)
+    _, cold = paper_estimator(warm_start=False)
+    _, cpu = paper_estimator("cpu")
+    assert grid.verifier_loads(693).loads == 1  # one local GPU: one resident process for the whole grid
+    assert groups.verifier_loads(693).loads == 44  # SLURM job groups of 16 cells
+    assert cold.verifier_loads(693).loads == 693  # warm_start: false: every cell its own process
+    assert cpu.verifier_loads(693).loads == 0  # the forking warm process loaded it before the cells
+    assert groups.verifier_loads(693).seconds == 44 * groups.verifier.load_s
