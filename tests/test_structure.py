@@ -3,33 +3,11 @@
 import ast
 from pathlib import Path
 
+from budgetdraft.importgraph import import_graph
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 MAX_FUNCTION_LINES = 60
-
-
-def module_files() -> dict[str, Path]:
-    """budgetdraft's modules by dotted name (a package by its own name, from its __init__.py)."""
-    files = {}
-    for path in sorted((SRC / "budgetdraft").rglob("*.py")):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
-        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return files
-
-
-def imported_modules(path: Path, modules) -> set[str]:
-    """The budgetdraft modules ``path`` imports, at any depth of the file (lazy imports inside functions too):
-    ``from budgetdraft.x import y`` counts as x, or as x.y when that is a module."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found |= {
-                f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
-                for alias in node.names
-            }
-    return {name for name in found if name in modules}
 
 
 def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -60,8 +38,7 @@ def test_import_cycle_finder_finds_one():
 
 
 def test_no_import_cycle_among_modules():
-    modules = module_files()
-    graph = {name: imported_modules(path, modules) - {name} for name, path in modules.items()}
+    graph = import_graph()
     assert "budgetdraft.decoding" in graph["budgetdraft.cells"]  # the walk sees imports
     cycle = import_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)

@@ -33,7 +33,8 @@ def workdir(tmp_path):
         path = tmp_path / "src" / "budgetdraft" / f"{module}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
-    for module in ("names", "configcheck", "models", "atomic"):  # what the workflow itself imports at plan time
+    # what the workflow itself imports at plan time (importgraph reads cli.py's COMMANDS)
+    for module in ("names", "configcheck", "models", "atomic", "importgraph", "cli"):
         shutil.copy(ROOT / f"src/budgetdraft/{module}.py", tmp_path / f"src/budgetdraft/{module}.py")
     return tmp_path
 

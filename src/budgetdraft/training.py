@@ -64,8 +64,6 @@ DEFAULTS = {  # the paper's §3.5, plus the machine knobs
 
 # Keys that may change between a killed run and its restart without changing the result.
 RESTART_FREE_KEYS = ("threads", "checkpoint_every")
-# The modules whose code computes a training step (the workflow's SRC["train"]): part of the run identity.
-STEP_CODE = ("training.py", "kvcache.py", "attention.py")
 
 POLICY = "topk_chunks"
 LOG_COLUMNS = ["step", "L_A", "L_C", "budget", "lr", "tokens_per_s", "seconds"]
@@ -291,9 +289,19 @@ def _set_python_rng_state(saved: dict) -> None:
     random.setstate((saved["version"], tuple(int(x) for x in saved["state"].tolist()), saved["gauss_next"]))
 
 
+def step_code() -> list[Path]:
+    """The sources a training run executes: the modules of command `train` (``budgetdraft.importgraph``, as the
+    workflow's train rules declare them), part of the run identity."""
+    from budgetdraft.importgraph import command_imports, module_files
+
+    package = Path(__file__).parent
+    files = module_files(package)
+    return [files[name] for name in command_imports("train", package=package)]
+
+
 def _run_identity(hp: dict, targets_file, init: str) -> dict:
     """What must be equal for a restart to continue the same run: the hparams (less RESTART_FREE_KEYS) and the
-    sha256 of the targets file, of the init drafter's weights (``weights_digest``) and of the STEP_CODE sources.
+    sha256 of the targets file, of the init drafter's weights (``weights_digest``) and of the ``step_code`` sources.
     Paths are not part of it: the same path may hold other contents after the kill."""
     from budgetdraft.models import weights_digest
 
@@ -301,7 +309,7 @@ def _run_identity(hp: dict, targets_file, init: str) -> dict:
         "hparams": {k: v for k, v in hp.items() if k not in RESTART_FREE_KEYS},
         "targets": file_sha256(targets_file),
         "init": weights_digest(init),
-        "code": files_sha256(Path(__file__).parent / name for name in STEP_CODE),
+        "code": files_sha256(step_code()),
     }
 
 
@@ -496,7 +504,7 @@ def train(
     """Train the drafter `init` on `targets_file`, writing the Hugging Face checkpoint `out`.
 
     Restarting the same call after a kill resumes from the last checkpoint in `out`.tmp/checkpoints if the run
-    identity (``_run_identity``: hparams, contents of targets and init, the STEP_CODE) is unchanged; otherwise
+    identity (``_run_identity``: hparams, contents of targets and init, the ``step_code``) is unchanged; otherwise
     the stale work directory is discarded, with a line on stderr naming what changed, and training starts over.
     `stop_after=k` returns (None) after step k without finishing, like a kill (tests)."""
     from tqdm import tqdm

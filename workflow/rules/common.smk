@@ -1,12 +1,15 @@
 """The grid (which cells each artifact needs), checks the schema cannot express, and input functions."""
 
 import json
+import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 # Labels and artifacts have one home, shared with the library (src/ is on sys.path: Snakefile).
 from budgetdraft import names
+from budgetdraft.importgraph import code_files
 from budgetdraft.models import check_spec, max_positions
 
 # ---------------------------------------------------------------- names
@@ -52,39 +55,29 @@ ALL_FIGURES = {
     **{stem: artifact for artifact, stem in names.EXTRA_FIGURE_STEMS.items()},
 }
 
-# src/ modules each stage runs: declared as inputs so that editing one reruns exactly its stage.
-# MODEL_CODE: every model forward runs these.
-MODEL_CODE = ["src/budgetdraft/kvcache.py", "src/budgetdraft/attention.py"]
-SRC = {
-    "models": ["src/budgetdraft/models.py"],
-    "data": ["src/budgetdraft/data.py"],
-    "targets": ["src/budgetdraft/targets.py", *MODEL_CODE],
-    "train": ["src/budgetdraft/training.py", *MODEL_CODE],
-    "eagle3": ["src/budgetdraft/baselines/eagle3.py", *MODEL_CODE],
-    "prefill": [
-        "src/budgetdraft/prefill.py",
-        "src/budgetdraft/decoding.py",
-        "src/budgetdraft/sampling.py",
-        *MODEL_CODE,
-    ],
-    "eval": [
-        "src/budgetdraft/cells.py",
-        "src/budgetdraft/prefill.py",
-        "src/budgetdraft/decoding.py",
-        "src/budgetdraft/sampling.py",
-        "src/budgetdraft/models.py",
-        *MODEL_CODE,
-    ],
-    "paper": [
-        "src/budgetdraft/paper.py",
-        "src/budgetdraft/grid.py",
-        "src/budgetdraft/tables.py",
-        "src/budgetdraft/names.py",
-    ],
+# src/ modules each stage runs, declared as its code inputs so that editing one reruns exactly the stages that run
+# it: a rule's code is what its command imports (budgetdraft.importgraph: its module from cli.COMMANDS and every
+# module that imports, transitively, lazy imports included), never a list kept by hand.
+STAGE_COMMANDS = {
+    "models": "export-model",
+    "data": "prepare",
+    "targets": "targets",
+    "train": "train",
+    "eagle3": "train-eagle3",
+    "prefill": "prefill",
+    "paper": "paper",
+    "claims": "claims",
 }
-BASELINE_SRC = {
-    "triforce": ["src/budgetdraft/baselines/triforce.py"],
-    "eagle3": ["src/budgetdraft/baselines/eagle3.py"],
+SRC = {stage: code_files(command) for stage, command in STAGE_COMMANDS.items()}
+
+
+# eval-cell imports a baseline's module by a name computed at run time (--method): named here, per method
+CELL_CODE = {
+    method: code_files(
+        "eval-cell",
+        (f"budgetdraft.baselines.{method}",) if method in names.BASELINES else (),
+    )
+    for method in names.METHODS
 }
 
 
@@ -294,6 +287,60 @@ def artifact_files(artifacts):
     return files
 
 
+# ---------------------------------------------------------------- unreadable cell files
+# A cell file cut short (a full disk, a killed copy or sync; the cell rule itself writes atomically) would stop every
+# table that reads it, and Snakemake would delete the previous table when that job fails. When a cell's job is
+# planned (its input function runs while the DAG is built, when Snakemake knows whether it is a dry run), its
+# existing file is checked cheaply: a parquet file starts and ends with b"PAR1" and its footer fits inside it. An
+# unreadable one is reported by name and moved aside (FILE.unreadable, never deleted), so the cell is measured again
+# like a missing one; a dry run (or --touch, or a cluster job's own Snakemake) only reports it.
+
+PARQUET_MAGIC = b"PAR1"
+CHECKED_CELLS = set()
+
+
+def parquet_whole(path):
+    """Whether `path` has a parquet file's magic at both ends and a footer that fits inside it."""
+    size = path.stat().st_size
+    if size < 12:
+        return False
+    with open(path, "rb") as f:
+        head = f.read(4)
+        f.seek(-8, os.SEEK_END)
+        tail = f.read(8)
+    footer = int.from_bytes(tail[:4], "little")
+    return head == PARQUET_MAGIC and tail[4:] == PARQUET_MAGIC and footer + 12 <= size
+
+
+def aside_name(path):
+    """FILE.unreadable, or FILE.unreadable.N when an earlier one is kept there."""
+    aside, n = path.with_name(path.name + ".unreadable"), 1
+    while aside.exists():
+        aside, n = path.with_name(f"{path.name}.unreadable.{n}"), n + 1
+    return aside
+
+
+def set_aside_if_unreadable(path):
+    """Move an existing, unreadable cell file aside, saying so, when this Snakemake runs jobs; name it otherwise."""
+    path = Path(path)
+    if path in CHECKED_CELLS or not path.is_file() or parquet_whole(path):
+        return
+    CHECKED_CELLS.add(path)
+    aside = aside_name(path)
+    if workflow.dryrun or workflow.touch or not workflow.is_main_process:
+        print(
+            f"unreadable cell file {path} (not a whole parquet file): a run will move it to {aside} "
+            "and measure the cell again (this dry run plans as if it were whole)",
+            file=sys.stderr,
+        )
+        return
+    os.replace(path, aside)
+    print(
+        f"unreadable cell file {path} (not a whole parquet file): moved to {aside}, measuring the cell again",
+        file=sys.stderr,
+    )
+
+
 # ---------------------------------------------------------------- input functions and params
 
 
@@ -401,11 +448,23 @@ def cell_replicate(wildcards):
 
 
 def cell_inputs(wildcards):
-    """The verifier, the prompts, the shared prefills (`share_verifier_prefill`) and the drafter (not for AR)."""
+    """The verifier, the prompts, the shared prefills (`share_verifier_prefill`) and the drafter (not for AR).
+    First, its own file is set aside when unreadable (`set_aside_if_unreadable`), to be measured again.
+    """
+    set_aside_if_unreadable(
+        cell(
+            wildcards.label,
+            wildcards.dataset,
+            wildcards.context,
+            wildcards.budget,
+            wildcards.gamma,
+            cell_replicate(wildcards),
+        )
+    )
     inputs = {
         "verifier": "results/models/verifier",
         "prompts": f"results/data/prompts/{wildcards.dataset}/{wildcards.context}.parquet",
-        "code": SRC["eval"] + BASELINE_SRC.get(wildcards.label, []),
+        "code": CELL_CODE[METHOD[wildcards.label]],
     }
     if config["share_verifier_prefill"]:
         inputs["prefill"] = (

@@ -1,0 +1,88 @@
+"""A rule's code inputs are exactly the modules its command imports (budgetdraft.importgraph), so editing any module
+a stage runs reruns that stage, and editing one it does not run reruns nothing of it."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+from conftest import copy_project
+
+from budgetdraft.cli import COMMANDS
+from budgetdraft.importgraph import code_files, command_imports, import_graph, imports_closure, packages_above
+from budgetdraft.names import BASELINES
+
+SNAKEMAKE = shutil.which("snakemake")
+CLAIMS_BY_HAND = (  # workflow/rules/paper.smk (not this change's file) still lists the claims rule's code by hand
+    'paper.smk declares the claims rule\'s code as SRC["paper"] + claims.py; it should be SRC["claims"]'
+)
+
+
+def test_closure_follows_lazy_imports_and_packages():
+    graph = import_graph()
+    assert "budgetdraft.metrics" in graph["budgetdraft.decoding"]
+    assert "budgetdraft.models" in graph["budgetdraft.decoding"]  # imported inside a function
+    assert packages_above("budgetdraft.baselines.eagle3") == ["budgetdraft", "budgetdraft.baselines"]
+    eagle3 = imports_closure(["budgetdraft.baselines.eagle3"], graph)
+    assert {"budgetdraft", "budgetdraft.baselines", "budgetdraft.training"} <= eagle3
+    cell = command_imports("eval-cell")
+    assert {"budgetdraft.metrics", "budgetdraft.draftvocab", "budgetdraft.cells"} <= set(cell)  # issue 23.2
+    assert "budgetdraft.baselines" not in cell  # only through --method's module
+    assert "src/budgetdraft/baselines/__init__.py" in code_files("eval-cell", ("budgetdraft.baselines.triforce",))
+    with pytest.raises(ValueError, match="no command 'nope'"):
+        command_imports("nope")
+
+
+def planned_jobs(workdir) -> list[tuple[str, set[str], str]]:
+    """(rule, its inputs, its shell command) of every job of `all` and `policies` on config/ci.yaml."""
+    out = subprocess.run(
+        [SNAKEMAKE, "-n", "-p", "--forceall", "all", "policies", "--configfile", "config/ci.yaml"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out.stdout):
+        rule = re.match(r"(?:local)?rule (\w+):", block)
+        inputs = re.search(r"^\s+input: (.+)$", block, re.M)
+        shell = re.search(r"^Shell command: (.+)$", block, re.M)
+        if rule and shell and "python -m budgetdraft" in shell.group(1):
+            jobs.append((rule.group(1), set(inputs.group(1).split(", ")) if inputs else set(), shell.group(1)))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    if SNAKEMAKE is None:
+        pytest.skip("snakemake is not installed")
+    return planned_jobs(copy_project(tmp_path_factory.mktemp("code_inputs")))
+
+
+def command_code(shell: str) -> set[str]:
+    """The source files a job's `python -m budgetdraft COMMAND ...` runs (an eval-cell's baseline method too)."""
+    command = re.search(r"python -m budgetdraft ([\w-]+)", shell).group(1)
+    method = re.search(r"--method (\w+)", shell)
+    extra = (f"budgetdraft.baselines.{method.group(1)}",) if method and method.group(1) in BASELINES else ()
+    return set(code_files(command, extra))
+
+
+RULES = ["export_model", "prepare_prompts", "prepare_train", "targets", "train_base", "train", "train_eagle3"]
+RULES += ["verifier_prefill", "eval_cell", "eval_replicate_cell", "table", "figure"]
+
+
+@pytest.mark.parametrize(
+    "rule", RULES + [pytest.param("claims", marks=pytest.mark.xfail(strict=True, reason=CLAIMS_BY_HAND))]
+)
+def test_each_rules_code_inputs_are_its_commands_imports(jobs, rule):
+    mine = [(inputs, shell) for name, inputs, shell in jobs if name == rule]
+    assert mine, f"no {rule} job planned"
+    for inputs, shell in mine:
+        declared = {f for f in inputs if f.startswith("src/")}
+        wanted = command_code(shell)
+        assert declared == wanted, f"{rule}: declared only {declared - wanted}, imported only {wanted - declared}"
+
+
+def test_every_command_runs_its_own_module():
+    for command, (module, _) in COMMANDS.items():
+        assert module in command_imports(command), command
