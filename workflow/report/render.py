@@ -26,7 +26,7 @@ table { border-collapse: collapse; margin: 0.5em 0 1.2em; }
 th, td { padding: 0.2em 0.6em; text-align: center; }
 td.l, th.l { text-align: left; } td.r, th.r { text-align: right; }
 tr.top > * { border-top: 2px solid #222; } tr.bottom > * { border-bottom: 2px solid #222; }
-tr.mid > * { border-top: 1px solid #222; } td.rule, th.rule { border-bottom: 1px solid #888; }
+tr.mid > * { border-top: 1px solid #222; } td.end { border-bottom: 2px solid #222; } td.rule, th.rule { border-bottom: 1px solid #888; }
 td.bar, th.bar { border-right: 1px solid #222; }
 .caption { max-width: 60em; line-height: 1.45; } .label { color: #777; font-size: 12px; }
 table.data th { cursor: pointer; background: #f3f3f3; position: sticky; top: 0; }
@@ -181,6 +181,10 @@ def tabular_html(spec: str, lines: list[str]) -> str:
             col += span
         rows.append({"cells": cells, "classes": pending, "rules": set()})
         pending = set()
+    for i, row in enumerate(rows):  # a \\multirow cell that reaches the \\bottomrule carries it
+        for cell in row["cells"]:
+            last = i + cell.get("rowspan", 1) - 1
+            cell["bottom"] = last > i and last < len(rows) and "bottom" in rows[last]["classes"]
     out = ["<table>"]
     for row in rows:
         classes = " ".join(sorted(row["classes"]))
@@ -191,6 +195,8 @@ def tabular_html(spec: str, lines: list[str]) -> str:
                 cls += " rule"
             if cell["bar"]:
                 cls += " bar"
+            if cell["bottom"]:
+                cls += " end"
             attrs = f' class="{cls.strip()}"' if cls.strip() else ""
             attrs += f' colspan="{cell["span"]}"' if cell["span"] > 1 else ""
             attrs += f' rowspan="{cell["rowspan"]}"' if cell.get("rowspan", 1) > 1 else ""
