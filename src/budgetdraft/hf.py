@@ -53,19 +53,21 @@ class Emitted:
     generate's own loop does; ``add`` keeps a round's tokens up to the first at which a criterion holds."""
 
     def __init__(self, prompt: torch.Tensor, criteria: StoppingCriteriaList, streamer=None):
-        self.prompt, self.criteria, self.streamer = prompt, criteria, streamer
+        self.criteria, self.streamer = criteria, streamer
+        self.sequence = prompt  # [1, P + tokens so far]: what the criteria read
         self.tokens: list[int] = []
         self.stopped = False
 
     def add(self, tokens: list[int]) -> bool:
         """Emit ``tokens`` (after the ones so far); True when a stopping criterion ended the generation."""
-        start, width = len(self.tokens), self.prompt.shape[1]
-        sequence = torch.cat([self.prompt, ids_tensor(self.tokens + tokens, self.prompt.device)], dim=1)
+        start = self.sequence.shape[1]
+        sequence = torch.cat([self.sequence, ids_tensor(tokens, self.sequence.device)], dim=1)
         keep = len(tokens)
         for i in range(len(tokens)):
-            if bool(self.criteria(sequence[:, : width + start + i + 1], None).any()):
+            if bool(self.criteria(sequence[:, : start + i + 1], None).any()):
                 keep, self.stopped = i + 1, True
                 break
+        self.sequence = sequence[:, : start + keep]
         self.tokens += tokens[:keep]
         if self.streamer is not None and keep:
             self.streamer.put(torch.tensor(tokens[:keep]))
@@ -121,7 +123,7 @@ def generate_streamer(streamer):
     return None if frame is None else frame.f_locals.get("streamer")
 
 
-def check_request(model, input_ids: torch.Tensor, generation_config, model_kwargs: dict) -> None:
+def check_generate_request(model, input_ids: torch.Tensor, generation_config, model_kwargs: dict) -> None:
     """Refuse, naming the setting, what this loop cannot serve exactly: anything but one unpadded prompt decoded
     from scratch into one sequence, or outputs it does not compute."""
     if model.config.is_encoder_decoder:
@@ -226,7 +228,7 @@ def generate(
     Returns what ``generate`` returns: the sequences [1, P + new], or with ``return_dict_in_generate`` a
     ``GenerateDecoderOnlyOutput`` holding them."""
     generation_config = generation_config if generation_config is not None else model.generation_config
-    check_request(model, input_ids, generation_config, model_kwargs)
+    check_generate_request(model, input_ids, generation_config, model_kwargs)
     sampling = sampling_of(logits_processor, generation_config, seed)
     sparse = sparse_drafter(drafter, kv_budget, kv_policy, gamma)
     streamer = generate_streamer(streamer)
