@@ -6,9 +6,11 @@ prompts, shared prefill, teacher targets, base drafter, a BudgetDraft variant, t
 BudgetDraft / TriForce / EAGLE-3 cells, a table): ~30 jobs. `all` (120 jobs) pays each cell's cold start
 (two Snakemake start-ups and the torch imports; locally the warm start forks cells) and took too long for CI.
 
-Every job goes through sbatch and completes; the cells decode the same tokens, with the same acceptance, as the
-local run (tests/conftest.py `pipeline_run`); a cell job killed with `scancel` is CANCELLED, leaves no cell, and
-the next invocation submits exactly that cell and the table that reads it.
+Every job goes through sbatch and completes; grid cells go in job groups (the profile's `groups:`), each run by
+the resident process its first cell starts (`warm_start: resident`: the GPU path, here on device cpu), which loads
+the verifier once for the group; the cells decode the same tokens, with the same acceptance, as the local run
+(tests/conftest.py `pipeline_run`); a cell job killed with `scancel` is CANCELLED, leaves no cell, and the next
+invocation submits exactly that cell and the table that reads it.
 
 Skipped when SLURM cannot be started here (not installed, not root); failed instead with
 BUDGETDRAFT_REQUIRE_SLURM=1 (.ci/run sets it when it could install slurm-wlm).
@@ -30,6 +32,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.pipeline]
 CLUSTER = ROOT / "profiles/slurm-local/cluster.sh"
 STATE = Path(os.environ.get("BUDGETDRAFT_SLURM_STATE", "/tmp/budgetdraft-slurm"))
 PROFILE = ("--profile", "profiles/slurm-local")
+RESIDENT = ("--config", "warm_start=resident")  # last: --config takes every argument after it
 SUBMITTED = re.compile(r"^Job \d+ has been submitted with SLURM jobid (\d+)", re.M)
 # what a cell decodes (not how long it took): equal in any two runs of the same config
 DECODED = ["label", "method", "dataset", "context", "budget", "gamma", "sample", "doc_id", "repeat",
@@ -68,10 +71,15 @@ def job_states(ids: list[str], wait_s: float = 30) -> dict[str, str]:
 
 
 def jobs_of(log: str) -> tuple[Counter, Counter, list[str]]:
-    """(remote jobs by rule, local jobs by rule, SLURM job ids submitted) of a Snakemake log."""
-    remote = Counter(re.findall(r"^rule (\w+):$", log, re.M))
+    """(remote jobs by rule, grouped ones included, local jobs by rule, SLURM job ids submitted) of a Snakemake
+    log (a job group's jobs are listed indented under "Group job ...")."""
+    remote = Counter(re.findall(r"^\s*rule (\w+):$", log, re.M))
     local = Counter(re.findall(r"^localrule (\w+):$", log, re.M))
     return remote, local, SUBMITTED.findall(log)
+
+
+def groups_of(log: str) -> int:
+    return len(re.findall(r"Group job cells \(jobs in lexicogr\. order\):", log))
 
 
 def decoded(path: Path) -> list[dict]:
@@ -84,7 +92,7 @@ def slurm_run(slurm_env, tmp_path_factory):
     """config/ci.yaml's TARGET through SLURM: (work directory, Snakemake's log)."""
     work = copy_project(tmp_path_factory.mktemp("slurm"))
     start = time.time()
-    run = ci_snakemake(work, *PROFILE, TARGET, env=slurm_env)
+    run = ci_snakemake(work, *PROFILE, TARGET, *RESIDENT, env=slurm_env)
     log = run.stdout + run.stderr
     print(f"SLURM run of config/ci.yaml {TARGET}: {time.time() - start:.0f} s")
     assert run.returncode == 0, log[-5000:]
@@ -97,7 +105,9 @@ def test_every_job_went_through_sbatch_and_completed(slurm_run):
     planned = planned_jobs(log)
     assert local == {TARGET: 1}, local  # only the target itself runs in the submitting process
     assert remote + local == Counter(planned), (remote, local, planned)
-    assert len(ids) == len(set(ids)) == remote.total() > 20, (len(ids), remote.total())
+    cells = remote["eval_cell"] + remote["eval_replicate_cell"]
+    grouped = remote.total() - cells + groups_of(log)  # one submission a job group
+    assert len(ids) == len(set(ids)) == grouped > 15 and groups_of(log) < cells, (len(ids), grouped, cells)
     states = job_states(ids)
     assert set(states.values()) == {"COMPLETED"}, {i: s for i, s in states.items() if s != "COMPLETED"}
 
@@ -112,6 +122,20 @@ def test_cells_decode_what_the_local_run_decodes(slurm_run, request):
     assert not different, different
 
 
+def test_each_job_group_loads_the_verifier_once(slurm_run):
+    """The first cell of a group starts the resident process and loads the verifier; the others are handed it."""
+    work, log = slurm_run
+    said = [line for p in (work / "logs/cells").rglob("*.log") for line in p.read_text().splitlines()]
+    loaded = sum("loaded results/models/verifier " in line for line in said)
+    kept = sum("results/models/verifier (cpu, float32) is resident: not loaded again" in line for line in said)
+    assert loaded == groups_of(log) and loaded + kept == len(list((work / "logs/cells").rglob("*.log"))), (
+        loaded,
+        kept,
+        groups_of(log),
+    )
+    assert kept > loaded  # groups of up to 4 cells
+
+
 def test_a_cancelled_cell_is_resubmitted_alone_with_its_table(slurm_run, slurm_env, request):
     work, _ = slurm_run
     cell = work / CANCELLED_CELL
@@ -119,7 +143,12 @@ def test_a_cancelled_cell_is_resubmitted_alone_with_its_table(slurm_run, slurm_e
     log_path = work / "cancelled.log"
     with open(log_path, "w") as out:
         run = subprocess.Popen(
-            [*CI_SNAKEMAKE, *PROFILE, TARGET], cwd=work, stdout=out, stderr=subprocess.STDOUT, text=True, env=slurm_env
+            [*CI_SNAKEMAKE, *PROFILE, TARGET, *RESIDENT],
+            cwd=work,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=slurm_env,
         )
     try:
         job, state, deadline = None, "", time.time() + 300
@@ -140,12 +169,12 @@ def test_a_cancelled_cell_is_resubmitted_alone_with_its_table(slurm_run, slurm_e
     assert job_states([job]) == {job: "CANCELLED"}
     assert not cell.exists()
 
-    plan = ci_snakemake(work, *PROFILE, "-n", TARGET, env=slurm_env)
+    plan = ci_snakemake(work, *PROFILE, "-n", TARGET, *RESIDENT, env=slurm_env)
     assert planned_jobs(plan.stdout) == {"eval_replicate_cell": 1, "table": 1, TARGET: 1}, plan.stdout[-3000:]
-    rerun = ci_snakemake(work, *PROFILE, TARGET, env=slurm_env)
+    rerun = ci_snakemake(work, *PROFILE, TARGET, *RESIDENT, env=slurm_env)
     log = rerun.stdout + rerun.stderr
     assert rerun.returncode == 0, log[-3000:]
     remote, _, ids = jobs_of(log)
-    assert remote == {"eval_replicate_cell": 1, "table": 1} and len(ids) == 2, (remote, ids)
+    assert remote == {"eval_replicate_cell": 1, "table": 1} and len(ids) == 2, (remote, ids)  # a group of one
     assert set(job_states(ids).values()) == {"COMPLETED"}
     assert decoded(cell) == decoded(request.getfixturevalue("pipeline_run") / CANCELLED_CELL)

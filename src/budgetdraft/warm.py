@@ -26,9 +26,9 @@ forces it on the CPU): CUDA cannot be used across a fork, so this server forks n
 keyed by the directory's files as the preload is): a grid on one GPU reads its verifier once, not once per cell.
 Every other command is answered "not served" and runs in its own process. A client whose socket closes interrupts
 its command (KeyboardInterrupt in the server's main thread); a model a command left changed (a hook still
-registered, train mode) is dropped. On a cluster, where no ``onstart`` runs inside a job, a job sets
-``BUDGETDRAFT_WARM_AUTOSTART=resident`` with the socket path, and the first cell of a job group that finds no
-server starts one (``autostart``): the group's cells then share its models, and the server ends with the job.
+registered, train mode) is dropped. On a cluster, where no ``onstart`` runs inside a job, a job's Snakemake sets
+``BUDGETDRAFT_WARM_AUTOSTART`` to its own pid with the socket path, and the first cell of a job group that finds no
+server starts one (``autostart``) that lives as long as that Snakemake: the group's cells share its models.
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ import threading
 import time
 
 ENV = "BUDGETDRAFT_WARM"
-AUTOSTART = "BUDGETDRAFT_WARM_AUTOSTART"  # "resident": a client that finds no server starts a resident one
-AUTOSTART_IDLE_S = 300  # an autostarted server has no parent to watch: it leaves after this long without a request
+AUTOSTART = "BUDGETDRAFT_WARM_AUTOSTART"  # a pid: a client that finds no server starts a resident one it owns
 ASYNC_LOAD_OFF = "HF_DEACTIVATE_ASYNC_LOAD"
 RESIDENT_COMMANDS = ("eval-cell", "prefill")  # what a resident server runs itself: model loads it can keep
 NOT_SERVED = -(1 << 30)  # a resident server's answer to any other command: the client runs it in its own process
@@ -78,9 +77,9 @@ def _connect(path: str) -> socket.socket | None:
     return client
 
 
-def autostart(path: str) -> socket.socket | None:
-    """Start a resident server on ``path`` unless one answers there, and connect to it (None if it does not come
-    up). A lock file makes the cells of one job that start at once start a single server."""
+def autostart(path: str, owner: int) -> socket.socket | None:
+    """Start a resident server on ``path`` that exits with process ``owner``, unless one answers there, and connect
+    to it (None if it does not come up). A lock file makes the cells of one job that start at once start one."""
     import fcntl
     import subprocess
 
@@ -89,7 +88,7 @@ def autostart(path: str) -> socket.socket | None:
         if client := _connect(path):
             return client
         env = {k: v for k, v in os.environ.items() if k not in (ENV, AUTOSTART)}
-        argv = ["--socket", path, "--resident", "--detached", "--idle", str(AUTOSTART_IDLE_S)]
+        argv = ["--socket", path, "--resident", "--owner", str(owner)]
         with open(f"{path}.log", "a") as log:
             server = subprocess.Popen(
                 [sys.executable, "-m", "budgetdraft", "warm", *argv],
@@ -113,8 +112,8 @@ def delegate(argv: list[str]) -> int | None:
     if not path:
         return None
     client = _connect(path) if os.path.exists(path) else None
-    if client is None and os.environ.get(AUTOSTART) == "resident" and argv[:1] in ([c] for c in RESIDENT_COMMANDS):
-        client = autostart(path)
+    if client is None and os.environ.get(AUTOSTART) and argv[:1] in ([c] for c in RESIDENT_COMMANDS):
+        client = autostart(path, int(os.environ[AUTOSTART]))
     if client is None:
         return None
     request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
@@ -273,9 +272,9 @@ def _after_command() -> None:
 POLL_S = 5.0  # how often an idle server checks that its parent is still there
 
 
-def serve(path: str, idle: float = 0, resident: bool = False, detached: bool = False) -> None:
-    """Serve on ``path`` until the parent process exits (unless ``detached``), or ``idle`` seconds pass without a
-    request (0: never). (A fixed idle limit alone killed the server while the training chain kept every cell
+def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None = None) -> None:
+    """Serve on ``path`` until the process ``owner`` (default: the parent) exits, or ``idle`` seconds pass without
+    a request (0: never). (A fixed idle limit alone killed the server while the training chain kept every cell
     waiting.) ``resident``: run the resident commands here and keep their models, instead of forking."""
     import importlib
 
@@ -295,13 +294,14 @@ def serve(path: str, idle: float = 0, resident: bool = False, detached: bool = F
     server = _listen(path)
     parent, last_request = os.getppid(), time.monotonic()
     mode = "resident" if resident else "forking"
-    print(f"budgetdraft warm: serving on {path} ({mode}, pid {os.getpid()}, parent {parent})", flush=True)
+    print(f"budgetdraft warm: serving on {path} ({mode}, pid {os.getpid()}, owner {owner or parent})", flush=True)
     try:
         while True:
             try:
                 conn, _ = server.accept()
             except TimeoutError:
-                if (not detached and os.getppid() != parent) or (idle and time.monotonic() - last_request > idle):
+                gone = os.getppid() != parent if owner is None else not _alive(owner)
+                if gone or (idle and time.monotonic() - last_request > idle):
                     return
                 continue
             request, fds = _recv_request(conn)
@@ -312,8 +312,19 @@ def serve(path: str, idle: float = 0, resident: bool = False, detached: bool = F
             last_request = time.monotonic()
     finally:
         server.close()
-        if os.path.exists(path):
-            os.unlink(path)
+        for leftover in (path, f"{path}.lock"):  # the lock an autostart took (budgetdraft.warm.autostart)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True
 
 
 def _listen(path: str) -> socket.socket:
@@ -353,12 +364,8 @@ def configure_parser(parser) -> None:
         action="store_true",
         help=f"fork nothing: run {' and '.join(RESIDENT_COMMANDS)} here and keep their models loaded (GPU)",
     )
-    parser.add_argument(
-        "--detached", action="store_true", help="do not exit with the parent process (needs --idle to ever exit)"
-    )
+    parser.add_argument("--owner", type=int, help="exit when this process exits (default: the parent process)")
 
 
 def run(args) -> None:
-    if args.detached and not args.idle:
-        raise ValueError("--detached needs --idle > 0: nothing else would ever stop the server")
-    serve(args.socket, args.idle, args.resident, args.detached)
+    serve(args.socket, args.idle, args.resident, args.owner)

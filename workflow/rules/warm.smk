@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 WARM_SOCKET = os.path.abspath(".snakemake/budgetdraft-warm.sock")
@@ -23,16 +24,15 @@ def warm_mode():
 
 if workflow.remote_exec and warm_mode() == "resident":
     # a cluster job (no onstart runs there): its first cell starts a resident server that its job group's other
-    # cells share, with the cell's own Python (a conda environment's too)
+    # cells share, with the cell's own Python (a conda environment's too). The job's outermost Snakemake sets
+    # these; each cell of a group runs in a Snakemake of its own below it (srun), which keeps them. The server
+    # exits with that outermost Snakemake.
     job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
-    os.environ.update(
-        BUDGETDRAFT_WARM=os.path.join(
-            os.environ.get("TMPDIR", "/tmp"), f"budgetdraft-{job}.sock"
-        ),
-        BUDGETDRAFT_WARM_AUTOSTART=str(
-            os.getpid()
-        ),  # this job's Snakemake: the server exits with it
+    tmp = tempfile.gettempdir()  # $TMPDIR: a job's own on most clusters
+    os.environ.setdefault(
+        "BUDGETDRAFT_WARM", os.path.join(tmp, f"budgetdraft-{job}.sock")
     )
+    os.environ.setdefault("BUDGETDRAFT_WARM_AUTOSTART", str(os.getpid()))
 
 
 onstart:
