@@ -243,20 +243,23 @@ def test_a_killed_client_interrupts_its_resident_command(tmp_path, server):
 
 
 def test_the_first_cell_of_a_cluster_job_starts_the_resident_server(tmp_path):
-    """No onstart runs inside a cluster job: the first cell that finds no server starts a detached resident one,
-    and the next cell of the same job group uses it."""
+    """No onstart runs inside a cluster job: the first cell that finds no server starts a resident one, the next
+    cell of the same job group uses it, and the server exits with the job's Snakemake (here: a sleeping process)."""
     from budgetdraft import warm
 
     models_and_prompts(tmp_path)
-    sock = tmp_path / "job.sock"
-    env = {**os.environ, "PYTHONPATH": SRC, warm.ENV: str(sock), warm.AUTOSTART: "resident"}
+    job = subprocess.Popen(["sleep", "600"])
+    env = {**os.environ, "PYTHONPATH": SRC, warm.ENV: str(tmp_path / "job.sock"), warm.AUTOSTART: str(job.pid)}
     try:
         first, second = cell(tmp_path, env, tmp_path / "a.parquet"), cell(tmp_path, env, tmp_path / "b.parquet")
         assert first.returncode == second.returncode == 0, first.stderr + second.stderr
         assert "it stays resident" in first.stderr and "is resident: not loaded again" in second.stderr
-        assert "(resident, pid" in (tmp_path / "job.sock.log").read_text()
+        server = int(re.search(r"\(resident, pid (\d+)", (tmp_path / "job.sock.log").read_text())[1])
+        assert _running(server)
     finally:
-        log = (tmp_path / "job.sock.log").read_text() if (tmp_path / "job.sock.log").exists() else ""
-        for pid in re.findall(r"\(resident, pid (\d+)", log):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGTERM)
+        job.kill()
+        job.wait()
+    deadline = time.time() + 3 * warm.POLL_S
+    while _running(server) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _running(server)
