@@ -9,8 +9,8 @@ from pathlib import Path
 
 # Labels and artifacts have one home, shared with the library (src/ is on sys.path: Snakefile).
 from budgetdraft import names
+from budgetdraft.configcheck import check_config
 from budgetdraft.importgraph import code_files
-from budgetdraft.models import check_spec, max_positions
 
 # ---------------------------------------------------------------- names
 
@@ -95,80 +95,7 @@ def sampling():
     }
 
 
-def check_config(config):
-    """Raise ValueError naming the key and value of the first inconsistency (before any job starts)."""
-    for key in ("verifier", "drafter"):
-        try:
-            check_spec(config[key])
-        except ValueError as e:
-            raise ValueError(f"{key} = {config[key]!r}: {e}") from None
-    limit = config["verifier_max_positions"]
-    # the configured verifier's own limit, where its config.json is readable offline
-    own = max_positions(config["verifier"])
-    limit = min(limit, own or limit)
-    new = config["max_new_tokens"]
-    for label, length in config["contexts"].items():
-        if length + new > limit:
-            raise ValueError(
-                f"contexts.{label} = {length}: prompt + max_new_tokens ({new}) exceeds "
-                f"the verifier's {limit} positions (verifier_max_positions / the config.json of "
-                f"{config['verifier']})"
-            )
-    data = config["training_data"]
-    if data["prefix_len"] + data["cont_len"] > limit:
-        raise ValueError(
-            f"training_data.prefix_len + cont_len = {data['prefix_len'] + data['cont_len']} "
-            f"exceeds verifier_max_positions = {limit}"
-        )
-    if set(config["gammas"]) != set(config["contexts"]):
-        raise ValueError(
-            f"gammas has keys {sorted(config['gammas'])}; it needs one γ list per context: {sorted(config['contexts'])}"
-        )
-    for key in ("collapse", "comparison", "single_budget"):
-        if config[key]["dataset"] not in config["datasets"]:
-            raise ValueError(
-                f"{key}.dataset = {config[key]['dataset']!r} is not a key of datasets"
-            )
-    for context in config["comparison"]["contexts"] + [
-        config["single_budget"]["context"]
-    ]:
-        if context not in config["contexts"]:
-            raise ValueError(
-                f"context {context!r} (comparison/single_budget) is not a key of contexts"
-            )
-    if config["single_budget"]["trained_budget"] not in config["budgets"]:
-        raise ValueError(
-            f"single_budget.trained_budget = {config['single_budget']['trained_budget']} is not in budgets"
-        )
-    for name, hp in [("training", config["training"])] + [
-        (f"variants.{v}", {**config["training"], **o})
-        for v, o in config["variants"].items()
-    ]:
-        if len(hp["budgets"]) != len(hp["budget_weights"]):
-            raise ValueError(f"{name}: budgets and budget_weights differ in length")
-    trained = {**config["training"], **config["variants"].get(names.SINGLE, {})}[
-        "budgets"
-    ]
-    if trained != [config["single_budget"]["trained_budget"]]:
-        raise ValueError(
-            f"single_budget.trained_budget = {config['single_budget']['trained_budget']} but the {names.SINGLE} "
-            f"variant trains at budgets {trained}: the table's label would not say what was trained"
-        )
-    if POLICIES["dataset"] not in config["datasets"]:
-        raise ValueError(
-            f"policies.dataset = {POLICIES['dataset']!r} is not a key of datasets"
-        )
-    for label, needed_by in names.REQUIRED_VARIANTS.items():
-        if label not in config["variants"]:
-            raise ValueError(f"variants must define {label!r} ({needed_by})")
-    enabled = config["baselines"].get("enabled", [])
-    if sampling()["temperature"] > 0 and enabled:
-        raise ValueError(
-            f"sampling.temperature = {sampling()['temperature']} but baselines.enabled = {enabled}: the baselines "
-            "decode greedily only; set baselines.enabled: [] to sample, or sampling.temperature: 0"
-        )
-
-
+# What the schema cannot express (budgetdraft.configcheck): the first inconsistency, named, before any job.
 check_config(config)
 
 
