@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 # Labels and artifacts have one home, shared with the library (src/ is on sys.path: Snakefile).
-from budgetdraft import names
+from budgetdraft import names, revisions
 from budgetdraft.configcheck import check_config
 from budgetdraft.importgraph import code_files
 
@@ -97,6 +97,13 @@ def sampling():
 
 # What the schema cannot express (budgetdraft.configcheck): the first inconsistency, named, before any job.
 check_config(config)
+# A warning, not an error: pinning needs the hub once (budgetdraft.revisions).
+if unpinned := revisions.unpinned(config):
+    print(
+        f"budgetdraft: hub repositories read at no pinned revision: {', '.join(unpinned)}"
+        " (python -m budgetdraft pin --configfile CONFIG prints the `revisions:` block)",
+        file=sys.stderr,
+    )
 
 
 # ---------------------------------------------------------------- the grid
@@ -291,6 +298,12 @@ def export_dtype(role):
     if role == "verifier":
         return config["verifier_dtype"]
     return config["training"].get("dtype", config["drafter_dtype"])
+
+
+def revision_flag(repo):
+    """`--revision SHA` when the config's `revisions:` pins hub repository ``repo``, else nothing."""
+    pinned = revisions.revision(config, repo)
+    return f"--revision {pinned}" if pinned else ""
 
 
 def seeded(hparams, replicate):
