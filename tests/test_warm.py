@@ -263,3 +263,15 @@ def test_the_first_cell_of_a_cluster_job_starts_the_resident_server(tmp_path):
     while _running(server) and time.time() < deadline:
         time.sleep(0.2)
     assert not _running(server)
+
+
+def test_the_warm_process_imports_what_the_commands_run():
+    """Read from the import graph, not a list kept by hand: the modules an eval-cell of any method runs (metrics
+    and draftvocab were missing from the hand-kept code lists) and those of the report commands."""
+    from budgetdraft.importgraph import command_imports
+    from budgetdraft.warm import preload_modules
+
+    preloaded = set(preload_modules())
+    for command in ("eval-cell", "prefill", "train", "claims", "paper"):
+        assert set(command_imports(command)) <= preloaded, command
+    assert {"budgetdraft.metrics", "budgetdraft.draftvocab", "budgetdraft.baselines.triforce", "torch"} <= preloaded

@@ -72,16 +72,22 @@ def imports_closure(modules, graph: dict[str, set[str]]) -> set[str]:
     return seen
 
 
-def command_module(command: str, package: str | Path = HERE) -> str:
-    """The module of a ``python -m budgetdraft COMMAND``, read from ``COMMANDS`` in cli.py (without importing it)."""
+def commands(package: str | Path = HERE) -> dict[str, str]:
+    """Every ``python -m budgetdraft COMMAND`` -> its module, read from ``COMMANDS`` in cli.py (without importing
+    it)."""
     tree = ast.parse((Path(package) / "cli.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COMMANDS" for t in node.targets):
-            commands = ast.literal_eval(node.value)
-            if command not in commands:
-                raise ValueError(f"budgetdraft has no command {command!r}; it has {', '.join(commands)}")
-            return commands[command][0]
+            return {name: module for name, (module, _help) in ast.literal_eval(node.value).items()}
     raise ValueError(f"no COMMANDS in {package}/cli.py")
+
+
+def command_module(command: str, package: str | Path = HERE) -> str:
+    """The module of a ``python -m budgetdraft COMMAND``."""
+    known = commands(package)
+    if command not in known:
+        raise ValueError(f"budgetdraft has no command {command!r}; it has {', '.join(known)}")
+    return known[command]
 
 
 def command_imports(command: str, extra: tuple[str, ...] = (), package: str | Path = HERE) -> list[str]:

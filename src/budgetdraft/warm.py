@@ -50,21 +50,19 @@ AUTOSTART = "BUDGETDRAFT_WARM_AUTOSTART"  # a pid: a client that finds no server
 ASYNC_LOAD_OFF = "HF_DEACTIVATE_ASYNC_LOAD"
 RESIDENT_COMMANDS = ("eval-cell", "prefill")  # what a resident server runs itself: model loads it can keep
 NOT_SERVED = -(1 << 30)  # a resident server's answer to any other command: the client runs it in its own process
-PRELOAD = (
-    "torch",
-    "pandas",
-    "pyarrow.parquet",
-    "transformers",
-    "transformers.models.llama.modeling_llama",
-    "budgetdraft.cells",
-    "budgetdraft.prefill",
-    "budgetdraft.training",
-    "budgetdraft.targets",
-    "budgetdraft.baselines.eagle3",
-    "budgetdraft.paper",
-    "budgetdraft.claims",
-    "budgetdraft.figures",
-)
+# what the commands import besides budgetdraft's own modules, which come from the import graph (`preload_modules`)
+LIBRARIES = ("torch", "pandas", "pyarrow.parquet", "transformers", "transformers.models.llama.modeling_llama")
+
+
+def preload_modules() -> list[str]:
+    """What the warm process imports before serving: the libraries, then every budgetdraft module a command runs
+    (``budgetdraft.importgraph``; eval-cell's baselines, imported by a computed name, included), itself aside."""
+    from budgetdraft import names
+    from budgetdraft.importgraph import command_imports, commands
+
+    baselines = tuple(f"budgetdraft.baselines.{method}" for method in names.BASELINES)
+    ours = {module for command in commands() if command != "warm" for module in command_imports(command)}
+    return [*LIBRARIES, *sorted(ours | set(command_imports("eval-cell", baselines)) - {__name__})]
 
 
 def _connect(path: str) -> socket.socket | None:
@@ -278,7 +276,7 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
     waiting.) ``resident``: run the resident commands here and keep their models, instead of forking."""
     import importlib
 
-    for module in PRELOAD:
+    for module in preload_modules():
         importlib.import_module(module)
     import torch
     from transformers.utils import logging as hf_logging
