@@ -17,13 +17,21 @@ from budgetdraft.baselines import eagle3, triforce
 from budgetdraft.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
 from budgetdraft.baselines.triforce import TriForceDrafter, retrieval_indices
 from budgetdraft.cli import main as cli
-from budgetdraft.decoding import autoregressive, speculative
+from budgetdraft.decoding import SharedPrefill, Verifier, autoregressive, ids_tensor, prompt_key, speculative
 from budgetdraft.targets import save_targets, teacher_targets
 
 torch.set_num_threads(1)
 VOCAB = 64
 # tiny_llama's settings here: a large init so that greedy outputs vary (acceptance well below 1)
 TINY = {"vocab": VOCAB, "tie_word_embeddings": True, "initializer_range": 0.3}
+
+
+def shared_prefill(verifier, prompt) -> dict[str, SharedPrefill]:
+    """The verifier's prefill of ``prompt`` as a shared prefill file holds it (its cache only, copied in)."""
+    v = Verifier(verifier)
+    first = v.prefill(ids_tensor(prompt, verifier.device), len(prompt))
+    kv = [v.cache.kv(i) for i in range(len(v.cache.layers))]
+    return {prompt_key(prompt): SharedPrefill(kv, first, 0.0, v.last_logits)}
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +88,11 @@ def test_triforce_full_retrieval_budget_matches_full_cache(tiny):
     assert gen.tokens == ref and gen.stats.acceptance == 1.0
 
 
-def test_triforce_without_tap_runs_its_own_verifier_prefill(tiny):
+def test_triforce_after_a_shared_verifier_prefill_has_the_prompt_run_again(tiny):
     verifier, small, prompt, ref = tiny
-    drafter = TriForceDrafter(verifier, small, retrieval_budget=32, tap=False)
-    assert speculative(drafter, verifier, prompt, 40, 4, eos_token_id=[]).tokens == ref
+    drafter = TriForceDrafter(verifier, small, retrieval_budget=32)
+    shared = shared_prefill(verifier, prompt)
+    assert speculative(drafter, verifier, prompt, 40, 4, eos_token_id=[], prefilled=shared).tokens == ref
 
 
 def test_triforce_settings_reject_unknown_keys():
@@ -103,8 +112,11 @@ def test_eagle3_is_lossless_tiny(tiny, gamma):
     torch.manual_seed(0)
     head = Eagle3Head(head_config(verifier)).eval()
     assert speculative(Eagle3Drafter(verifier, head), verifier, prompt, 40, gamma, eos_token_id=[]).tokens == ref
+    shared = shared_prefill(verifier, prompt)  # the prompt's features then come from running it again
     assert (
-        speculative(Eagle3Drafter(verifier, head, tap=False), verifier, prompt, 40, gamma, eos_token_id=[]).tokens
+        speculative(
+            Eagle3Drafter(verifier, head), verifier, prompt, 40, gamma, eos_token_id=[], prefilled=shared
+        ).tokens
         == ref
     )
 
@@ -117,8 +129,11 @@ def test_eagle3_inference_matches_training_time_test(tiny):
     head = Eagle3Head(head_config(verifier)).eval()
     p, depth = 50, 4
     with torch.no_grad():
-        drafter = Eagle3Drafter(verifier, head, tap=False)
-        drafter.prefill(torch.tensor([prompt[:p]]), 20)
+        drafter = Eagle3Drafter(verifier, head)
+        ids = torch.tensor([prompt[:p]])
+        v = Verifier(verifier)
+        v.prefill(ids, p, reads=drafter.reads)
+        drafter.prefill(ids, 20, v.prefill_state(ids, drafter.reads))
         chain = drafter.draft([prompt[p]], depth)  # real entry P−1 = (f_{P−1}, x_P), then the chain
         tokens = torch.tensor([prompt[: p + 1] + chain[:-1] + [0]])  # x_{P+1..} = the drafts fed to the chain
         feats = eagle3.verifier_features(verifier, tokens, head.layer_ids)
@@ -201,6 +216,7 @@ def embedded():
     return verifier, prompt, autoregressive(verifier, prompt, 16, eos_token_id=[]).tokens
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("gamma", [2, 5])
 def test_triforce_is_lossless_on_embedded_smollm2(embedded, gamma):
     from budgetdraft.models import load_model
@@ -214,6 +230,7 @@ def test_triforce_is_lossless_on_embedded_smollm2(embedded, gamma):
     del load_model
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("gamma", [2, 5])
 def test_eagle3_is_lossless_on_embedded_smollm2(embedded, gamma):
     verifier, prompt, ref = embedded

@@ -159,7 +159,7 @@ def test_verifier_guided_keeps_the_chunks_the_verifier_attends_to():
     assert scores[16:24].sum() > 0.9 * scores[:32].sum()
     drafter = tiny_llama(seed=1, layers=2)
     sd = SparseDrafter(drafter, 16, "verifier_guided", 8, 8)
-    sd.prefill(ids, 10, verifier=v)
+    sd.prefill(ids, 10, verifier=v.prefill_state(ids, sd.reads))
     full = PreallocatedCache(2)
     prefill(drafter, ids, full)
     k, _ = full.kv(0)

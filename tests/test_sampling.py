@@ -329,7 +329,9 @@ def test_a_shared_prefill_draws_the_same_tokens(tiny, prompt, tmp_path):
 def test_greedy_only_drafters_and_rescaled_logits_are_refused(tiny, prompt):
     verifier, drafter = tiny
 
-    class GreedyOnly:  # a drafter with no draft_sampled (as TriForce's and EAGLE-3's)
+    class GreedyOnly:  # a drafter that does not sample its drafts (as TriForce's and EAGLE-3's)
+        samples = False
+
         def __init__(self, model):
             self.model = model
 

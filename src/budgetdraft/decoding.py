@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from budgetdraft.drafter import READS_NOTHING, Drafter, PrefillCapture, Reads, VerifierPrefill
 from budgetdraft.draftvocab import ReducedHead, load_vocab
 from budgetdraft.kvcache import (
     POLICIES,
@@ -129,10 +130,14 @@ class Verifier:
         self.prefilled = prefilled or {}
         self.device = model.device
 
-    def prefill(self, prompt: torch.Tensor, capacity: int, sampler: Sampler | None = None) -> int:
+    def prefill(
+        self, prompt: torch.Tensor, capacity: int, sampler: Sampler | None = None, reads: Reads = READS_NOTHING
+    ) -> int:
         """Prefill the prompt [1, P]; returns the first new token: greedy, or drawn by ``sampler``
-        (``self.last_logits`` [V] keeps the logits it comes from)."""
+        (``self.last_logits`` [V] keeps the logits it comes from). What a drafter ``reads`` of this prefill is
+        recorded while it runs (``self.captured``; None for a prefill copied in from a shared file)."""
         self.length = prompt.shape[1]
+        self.captured = None
         shared = self.prefilled.get(prompt_key(prompt[0])) if self.prefilled else None
         if shared is not None:
             self.cache = PreallocatedCache.from_kv(shared.kv, capacity)
@@ -147,7 +152,8 @@ class Verifier:
                 )
             return sampler.sample(shared.logits)[0]
         self.cache = PreallocatedCache(num_layers(self.model), capacity)
-        logits, _ = prefill(self.model, prompt, self.cache, chunk_len=self.prefill_chunk)
+        with PrefillCapture(self.model, reads) as self.captured:
+            logits, _ = prefill(self.model, prompt, self.cache, chunk_len=self.prefill_chunk)
         self.recorded_prefill_s = None
         self.last_logits = logits[0]
         return int(logits.argmax(-1)) if sampler is None else sampler.sample(logits[0])[0]
@@ -214,6 +220,20 @@ class Verifier:
         self.cache.truncate(length)
         self.length = length
 
+    def prefill_state(self, prompt: torch.Tensor, reads: Reads) -> VerifierPrefill:
+        """What a drafter ``reads`` of this prefill, right after it: the layer outputs and last queries recorded
+        while it ran or, for a prefill copied in from a shared file, recorded by running the prompt through the
+        verifier once more (into a scratch cache, dropped after); the window scores read its cache."""
+        captured, self.captured = self.captured, None  # handed over once, not kept for the whole generation
+        if captured is None and (reads.layers or reads.last_queries):
+            scratch = PreallocatedCache(num_layers(self.model), prompt.shape[1])
+            with PrefillCapture(self.model, reads) as captured:
+                prefill(self.model, prompt.to(self.device), scratch, chunk_len=self.prefill_chunk)
+        window = self.window_scores(prompt, reads.window_scores) if reads.window_scores else None
+        if captured is None:
+            return VerifierPrefill(self.cache, window_scores=window)
+        return VerifierPrefill(self.cache, captured.layer_outputs(), captured.last_queries(), window)
+
     def window_scores(self, prompt: torch.Tensor, window: int) -> torch.Tensor:
         """[P]: the attention the last ``window`` prompt tokens pay to every prompt position, summed over the
         verifier's layers and heads, right after ``prefill`` (its cache is read, never written)."""
@@ -226,7 +246,10 @@ class Verifier:
 
 
 class SparseDrafter:
-    """The paper's drafter: a small causal LM whose prefix cache is cut to a budget of B tokens by a policy."""
+    """The paper's drafter: a small causal LM whose prefix cache is cut to a budget of B tokens by a policy
+    (a ``budgetdraft.drafter.Drafter``)."""
+
+    samples = True
 
     def __init__(
         self,
@@ -245,15 +268,12 @@ class SparseDrafter:
         self.chunk_size, self.score_window, self.prefill_chunk = chunk_size, score_window, prefill_chunk
         self.device = model.device
         self.head = None if draft_vocab is None else ReducedHead(model, draft_vocab)
+        # a policy that ranks the prompt by the verifier's attention reads its window scores
+        self.reads = Reads(window_scores=score_window if "verifier_scores" in self.needs else 0)
 
-    @property
-    def needs_verifier(self) -> bool:
-        """``speculative`` hands ``prefill`` the verifier (after its prefill) when the policy reads its attention."""
-        return "verifier_scores" in self.needs
-
-    def prefill(self, prompt: torch.Tensor, capacity: int, verifier: Verifier | None = None) -> None:
+    def prefill(self, prompt: torch.Tensor, capacity: int, verifier: VerifierPrefill | None = None) -> None:
         """Prefill the full prompt once, then keep only the policy's positions (explicit real positions later);
-        ``verifier``: the prefilled verifier, for a policy that needs its scores."""
+        ``verifier``: the verifier's prefill, for a policy that needs its scores."""
         prompt_len = prompt.shape[1]
         full = PreallocatedCache(num_layers(self.model), prompt_len)
         per_head = "head_scores" in self.needs
@@ -268,10 +288,12 @@ class SparseDrafter:
                 observed["scores"] = [s.sum(dim=0) for s in scores]
         elif scores is not None:
             observed["scores"] = scores
-        if self.needs_verifier:
-            if verifier is None:
-                raise ValueError(f"policy {self.policy!r} reads the verifier's attention: prefill(..., verifier=)")
-            observed["verifier_scores"] = verifier.window_scores(prompt, self.score_window).to(self.device)
+        if self.reads.window_scores:
+            if verifier is None or verifier.window_scores is None:
+                raise ValueError(
+                    f"policy {self.policy!r} reads the verifier's attention: prefill(..., verifier=its prefill_state)"
+                )
+            observed["verifier_scores"] = verifier.window_scores.to(self.device)
         inputs = PolicyInputs(
             prompt_len, self.budget, self.chunk_size, num_layers(self.model), self.score_window, **observed
         )
@@ -333,26 +355,28 @@ class SparseDrafter:
         return [*module_tensors(self.model), *head]
 
 
-def weight_bytes(verifier_model, drafter=None) -> int:
-    """Bytes of the verifier's weights and of those the drafter reports (``weight_tensors``, optional); a storage
-    both use (self-drafting, EAGLE-3's borrowed embedding and LM head) counts once."""
-    extra = drafter.weight_tensors() if hasattr(drafter, "weight_tensors") else ()
+def weight_bytes(verifier_model, drafter: Drafter | None = None) -> int:
+    """Bytes of the verifier's weights and of those the drafter runs (``weight_tensors``); a storage both use
+    (self-drafting, EAGLE-3's borrowed embedding and LM head) counts once."""
+    extra = drafter.weight_tensors() if drafter is not None else ()
     return storage_bytes(itertools.chain(module_tensors(verifier_model), extra))
 
 
-def drafter_kv_bytes(drafter) -> int:
-    """The drafter's KV cache bytes (``kv_bytes``, optional: 0 for a drafter without one)."""
-    return drafter.kv_bytes() if hasattr(drafter, "kv_bytes") else 0
-
-
 def timed_prefill(
-    verifier: Verifier, prompt: torch.Tensor, capacity: int, stats: DecodeStats, device, sampler: Sampler | None = None
+    verifier: Verifier,
+    prompt: torch.Tensor,
+    capacity: int,
+    stats: DecodeStats,
+    device,
+    sampler: Sampler | None = None,
+    reads: Reads = READS_NOTHING,
 ) -> tuple[int, float]:
-    """The verifier's prefill: its first token, with ``stats.verifier_prefill_s`` its seconds (for a shared
-    prefill, the seconds recorded when it was computed) and the correction to add to the run's wall time (recorded
-    − spent copying the shared cache in; 0 when computed here)."""
+    """The verifier's prefill (recording what a drafter ``reads``): its first token, with
+    ``stats.verifier_prefill_s`` its seconds (for a shared prefill, the seconds recorded when it was computed) and
+    the correction to add to the run's wall time (recorded − spent copying the shared cache in; 0 when computed
+    here)."""
     with Stopwatch(device) as t:
-        first = verifier.prefill(prompt, capacity, sampler)
+        first = verifier.prefill(prompt, capacity, sampler, reads)
     recorded = verifier.recorded_prefill_s
     stats.verifier_prefill_s, stats.verifier_forwards = (t.seconds if recorded is None else recorded), 1
     return first, stats.verifier_prefill_s - t.seconds
@@ -380,7 +404,7 @@ def check_sampling(verifier_model, drafter=None) -> None:
             f"sampling: the verifier ({cfg.model_type}) rescales its logits after the LM head, which "
             "the sampling path does not apply; decode it greedily (temperature 0)"
         )
-    if drafter is not None and not hasattr(drafter, "draft_sampled"):
+    if drafter is not None and not drafter.samples:
         raise ValueError(
             f"sampling: the {type(drafter).__name__} drafter drafts greedily only; sample with the sparse "
             "drafter (method sd) or decode greedily (temperature 0)"
@@ -443,14 +467,13 @@ def check_speculative(drafter, verifier_model, prompt_len: int, max_new_tokens: 
     check_request(verifier_model, prompt_len, max_new_tokens)
     if sampling is not None:
         check_sampling(verifier_model, drafter)
-    if hasattr(drafter, "model"):
-        from budgetdraft.models import check_pair
+    from budgetdraft.models import check_pair
 
-        check_pair(drafter.model, verifier_model)
+    check_pair(drafter.model, verifier_model)
 
 
 def speculative(
-    drafter,
+    drafter: Drafter,
     verifier_model,
     prompt_ids: list[int],
     max_new_tokens: int,
@@ -461,8 +484,9 @@ def speculative(
     prefilled: dict[str, SharedPrefill] | None = None,
     sampling: Sampling | None = None,
 ) -> Generation:
-    """Greedy speculative decoding: ``drafter`` proposes γ tokens, the verifier checks them in one forward on
-    its full cache, the longest agreeing prefix is kept plus the verifier's own next token (the bonus).
+    """Greedy speculative decoding: ``drafter`` (``budgetdraft.drafter.Drafter``) proposes γ tokens, the verifier
+    checks them in one forward on its full cache, the longest agreeing prefix is kept plus the verifier's own next
+    token (the bonus). The drafter is prefilled after the verifier, with what it ``reads`` of the verifier's prefill.
     With ``sampling``: drafts drawn from q, kept by the speculative sampling rule (``Sampler.speculative_step``)."""
     check_speculative(drafter, verifier_model, len(prompt_ids), max_new_tokens, gamma, sampling)
     sampler = None if sampling is None else Sampler(sampling)
@@ -474,16 +498,14 @@ def speculative(
     weights = weight_bytes(verifier_model, drafter)
     reset_peak_memory(device)
     with Stopwatch(device) as total:
-        first, correction = timed_prefill(verifier, prompt, capacity, stats, device, sampler)
+        first, correction = timed_prefill(verifier, prompt, capacity, stats, device, sampler, drafter.reads)
         out = [first]
         with Stopwatch(device) as t:
-            drafter.prefill(
-                prompt.to(drafter.device),
-                max_new_tokens + gamma + 1,
-                **({"verifier": verifier} if getattr(drafter, "needs_verifier", False) else {}),
-            )
+            state = verifier.prefill_state(prompt, drafter.reads)  # not kept: its tensors go with the prefill
+            drafter.prefill(prompt.to(drafter.device), max_new_tokens + gamma + 1, state)
+            del state
         stats.drafter_prefill_s = t.seconds
-        stats.record_memory(weights, verifier.kv_bytes(), drafter_kv_bytes(drafter))
+        stats.record_memory(weights, verifier.kv_bytes(), drafter.kv_bytes())
         out, done = _finish(out, max_new_tokens, eos)
         pending = [out[-1]]
         while not done:
@@ -491,7 +513,7 @@ def speculative(
             drafts, q = timed_draft(drafter, pending, g, stats, device, sampler)
             base = verifier.length
             with Stopwatch(device) as t:
-                vout = verifier.hidden([out[-1]] + drafts, output_hidden_states=getattr(drafter, "needs_hidden", False))
+                vout = verifier.hidden([out[-1]] + drafts, output_hidden_states=drafter.reads.hidden_states)
                 if sampler is None:
                     k, bonus = verifier.verify(vout.last_hidden_state, drafts)
                 else:
@@ -506,7 +528,7 @@ def speculative(
                     pending = [bonus]
                 else:  # every draft accepted: the drafter has not yet seen the last draft
                     pending = [drafts[-1], bonus]
-            stats.record_memory(weights, verifier.kv_bytes(), drafter_kv_bytes(drafter))
+            stats.record_memory(weights, verifier.kv_bytes(), drafter.kv_bytes())
             out, done = _finish(out + drafts[:k] + [bonus], max_new_tokens, eos)
     return _close(out, stats, total.seconds + correction, device)
 

@@ -19,11 +19,12 @@ verifier's own greedy token at every position (its LM head on the same forward t
 uses the target model's soft distribution), on ``step0_positions`` random positions for step 0 and every
 unrolled position for steps j ≥ 1, step j weighted ``step_decay``^j.
 
-Drafting (``Eagle3Drafter``): ``needs_hidden = True``; ``after_verify`` takes the verifier's hidden states of the
-accepted positions as the next real entries. The prompt's hidden states come from the outer verifier's own
-prefill through forward hooks (``budgetdraft.baselines.PrefillTap``): no second verifier prefill. Only if the
-hooks did not fire (drafter used outside ``speculative``) is the verifier run once more on the prompt, and that
-is then counted in ``drafter_prefill_s``. ``drafter_prefill_s`` always includes the head's pass over the prompt.
+Drafting (``Eagle3Drafter``, a ``budgetdraft.drafter.Drafter``): it ``reads`` the outputs of the feature layers
+over the prompt, handed to ``prefill`` from the outer verifier's own prefill (``VerifierPrefill.layer_outputs``:
+no second verifier prefill, except for a prefill copied from a shared file, which ``speculative`` runs again and
+charges to ``drafter_prefill_s``), and every layer's hidden states of each verify forward: ``after_verify`` takes
+those of the accepted positions as the next real entries. ``drafter_prefill_s`` includes the head's pass over the
+prompt.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from budgetdraft.atomic import atomic_path
-from budgetdraft.baselines import PrefillTap
+from budgetdraft.drafter import GreedyDrafter, Reads, VerifierPrefill
 from budgetdraft.kvcache import PreallocatedCache
 from budgetdraft.metrics import cache_bytes, module_tensors
 
@@ -358,10 +359,10 @@ def load_head(directory, device="cpu", dtype="float32") -> Eagle3Head:
 # Drafting
 
 
-class Eagle3Drafter:
-    needs_hidden = True
+class Eagle3Drafter(GreedyDrafter):
+    """EAGLE-3's head drafting for ``speculative`` (``budgetdraft.drafter.Drafter``)."""
 
-    def __init__(self, verifier, head: Eagle3Head, prefill_chunk=None, tap=True):
+    def __init__(self, verifier, head: Eagle3Head, prefill_chunk=None):
         cfg = head.cfg
         if cfg["hidden_size"] != verifier.config.hidden_size or cfg["vocab_size"] != verifier.config.vocab_size:
             raise ValueError("the EAGLE-3 head was trained for another verifier (hidden size / vocab differ)")
@@ -369,15 +370,7 @@ class Eagle3Drafter:
         self.prefill_chunk = prefill_chunk
         self.embed, self.lm_head = verifier.get_input_embeddings(), verifier.get_output_embeddings()
         self.dtype = head.fc.weight.dtype
-        self.tap = PrefillTap(verifier, layers=tuple(sorted(set(head.layer_ids)))) if tap else None
-
-    def _prompt_features(self, prompt):
-        tap = self.tap
-        if tap is not None:
-            tap.remove()
-            if tap.tokens == prompt.shape[1] and all(tap.hidden[i] for i in self.head.layer_ids):
-                return torch.cat([tap.layer_outputs(i) for i in self.head.layer_ids], dim=-1)
-        return verifier_features(self.model, prompt, self.head.layer_ids)  # fallback: a second verifier pass
+        self.reads = Reads(layers=tuple(sorted(set(head.layer_ids))), hidden_states=True)
 
     def _run(self, emb_tokens: list[int], hid: torch.Tensor) -> torch.Tensor:
         n = len(emb_tokens)
@@ -392,9 +385,10 @@ class Eagle3Drafter:
         return int(self.lm_head(self.head.norm(h[:, -1:]).to(self.lm_head.weight.dtype))[0, -1].argmax())
 
     @torch.no_grad()
-    def prefill(self, prompt: torch.Tensor, capacity: int) -> None:
+    def prefill(self, prompt: torch.Tensor, capacity: int, verifier: VerifierPrefill) -> None:
         p = prompt.shape[1]
-        feats = self._prompt_features(prompt).to(self.device)  # [1, P, 3H]
+        outputs = verifier.layer_outputs
+        feats = torch.cat([outputs[i] for i in self.head.layer_ids], dim=-1).to(self.device)  # [1, P, 3H]
         self.cache = PreallocatedCache(1, p + capacity + 1)
         self.position = 1  # entry t (feature f_t, token x_{t+1}) sits at position t+1
         if p > 1:

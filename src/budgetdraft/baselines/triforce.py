@@ -8,8 +8,8 @@ Three levels, all greedy:
      next token; this repeats until it has produced γ tokens, which are the draft handed to
   3. the verifier on its full cache (``budgetdraft.decoding.speculative``), whose acceptance/τ are the cell's.
 
-Retrieval cache (TriForce ``RetrievalCache``): the verifier's prefix KV (read from the outer verifier's own cache,
-no second prefill, see ``budgetdraft.baselines.PrefillTap``) is split into chunks of ``chunk_size``; a chunk's key
+Retrieval cache (TriForce ``RetrievalCache``): the verifier's prefix KV (the outer verifier's own cache, handed to
+``prefill`` with its last prompt queries: ``budgetdraft.drafter.VerifierPrefill``, no second prefill) is split into chunks of ``chunk_size``; a chunk's key
 is the mean of its keys (after RoPE); chunks are scored per KV head by q·k̄ with the query of the last prompt
 token (the scores of the query heads of a GQA group are summed), and each KV head keeps its own top chunks: the
 first chunk always, a partial last chunk (P not a multiple of the chunk size) whenever the budget has ≥ 2 chunks, and the best others up to
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import torch
 
-from budgetdraft.baselines import PrefillTap
 from budgetdraft.decoding import ids_tensor, position_range
-from budgetdraft.kvcache import PreallocatedCache, attention_queries, decoder_layers, num_layers, prefill, streaming
+from budgetdraft.drafter import GreedyDrafter, Reads, VerifierPrefill
+from budgetdraft.kvcache import PreallocatedCache, num_layers, prefill, streaming
 from budgetdraft.metrics import cache_bytes, module_tensors
 
 DEFAULTS = {"retrieval_budget": 256, "streaming_budget": 16, "sinks": 4, "chunk_size": 8, "gamma_inner": 1}
@@ -64,10 +64,12 @@ def _gather_heads(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return torch.gather(t, 2, idx[None, :, :, None].expand(1, -1, -1, t.shape[-1])).contiguous()
 
 
-class TriForceDrafter:
-    """A drafter object for ``speculative``: ``draft`` runs the inner small-drafter ↔ retrieval-verifier loop."""
+class TriForceDrafter(GreedyDrafter):
+    """A drafter for ``speculative`` (``budgetdraft.drafter.Drafter``): ``draft`` runs the inner small-drafter ↔
+    retrieval-verifier loop."""
 
-    needs_hidden = False
+    reads = Reads(last_queries=True)  # and the verifier's prefix cache, which every VerifierPrefill holds
+    owns_full = False  # the full prefix cache it reads is the verifier's own (VerifierPrefill.cache), never a copy
 
     def __init__(
         self,
@@ -79,7 +81,6 @@ class TriForceDrafter:
         chunk_size=8,
         gamma_inner=1,
         prefill_chunk=None,
-        tap=True,
     ):
         if retrieval_budget < chunk_size or chunk_size < 1:
             raise ValueError(f"retrieval_budget {retrieval_budget} must be >= chunk_size {chunk_size} >= 1")
@@ -90,36 +91,18 @@ class TriForceDrafter:
         self.verifier, self.model, self.device = verifier, small, small.device
         self.retrieval_budget, self.streaming_budget, self.sinks = retrieval_budget, streaming_budget, sinks
         self.chunk_size, self.gamma_inner, self.prefill_chunk = chunk_size, gamma_inner, prefill_chunk
-        self.tap = PrefillTap(verifier, queries=True) if tap else None
         # forwards of each inner level (the cell's acceptance/τ are the outer level's)
         self.retrieval_forwards = self.small_forwards = 0
 
     # ------------------------------------------------------------------------------------------ prefill
-    def _full_verifier_cache(self, prompt):
-        tap = self.tap
-        if tap is not None:
-            tap.remove()
-            if tap.cache is not None and tap.tokens == prompt.shape[1] and tap.cache.get_seq_length() >= tap.tokens:
-                return tap.cache, tap.query_in
-        # fallback: our own verifier prefill (counted in drafter_prefill_s)
-        tap = PrefillTap(self.verifier, queries=True)
-        cache = PreallocatedCache(num_layers(self.verifier), prompt.shape[1])
-        try:
-            prefill(self.verifier, prompt.to(self.verifier.device), cache, chunk_len=self.prefill_chunk)
-        finally:
-            tap.remove()
-        return cache, tap.query_in
-
     @torch.no_grad()
-    def prefill(self, prompt: torch.Tensor, capacity: int) -> None:
+    def prefill(self, prompt: torch.Tensor, capacity: int, verifier: VerifierPrefill) -> None:
         p = self.prompt_len = prompt.shape[1]
-        full, query_in = self._full_verifier_cache(prompt)
-        self.full_cache = full
-        self.owns_full = self.tap is None or full is not self.tap.cache  # else it is the verifier's own cache
+        full = self.full_cache = verifier.cache  # the verifier's own cache: read here, never written
         kv, self.kept = [], []
-        for i, layer in enumerate(decoder_layers(self.verifier)):
+        for i in range(num_layers(self.verifier)):
             keys, values = full.layers[i].keys[:, :, :p], full.layers[i].values[:, :, :p]
-            q = attention_queries(layer.self_attn, *query_in[i])  # the last prompt token's, [1, H, 1, D]
+            q = verifier.last_queries[i]  # the last prompt token's, [1, H, 1, D]
             idx = retrieval_indices(keys, q, self.retrieval_budget, self.chunk_size)
             self.kept.append(idx)
             kv.append((_gather_heads(keys, idx), _gather_heads(values, idx)))
@@ -238,10 +221,8 @@ class TriForceDrafter:
         self.copied = end - self.prompt_len
 
     def kv_bytes(self) -> int:
-        """The retrieval and StreamingLLM caches, and the full prefix cache when it had to prefill one itself (the
-        one read through the tap is the verifier's cache, counted as the verifier's)."""
-        caches = [self.retrieval, self.small] + ([self.full_cache] if self.owns_full else [])
-        return sum(cache_bytes(c) for c in caches)
+        """The retrieval and StreamingLLM caches (the full prefix cache it reads is the verifier's, counted there)."""
+        return cache_bytes(self.retrieval) + cache_bytes(self.small)
 
     def weight_tensors(self):
         return module_tensors(self.model)  # the small drafter; the retrieval level runs the verifier's weights
