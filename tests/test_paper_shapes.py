@@ -161,6 +161,27 @@ def test_paper_models_load_natively(paper_dirs):
     assert torch.isfinite(at_real).all() and not torch.allclose(at_real, at_cap)  # position 2100 is not clamped
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:1"])
+def test_weights_are_placed_on_their_device_as_they_load(paper_dirs, device, monkeypatch):
+    """The verifier's load names its device to from_pretrained (device_map): on a GPU no CPU copy of the whole
+    model is made first, and on the CPU the same call runs (a real load below; the GPU calls are recorded)."""
+    from transformers import AutoModelForCausalLM
+
+    from budgetdraft import models
+
+    seen = {}
+    real = AutoModelForCausalLM.from_pretrained.__func__
+
+    def spy(cls, path, **kwargs):
+        seen.update(kwargs)
+        return real(cls, path, **{**kwargs, "device_map": "cpu"})  # no GPU here: the same load, on the CPU
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(spy))
+    model = models._load(str(paper_dirs["verifier"]), device, "float16")
+    assert seen["device_map"] == device and seen["dtype"] == torch.float16 and seen["trust_remote_code"] is False
+    assert {p.dtype for p in model.parameters()} == {torch.float16} and not model.training
+
+
 def test_sentencepiece_only_tokenizer_without_protobuf_is_a_clear_error(tmp_path, monkeypatch):
     """The paper's hub drafter ships its tokenizer as a SentencePiece tokenizer.model: without protobuf,
     transformers 5 falls back to tiktoken and fails about tiktoken; load_tokenizer names what is missing."""

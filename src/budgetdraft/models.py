@@ -327,22 +327,25 @@ def release_changed() -> list[str]:
 
 
 def _load(spec: str, device: str, dtype: str):
-    """Load in ``dtype``; on an accelerator the weights go straight to ``device`` (``device_map``) instead of through
-    a CPU copy of the whole model (on the CPU, where they are already, a plain load)."""
+    """Load in ``dtype`` with the weights put straight on ``device`` (``device_map``): no CPU copy of the whole
+    model on the way to an accelerator, and the same call on the CPU, where the tests run it."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from budgetdraft import attention
 
     path = resolve(spec)
-    placement = {} if torch.device(device).type == "cpu" else {"device_map": device}
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch_dtype(dtype), trust_remote_code=False, attn_implementation=attention.NAME, **placement
+            path,
+            dtype=torch_dtype(dtype),
+            trust_remote_code=False,
+            attn_implementation=attention.NAME,
+            device_map=str(torch.device(device)),
         )
     except OSError as err:
         raise ValueError(f"cannot load model {spec!r}: {err}") from None
-    return model.to(device).eval()
+    return model.eval()
 
 
 def load_tokenizer(spec: str, revision: str = ""):
