@@ -71,6 +71,7 @@ RULES = ["export_model", "prepare_prompts", "prepare_train", "targets", "train_b
 RULES += ["verifier_prefill", "eval_cell", "eval_replicate_cell", "table", "figure"]
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize(
     "rule", RULES + [pytest.param("claims", marks=pytest.mark.xfail(strict=True, reason=CLAIMS_BY_HAND))]
 )

@@ -157,6 +157,7 @@ def test_grouped_query_attention_equals_sdpa_with_repeated_kv_heads(model, ids, 
     torch.testing.assert_close(outputs[attention.NAME], outputs["sdpa"], rtol=0, atol=1e-6)
 
 
+@pytest.mark.real
 def test_grouped_query_attention_on_the_real_model(real_pair):
     from budgetdraft import attention
 

@@ -65,6 +65,7 @@ def test_a_revision_is_refused_where_nothing_is_read_from_the_hub(tmp_path, monk
     assert seen == {"revision": "abc"}
 
 
+@pytest.mark.workflow
 def test_jobs_read_hub_repositories_at_the_pinned_commit():
     """A dry run of the paper config: the verifier's export and a prompts file pass their repository's commit."""
     pins = ",".join(f'"{repo}": "{sha}"' for repo, sha in SHA.items())

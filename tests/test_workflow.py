@@ -18,7 +18,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake")
-pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")
+pytestmark = [pytest.mark.workflow, pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")]
 
 SRC_MODULES = sorted(str(p.relative_to(ROOT / "src/budgetdraft").with_suffix(""))
                      for p in (ROOT / "src/budgetdraft").rglob("*.py"))  # fmt: skip
