@@ -152,7 +152,7 @@ def speedup_model_rows(model: list[dict], labels=(SD, BD)) -> list[str]:
 def header(ev: Evidence, n_files: int, seed: int) -> dict:
     per_dataset = {d: sum(p[0] == d for p in ev.prompts) for d in ev.datasets}
     gammas = sorted({k[4] for k in ev.grid.rows if k[0] != AR})
-    variants = ev.s.raw.get("variants") or {}
+    variants = {label: v.to_json() for label, v in ev.s.variants.items()}
     return {
         "cells": len(ev.grid.rows),
         "files": n_files,

@@ -38,7 +38,7 @@ class Evidence:
     def __init__(self, df: pd.DataFrame, settings: Settings, resamples: int = RESAMPLES, seed: int = SEED):
         self.s = settings
         self.datasets, self.contexts = list(settings.datasets), settings.contexts
-        self.budgets, self.gamma = sorted(settings.budgets), int(settings.get("gamma_fixed"))
+        self.budgets, self.gamma = sorted(settings.budgets), settings.gamma_fixed
         df = df[df["dataset"].isin(self.datasets)].reset_index(drop=True)
         if df.empty:
             raise ValueError(f"no cell is of a dataset in settings datasets {self.datasets}")

@@ -48,9 +48,9 @@ def budget_mean_by_replicate(grid: Grid, keys, metric: str) -> np.ndarray:
 def fig_collapse(grid: Grid, s: Settings):
     """Acceptance of SD (sparse/full) vs context length, one line per budget (the largest labelled 'full'); error
     bars: the standard deviation over training replicates of the base drafter (when there are several)."""
-    dataset, gamma = s.get("collapse.dataset"), int(s.get("collapse.gamma"))
+    dataset, gamma = s.collapse.dataset, s.collapse.gamma
     contexts, budgets = s.contexts, sorted(s.budgets)
-    lengths = [int(n) for n in s.raw.get("context_tokens", {}).values()]  # "full" is fewer tokens than every prompt
+    lengths = [int(n) for n in s.context_tokens.values()]  # "full" is fewer tokens than every prompt
     fig, ax = plt.subplots(figsize=(4.8, 3.2))
     values = {}
     for budget in budgets:
@@ -204,8 +204,10 @@ def fig_policies(grid: Grid, s: Settings):
     """rows contexts x cols {SD, BudgetDraft} x {acceptance, speedup}: each vs the budget B, one line per sparse
     policy (settings `policies`: names, dataset, gamma, and the config's default policy, whose cells have the
     plain labels)."""
-    pol = s.get("policies")
-    dataset, gamma, default, policies = pol["dataset"], int(pol["gamma"]), pol["default"], list(pol["names"])
+    if s.policies is None:
+        raise ValueError("settings: missing key 'policies'")
+    pol = s.policies
+    dataset, gamma, default, policies = pol.dataset, pol.gamma, pol.default, list(pol.names)
     budgets, contexts, drafters = sorted(s.budgets), s.contexts, (SD, BD)
     fig, axes = plt.subplots(
         len(contexts), 2 * len(drafters), figsize=(3.0 * 2 * len(drafters), 2.5 * len(contexts)), squeeze=False

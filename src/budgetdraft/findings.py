@@ -273,7 +273,7 @@ def same_drafts(ev: Evidence, arms: dict) -> str:
         for col in ("accepted", "drafted")
     ):
         return ""
-    steps = {label: ((ev.s.raw.get("variants") or {}).get(label) or {}).get("steps") for label in (a, b)}
+    steps = {label: ev.s.variant(label).steps for label in (a, b)}
     trained = f" ({steps[a]} / {steps[b]} training steps from the same base drafter)" if all(steps.values()) else ""
     return (
         f"{a} and {b} drafted and accepted exactly the same tokens on every prompt of these cells: their "
@@ -283,12 +283,13 @@ def same_drafts(ev: Evidence, arms: dict) -> str:
 
 def lambda_c(ev: Evidence, label, default: float) -> float:
     """λ of a trained variant: settings `variants[label].lambda_c` when given, else the label's own value."""
-    return float(((ev.s.raw.get("variants") or {}).get(label) or {}).get("lambda_c", default))
+    given = ev.s.variant(label).lambda_c
+    return float(default if given is None else given)
 
 
 def multi_budget(ev: Evidence) -> list[Finding]:
-    dataset, context = ev.s.get("single_budget.dataset"), str(ev.s.get("single_budget.context"))
-    gamma, trained = int(ev.s.get("single_budget.gamma")), int(ev.s.get("single_budget.trained_budget"))
+    dataset, context = ev.s.single_budget.dataset, ev.s.single_budget.context
+    gamma, trained = ev.s.single_budget.gamma, ev.s.single_budget.trained_budget
     others = [b for b in ev.budgets if b != trained]
     f = Finding(
         "F5",

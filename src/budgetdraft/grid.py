@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -41,6 +40,7 @@ import pyarrow.parquet as pq
 
 from budgetdraft.jsonarg import json_object
 from budgetdraft.names import AR, SHARED
+from budgetdraft.settings import PaperSettings
 
 KEY = ["label", "dataset", "context", "budget", "gamma"]
 NEEDED_COLUMNS = KEY + ["sample", "repeat", "total_s", "tok_per_s", "drafted", "accepted", "peak_mem_mb", "output_ids"]
@@ -396,58 +396,12 @@ def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
 
 # -------------------------------------------------------------------------------------------- settings
 
-
-@dataclass
-class Settings:
-    raw: dict
-
-    def get(self, dotted: str):
-        node = self.raw
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node:
-                raise ValueError(f"settings: missing key '{dotted}'")
-            node = node[part]
-        return node
-
-    @property
-    def lossless(self) -> dict:
-        """`Grid`'s keyword arguments for the lossless check (settings `lossless_check`, `near_tie_margin`)."""
-        return {
-            "lossless": self.raw.get("lossless_check", "error"),
-            "near_tie_margin": self.raw.get("near_tie_margin", 0.0),
-        }
-
-    @property
-    def datasets(self) -> dict:
-        return dict(self.get("datasets"))
-
-    @property
-    def contexts(self) -> list[str]:
-        return [str(c) for c in self.get("contexts")]
-
-    @property
-    def budgets(self) -> list[int]:
-        return [int(b) for b in self.get("budgets")]
-
-    def sweep(self, grid: Grid, label, dataset, context, budgets=None) -> list[int]:
-        """The gamma sweep at (dataset, context): settings `gammas[context]` if given (then every cell is
-        required), else every gamma present for `label` at any budget; each gamma needs every budget."""
-        budgets = self.budgets if budgets is None else budgets
-        given = self.raw.get("gammas", {}).get(context) if isinstance(self.raw.get("gammas"), dict) else None
-        if given is not None:
-            gammas = sorted(int(g) for g in given)
-        else:
-            gammas = sorted({g for b in budgets for g in grid.gammas(label, dataset, context, b)})
-            if not gammas:
-                grid.need(label, dataset, context, budgets[0], "any")
-        for g in gammas:
-            for b in budgets:
-                grid.need(label, dataset, context, b, g)
-        return gammas
+Settings = PaperSettings  # the settings that lay the cells out (budgetdraft.settings)
 
 
 def parse_settings(text_or_path) -> Settings:
-    return Settings(settings_dict(text_or_path))
+    """The typed settings, parsed once, from a dict, a JSON string or a JSON file."""
+    return PaperSettings.from_json(settings_dict(text_or_path))
 
 
 def settings_dict(text_or_path) -> dict:

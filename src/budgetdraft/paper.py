@@ -22,6 +22,7 @@ from budgetdraft.atomic import atomic_write_text, file_sha256
 from budgetdraft.grid import Grid, Settings, load_cells, parse_settings, settings_dict
 from budgetdraft.jsonarg import json_object
 from budgetdraft.names import ARTIFACTS, TABLES
+from budgetdraft.settings import with_drafter_sizes
 from budgetdraft.tables import TABLE_BUILDERS, add_to_caption, evidence_text, timing_text
 
 
@@ -214,11 +215,7 @@ def drafter_sizes(drafters: dict) -> dict:
 def run(args) -> None:
     settings = args.settings
     if args.drafters:
-        raw = settings_dict(args.settings)
-        raw["comparison"] = {
-            **raw["comparison"],
-            "drafter_sizes": drafter_sizes(json_object(args.drafters, "--drafters")),
-        }
-        settings = json.dumps(raw)
+        sizes = drafter_sizes(json_object(args.drafters, "--drafters"))
+        settings = json.dumps(with_drafter_sizes(settings_dict(args.settings), sizes))
     for path in build(args.artifact, args.cells, settings, args.out):
         print(path)

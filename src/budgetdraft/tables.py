@@ -64,10 +64,9 @@ def names_text(names) -> str:
 
 def objective(s: Settings, label: str, compact: bool = False) -> str:
     """L_A + λ·L_C of a trained variant, λ read from the variant's own `lambda_c` (settings `variants`)."""
-    variant = s.get("variants").get(label)
-    if variant is None or "lambda_c" not in variant:
+    if s.variant(label).lambda_c is None:
         raise ValueError(f"settings: variants has no lambda_c for {label!r}")
-    lam = float(variant["lambda_c"])
+    lam = float(s.variant(label).lambda_c)
     sep = "" if compact else " "
     if lam == 0:
         return r"$\mathcal{L}_A$"
@@ -77,12 +76,10 @@ def objective(s: Settings, label: str, compact: bool = False) -> str:
 
 def base_drafter_text(s: Settings) -> str:
     """What SD (sparse/full) decodes with: the paper's untrained drafter, or the base drafter trained here."""
-    steps = int(s.raw.get("base_drafter_steps", 0))
+    steps = int(s.base_drafter_steps)
     if not steps:
         return "untrained drafter"
-    learned = (
-        "the next tokens of text" if s.raw.get("base_drafter_teacher") == "text" else "the verifier's greedy tokens"
-    )
+    learned = "the next tokens of text" if s.base_drafter_teacher == "text" else "the verifier's greedy tokens"
     return (
         rf"base drafter (the truncated model after {steps} steps on {learned} in short full-cache windows, "
         r"not trained by BudgetDraft)"
@@ -195,7 +192,7 @@ def three_column_table(
     grid: Grid, s: Settings, labels, names, times: bool, caption: str, label: str, ctx_head: str, bud_head: str
 ) -> Table:
     """AR tok/s + two drafters as speedup/acc at gamma_fixed, per context x budget x dataset."""
-    t, ds, g = Table(), s.datasets, int(s.get("gamma_fixed"))
+    t, ds, g = Table(), s.datasets, s.gamma_fixed
     t.add(r"\begin{tabular}{ll " + " ".join("ccc" for _ in ds) + "}", r"\toprule")
     dataset_header(t, ds, 3, 3)
     t.row([ctx_head, bud_head] + ["AR", *names] * len(ds))
@@ -215,7 +212,7 @@ def three_column_table(
 
 
 def table_ablation_lc(grid: Grid, s: Settings) -> Table:
-    g = s.get("gamma_fixed")
+    g = s.gamma_fixed
     la, bd = objective(s, LA_ONLY), objective(s, BD)
     caption = (
         rf"Ablation on multi-view sparse training at $\gamma={g}$. We report throughput in tok/s for AR, and "
@@ -227,7 +224,7 @@ def table_ablation_lc(grid: Grid, s: Settings) -> Table:
 
 
 def table_lambda(grid: Grid, s: Settings) -> Table:
-    g = s.get("gamma_fixed")
+    g = s.gamma_fixed
     caption = (
         rf"$\lambda$ sensitivity at $\gamma={g}$ ({objective(s, BD)} vs {objective(s, LAMBDA1)}). Entries "
         r"report speedup vs AR / acceptance rate (\%) under the same $\gamma$, context length, and KV budget."
@@ -248,9 +245,9 @@ def table_lambda(grid: Grid, s: Settings) -> Table:
 def comparison_key(grid: Grid, s: Settings, label, dataset, context, gamma, required: bool):
     """A baseline's cell at (dataset, context, gamma): settings comparison.budgets[label] if given, else the
     only budget run, else the largest one (the 'full' setting)."""
-    fixed = s.raw.get("comparison", {}).get("budgets", {}).get(label)
+    fixed = s.comparison.budget_of(label)
     if fixed is not None:
-        key = (label, dataset, context, int(fixed), gamma)
+        key = (label, dataset, context, fixed, gamma)
         return grid.need(*key) if required else (key if grid.has(key) else None)
     budgets = sorted(k[3] for k in grid.rows if k[0] == label and k[1:3] == (dataset, context) and k[4] == gamma)
     if not budgets:
@@ -262,12 +259,12 @@ def comparison_key(grid: Grid, s: Settings, label, dataset, context, gamma, requ
 
 def table_comparison(grid: Grid, s: Settings) -> Table:
     t = Table()
-    dataset, gamma = s.get("comparison.dataset"), int(s.get("comparison.gamma"))
-    contexts, sizes = [str(c) for c in s.get("comparison.contexts")], s.raw["comparison"].get("drafter_sizes", {})
+    dataset, gamma = s.comparison.dataset, s.comparison.gamma
+    contexts, sizes = s.comparison.contexts, s.comparison.drafter_sizes
     name = s.datasets.get(dataset, dataset)
     # comparison.baselines (optional): the baselines that were run, each then required; without it, every
     # baseline whose cells are given gets a row and the others are left out.
-    enabled = s.raw["comparison"].get("baselines")
+    enabled = s.comparison.baselines
     t.add(r"\begin{tabular}{lcc}", r"\toprule")
     t.row(["Method", "Speedup", "Drafter"])
     for context in contexts:
@@ -306,8 +303,8 @@ def table_comparison(grid: Grid, s: Settings) -> Table:
 
 def table_single_budget(grid: Grid, s: Settings) -> Table:
     t = Table()
-    dataset, context = s.get("single_budget.dataset"), str(s.get("single_budget.context"))
-    gamma, trained = int(s.get("single_budget.gamma")), s.get("single_budget.trained_budget")
+    dataset, context = s.single_budget.dataset, s.single_budget.context
+    gamma, trained = s.single_budget.gamma, s.single_budget.trained_budget
     t.add(r"\begin{tabular}{l" + "c" * len(s.budgets) + "}", r"\toprule")
     t.row(["Evaluating setting"] + [rf"$B{{=}}{b}$" for b in s.budgets])
     t.add(r"\midrule")
@@ -330,9 +327,9 @@ def table_vram_gamma(grid: Grid, s: Settings) -> Table:
     t, ds = Table(), s.datasets
     run = {}  # context -> gammas run there (by SD or BudgetDraft); each needs both methods x budgets x datasets
     for context in s.contexts:
-        given = s.raw.get("gammas", {}).get(context) if isinstance(s.raw.get("gammas"), dict) else None
+        given = s.given_gammas(context)
         run[context] = (
-            sorted(int(g) for g in given)
+            given
             if given is not None
             else sorted(
                 {k[4] for k in grid.rows if k[0] in (SD, BD) and k[2] == context and k[1] in ds and k[3] in s.budgets}
@@ -373,7 +370,7 @@ def table_vram_gamma(grid: Grid, s: Settings) -> Table:
 
 
 def table_vram(grid: Grid, s: Settings) -> Table:
-    t, ds, g = Table(), s.datasets, int(s.get("gamma_fixed"))
+    t, ds, g = Table(), s.datasets, s.gamma_fixed
     t.add(r"\begin{tabular}{ll|" + "|".join("cc" for _ in ds) + "}", r"\toprule")
     dataset_header(t, ds, 2, 3, bar=True)
     t.row(["Context", "$B$"] + [SD_NAME, BD_NAME] * len(ds))
@@ -449,7 +446,7 @@ def replicate_text(grid: Grid) -> str:
 
 def timing_text(settings: Settings) -> str:
     """What the times include when the verifier's prefills were shared (``budgetdraft.prefill``)."""
-    runs = int(settings.raw.get("verifier_prefill_runs", 0))
+    runs = int(settings.verifier_prefill_runs)
     if not runs:
         return ""
     return (

@@ -38,29 +38,8 @@ import torch.nn.functional as F
 
 from budgetdraft.atomic import atomic_path, file_sha256, files_sha256
 from budgetdraft.jsonarg import json_object
+from budgetdraft.settings import TrainingHparams
 from budgetdraft.targets import IGNORE
-
-DEFAULTS = {  # the paper's §3.5, plus the machine knobs
-    "steps": 5000,
-    "lr": 1e-5,
-    "weight_decay": 0.01,
-    "warmup_steps": 150,
-    "grad_clip": 1.0,
-    "budgets": [256, 512, 1024, 2048],
-    "budget_weights": [0.4, 0.3, 0.2, 0.1],
-    "chunk_size": 8,
-    "score_window": 32,  # last prefill queries whose attention scores the prefix chunks (TopKChunks)
-    "lambda_c": 0.5,
-    "seed": 0,
-    "checkpoint_every": 250,
-    "dtype": "float32",
-    "device": "cpu",
-    "threads": 0,  # torch CPU threads; 0 leaves torch's default
-    "prefill_chunk": 2048,  # prefix tokens per prefill forward (no grad)
-    "heldout": 0,  # the last `heldout` sequences are not trained on; L_A/L_C on them go to eval_log.csv
-    "freeze_embeddings": False,  # keep the token embedding and LM head fixed: on CPU they are 2/3 of a small
-    #                              drafter's parameters and most of its optimizer's time (bench/README.md)
-}
 
 # Keys that may change between a killed run and its restart without changing the result.
 RESTART_FREE_KEYS = ("threads", "checkpoint_every")
@@ -74,45 +53,11 @@ EVAL_COLUMNS = ["step", "budget", "L_A", "L_C", "agree_A", "agree_C"]
 # Configuration
 
 
-def resolve_hparams(hparams: dict | None = None) -> dict:
-    """DEFAULTS <- hparams, checked. A variant (L_A only, lambda = 1, single budget) is nothing but hparams: the
-    pipeline hands over `training:` merged with the config's `variants:` overrides."""
-    hparams = dict(hparams or {})
-    unknown = sorted(set(hparams) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"unknown hparams key(s) {unknown}; known: {', '.join(DEFAULTS)}")
-    hp = {**DEFAULTS, **hparams}
-    hp["budgets"] = [int(b) for b in hp["budgets"]]
-    hp["budget_weights"] = [float(w) for w in hp["budget_weights"]]
-    if len(hp["budgets"]) != len(hp["budget_weights"]) or not hp["budgets"]:
-        raise ValueError(f"budgets {hp['budgets']} and budget_weights {hp['budget_weights']} must pair up")
-    if any(w < 0 for w in hp["budget_weights"]) or sum(hp["budget_weights"]) <= 0:
-        raise ValueError(f"budget_weights must be non-negative with a positive sum: {hp['budget_weights']}")
-    if any(b < 1 for b in hp["budgets"]):
-        raise ValueError(f"budgets must be positive: {hp['budgets']}")
-    for key in (
-        "steps",
-        "warmup_steps",
-        "chunk_size",
-        "score_window",
-        "seed",
-        "checkpoint_every",
-        "threads",
-        "prefill_chunk",
-        "heldout",
-    ):
-        hp[key] = int(hp[key])
-    for key in ("lr", "weight_decay", "grad_clip", "lambda_c"):
-        hp[key] = float(hp[key])
-    if not isinstance(hp["freeze_embeddings"], bool):
-        raise ValueError(f"freeze_embeddings must be true or false, got {hp['freeze_embeddings']!r}")
-    if hp["steps"] < 1 or hp["checkpoint_every"] < 1 or hp["chunk_size"] < 1 or hp["prefill_chunk"] < 1:
-        raise ValueError("steps, checkpoint_every, chunk_size and prefill_chunk must be >= 1")
-    if hp["lambda_c"] < 0:
-        raise ValueError(f"lambda_c must be >= 0, got {hp['lambda_c']}")
-    if hp["lambda_c"] > 0 and hp["score_window"] < 1:
-        raise ValueError("TopKChunks needs attention scores: score_window must be >= 1 when lambda_c > 0")
-    return hp
+def resolve_hparams(hparams: dict | TrainingHparams | None = None) -> TrainingHparams:
+    """The typed hparams (``budgetdraft.settings.TrainingHparams``: declared there with their defaults and checked)
+    of a JSON dict, or the hparams themselves. A variant (L_A only, lambda = 1, single budget) is nothing but
+    hparams: the pipeline hands over `training:` merged with the config's `variants:` overrides."""
+    return hparams if isinstance(hparams, TrainingHparams) else TrainingHparams.from_json(hparams)
 
 
 def lr_factor(step: int, warmup_steps: int, steps: int) -> float:
@@ -195,29 +140,29 @@ def agreement(logits: torch.Tensor, targets: torch.Tensor) -> float:
     return (logits.argmax(-1).cpu()[keep] == targets[keep]).float().mean().item()
 
 
-def train_step(drafter, optimizer, scheduler, data: dict, step: int, hp: dict, num_train: int) -> dict:
+def train_step(drafter, optimizer, scheduler, data: dict, step: int, hp: TrainingHparams, num_train: int) -> dict:
     """One optimisation step (Algorithm 1) on the sequence chosen by (seed, step); returns the loss-log row."""
     start = time.perf_counter()
-    n = sequence_index(hp["seed"], step, num_train)
-    budget = sample_budget(hp["budgets"], hp["budget_weights"], hp["seed"], step)
-    use_c = hp["lambda_c"] > 0
+    n = sequence_index(hp.seed, step, num_train)
+    budget = sample_budget(hp.budgets, hp.budget_weights, hp.seed, step)
+    use_c = hp.lambda_c > 0
     logits_a, logits_c = branch_logits(
         drafter,
         data["input_ids"][n],
         data["prefix_len"],
         budget if use_c else None,
-        chunk_size=hp["chunk_size"],
-        score_window=hp["score_window"],
-        prefill_chunk=hp["prefill_chunk"],
+        chunk_size=hp.chunk_size,
+        score_window=hp.score_window,
+        prefill_chunk=hp.prefill_chunk,
     )
     loss_a = top1_ce(logits_a, data["targets"][n])
     loss_c = top1_ce(logits_c, data["targets"][n]) if use_c else None
-    loss = loss_a + hp["lambda_c"] * loss_c if use_c else loss_a  # Step 5
+    loss = loss_a + hp.lambda_c * loss_c if use_c else loss_a  # Step 5
 
     lr = optimizer.param_groups[0]["lr"]
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(drafter.parameters(), hp["grad_clip"])
+    torch.nn.utils.clip_grad_norm_(drafter.parameters(), hp.grad_clip)
     optimizer.step()
     scheduler.step()
 
@@ -299,14 +244,14 @@ def step_code() -> list[Path]:
     return [files[name] for name in command_imports("train", package=package)]
 
 
-def _run_identity(hp: dict, targets_file, init: str) -> dict:
+def _run_identity(hp: TrainingHparams, targets_file, init: str) -> dict:
     """What must be equal for a restart to continue the same run: the hparams (less RESTART_FREE_KEYS) and the
     sha256 of the targets file, of the init drafter's weights (``weights_digest``) and of the ``step_code`` sources.
     Paths are not part of it: the same path may hold other contents after the kill."""
     from budgetdraft.models import weights_digest
 
     return {
-        "hparams": {k: v for k, v in hp.items() if k not in RESTART_FREE_KEYS},
+        "hparams": {k: v for k, v in resolve_hparams(hp).to_json().items() if k not in RESTART_FREE_KEYS},
         "targets": file_sha256(targets_file),
         "init": weights_digest(init),
         "code": files_sha256(step_code()),
@@ -398,17 +343,17 @@ def _open_log(path: Path, columns: list[str], keep_until: int):
     return f, writer
 
 
-def _log_heldout(drafter, heldout: dict | None, hp: dict, step: int, writer, f) -> None:
+def _log_heldout(drafter, heldout: dict | None, hp: TrainingHparams, step: int, writer, f) -> None:
     if heldout is None:
         return
-    for budget in hp["budgets"]:
+    for budget in hp.budgets:
         res = evaluate(
             drafter,
             heldout,
             budget,
-            chunk_size=hp["chunk_size"],
-            score_window=max(1, hp["score_window"]),
-            prefill_chunk=hp["prefill_chunk"],
+            chunk_size=hp.chunk_size,
+            score_window=max(1, hp.score_window),
+            prefill_chunk=hp.prefill_chunk,
         )
         writer.writerow({"step": step, "budget": budget, **res})
         print(
@@ -440,22 +385,22 @@ def _copy_tokenizer(init: str, out: Path) -> None:
             shutil.copy2(path, out / path.name)
 
 
-def split_heldout(data: dict, hp: dict) -> tuple[int, dict | None]:
+def split_heldout(data: dict, hp: TrainingHparams) -> tuple[int, dict | None]:
     """(sequences trained on, the held-out last ``heldout`` sequences or None)."""
     num_seqs = data["input_ids"].shape[0]
-    num_train = num_seqs - hp["heldout"]
+    num_train = num_seqs - hp.heldout
     if num_train < 1:
-        raise ValueError(f"heldout={hp['heldout']} leaves no training sequences out of {num_seqs}")
-    return num_train, subset(data, slice(num_train, None)) if hp["heldout"] else None
+        raise ValueError(f"heldout={hp.heldout} leaves no training sequences out of {num_seqs}")
+    return num_train, subset(data, slice(num_train, None)) if hp.heldout else None
 
 
-def optimizer_and_schedule(drafter, hp: dict):
+def optimizer_and_schedule(drafter, hp: TrainingHparams):
     """AdamW over the trainable parameters, with the linear warm-up + cosine schedule (``lr_factor``)."""
     optimizer = torch.optim.AdamW(
-        trainable_parameters(drafter, hp["freeze_embeddings"]), lr=hp["lr"], weight_decay=hp["weight_decay"]
+        trainable_parameters(drafter, hp.freeze_embeddings), lr=hp.lr, weight_decay=hp.weight_decay
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, partial(lr_factor, warmup_steps=hp["warmup_steps"], steps=hp["steps"])
+        optimizer, partial(lr_factor, warmup_steps=hp.warmup_steps, steps=hp.steps)
     )
     return optimizer, scheduler
 
@@ -513,39 +458,41 @@ def train(
     from budgetdraft.targets import load_targets
 
     hp = resolve_hparams(hparams)
-    if hp["threads"] > 0:
-        torch.set_num_threads(hp["threads"])
+    if hp.threads > 0:
+        torch.set_num_threads(hp.threads)
     out = Path(out)
     work = out.with_name(out.name + ".tmp")
     data = load_targets(targets_file)
     num_train, heldout = split_heldout(data, hp)
-    drafter = load_model(init, device=hp["device"], dtype=hp["dtype"])
+    drafter = load_model(init, device=hp.device, dtype=hp.dtype)
     drafter.train()
     optimizer, scheduler = optimizer_and_schedule(drafter, hp)
     identity = _run_identity(hp, targets_file, init)
-    start = resume(work, identity, drafter, optimizer, scheduler, hp["steps"])
-    (work / "hparams.json").write_text(json.dumps({**hp, "init": init, "targets": str(targets_file)}, indent=1))
+    start = resume(work, identity, drafter, optimizer, scheduler, hp.steps)
+    (work / "hparams.json").write_text(
+        json.dumps({**hp.to_json(), "init": init, "targets": str(targets_file)}, indent=1)
+    )
     log_file, log = _open_log(work / "loss_log.csv", LOG_COLUMNS, start)
     eval_file, eval_log = _open_log(work / "eval_log.csv", EVAL_COLUMNS, start + 1) if heldout else (None, None)
     if start == 0:
         _log_heldout(drafter, heldout, hp, 0, eval_log, eval_file)
 
-    bar = tqdm(range(start, hp["steps"]), initial=start, total=hp["steps"], desc="train", disable=not progress)
+    bar = tqdm(range(start, hp.steps), initial=start, total=hp.steps, desc="train", disable=not progress)
     for step in bar:
         row = train_step(drafter, optimizer, scheduler, data, step, hp, num_train)
         log.writerow(row)
         log_file.flush()
         bar.set_postfix(L_A=f"{row['L_A']:.3f}", L_C=f"{row['L_C']:.3f}", B=row["budget"])
         done = step + 1
-        if done % hp["checkpoint_every"] == 0 and done < hp["steps"]:
+        if done % hp.checkpoint_every == 0 and done < hp.steps:
             save_checkpoint(work, done, drafter, optimizer, scheduler, identity)
             _log_heldout(drafter, heldout, hp, done, eval_log, eval_file)
-        if stop_after is not None and done >= stop_after and done < hp["steps"]:
+        if stop_after is not None and done >= stop_after and done < hp.steps:
             for f in (log_file, eval_file):
                 f and f.close()
             return None
     bar.close()
-    _log_heldout(drafter, heldout, hp, hp["steps"], eval_log, eval_file)
+    _log_heldout(drafter, heldout, hp, hp.steps, eval_log, eval_file)
     for f in (log_file, eval_file):
         f and f.close()
     return publish(work, out, drafter, init)
@@ -564,7 +511,9 @@ def configure_parser(parser) -> None:
     parser.add_argument("--init", required=True, help="initial drafter: model spec or Hugging Face directory")
     parser.add_argument("--targets", required=True, help="teacher targets .safetensors (budgetdraft targets)")
     parser.add_argument("--out", required=True, help="output directory (final Hugging Face checkpoint)")
-    parser.add_argument("--hparams", default=None, help=f"JSON object or file with any of: {', '.join(DEFAULTS)}")
+    parser.add_argument(
+        "--hparams", default=None, help=f"JSON object or file with any of: {', '.join(TrainingHparams().keys())}"
+    )
 
 
 def run(args) -> None:

@@ -1,0 +1,63 @@
+"""The typed settings contract (budgetdraft.settings): defaults declared once, unknown and missing keys named."""
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from budgetdraft.settings import Eagle3Hparams, PaperSettings, TrainingHparams, Variant, with_drafter_sizes
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "budgetdraft"
+PAPER = {
+    "datasets": {"d1": "DS-One"},
+    "contexts": ["0.5K", "1K"],
+    "budgets": [32, 64],
+    "gamma_fixed": 2,
+    "collapse": {"dataset": "d1", "gamma": 2},
+    "comparison": {"dataset": "d1", "contexts": ["1K"], "gamma": 2},
+    "single_budget": {"dataset": "d1", "context": "1K", "gamma": 2, "trained_budget": 32},
+    "variants": {"lambda0.5": {"lambda_c": 0.5, "budgets": [32], "steps": 10}},
+}
+
+
+def test_paper_settings_parse_once_into_attributes():
+    s = PaperSettings.from_json(PAPER)
+    assert (s.gamma_fixed, s.single_budget.trained_budget, s.comparison.contexts) == (2, 32, ["1K"])
+    assert s.lossless == {"lossless": "error", "near_tie_margin": 0.0} and s.given_gammas("1K") is None
+    assert s.variant("lambda0.5").to_json() == PAPER["variants"]["lambda0.5"] and s.variant("x") == Variant()
+    assert s.comparison.budget_of("triforce") is None and s.policies is None
+    assert PaperSettings.from_json(s.to_json()) == s
+    assert with_drafter_sizes(PAPER, {"sd": "1M"})["comparison"]["drafter_sizes"] == {"sd": "1M"}
+
+
+def test_paper_settings_name_unknown_and_missing_keys():
+    with pytest.raises(ValueError, match=r"unknown settings key\(s\) \['gama'\]"):
+        PaperSettings.from_json({**PAPER, "gama": 1})
+    with pytest.raises(ValueError, match="settings: missing key 'gamma_fixed'"):
+        PaperSettings.from_json({k: v for k, v in PAPER.items() if k != "gamma_fixed"})
+    with pytest.raises(ValueError, match=r"\['size'\] in collapse"):
+        PaperSettings.from_json({**PAPER, "collapse": {"dataset": "d1", "gamma": 2, "size": 1}})
+
+
+def test_hparams_defaults_round_trip_and_checks():
+    hp = TrainingHparams.from_json({"lambda_c": 0, "budgets": [128], "budget_weights": [1]})
+    assert (hp.lambda_c, hp.budgets, hp.budget_weights, hp.steps) == (0.0, [128], [1.0], 5000)
+    assert list(hp.to_json()) == [f for f in TrainingHparams().keys()] and hp["steps"] == 5000
+    assert TrainingHparams.from_json(json.loads(json.dumps(hp.to_json()))) == hp
+    with pytest.raises(ValueError, match=r"unknown hparams key\(s\) \['learning_rate'\]"):
+        TrainingHparams.from_json({"learning_rate": 1e-4})
+    with pytest.raises(ValueError, match="must pair up"):
+        TrainingHparams.from_json({"budgets": [128]})
+    assert Eagle3Hparams.from_json({"steps": 3}).to_json()["steps"] == 3
+    with pytest.raises(ValueError, match="stepz"):
+        Eagle3Hparams.from_json({"stepz": 1})
+    with pytest.raises(ValueError, match="ttt_steps must be >= 1"):
+        Eagle3Hparams.from_json({"ttt_steps": 0})
+
+
+def test_the_contract_imports_nothing_from_budgetdraft():
+    tree = ast.parse((SRC / "settings.py").read_text())
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in imported if m and m.startswith("budgetdraft")]
