@@ -43,27 +43,9 @@ from budgetdraft.atomic import atomic_path
 from budgetdraft.drafter import GreedyDrafter, Reads, VerifierPrefill
 from budgetdraft.kvcache import PreallocatedCache
 from budgetdraft.metrics import cache_bytes, module_tensors
+from budgetdraft.settings import Eagle3Hparams
 
 HEAD_FILE, CONFIG_FILE = "head.safetensors", "eagle3.json"
-HPARAMS = {
-    "steps": 100,
-    "lr": 1.0e-3,
-    "weight_decay": 0.0,
-    "warmup_steps": 10,
-    "grad_clip": 1.0,
-    "ttt_steps": 7,
-    "step_decay": 0.8,
-    "ttt_window": 64,
-    "step0_positions": 128,
-    "layer_ids": None,
-    "seed": 0,
-    "dtype": "float32",
-    "verifier_dtype": "float32",
-    "device": "cpu",
-    "threads": 1,
-    "feature_cache_mb": 2048,
-    "log_every": 10,
-}
 
 
 def default_layer_ids(num_layers: int) -> list[int]:
@@ -211,7 +193,7 @@ def ttt_unroll(head, verifier, feats, input_ids, window_start, ttt_steps):
     return base, hs, out0
 
 
-def ttt_loss(head, verifier, feats, input_ids, greedy, hp: dict, generator: torch.Generator | None = None):
+def ttt_loss(head, verifier, feats, input_ids, greedy, hp: Eagle3Hparams, generator: torch.Generator | None = None):
     """Weighted CE of the unrolled head; returns (loss, per-step top-1 accuracy list).
 
     greedy [B, T]: the verifier's greedy token after each position. Real entry t predicts greedy[t+1] (the token
@@ -219,8 +201,8 @@ def ttt_loss(head, verifier, feats, input_ids, greedy, hp: dict, generator: torc
     from the whole sequence, steps j ≥ 1 on the last ``ttt_window`` base positions."""
     lm_head = verifier.get_output_embeddings()
     n = input_ids.shape[1] - 1
-    base, hs, out0 = ttt_unroll(head, verifier, feats, input_ids, n - hp["ttt_window"], hp["ttt_steps"])
-    pick = torch.randperm(n, generator=generator)[: hp["step0_positions"]].sort().values.to(base.device)
+    base, hs, out0 = ttt_unroll(head, verifier, feats, input_ids, n - hp.ttt_window, hp.ttt_steps)
+    pick = torch.randperm(n, generator=generator)[: hp.step0_positions].sort().values.to(base.device)
     scored = [(out0[:, pick], greedy[:, pick + 1])]
     for j, h in enumerate(hs[1:], start=1):
         idx = base + 1 + j
@@ -229,28 +211,22 @@ def ttt_loss(head, verifier, feats, input_ids, greedy, hp: dict, generator: torc
     for j, (h, tgt) in enumerate(scored):
         if tgt.numel():
             logits = lm_head(head.norm(h).to(lm_head.weight.dtype)).float()  # [B, v, V]
-            losses.append((hp["step_decay"] ** j) * F.cross_entropy(logits.flatten(0, 1), tgt.flatten()))
-            weight_sum += hp["step_decay"] ** j
+            losses.append((hp.step_decay**j) * F.cross_entropy(logits.flatten(0, 1), tgt.flatten()))
+            weight_sum += hp.step_decay**j
             accs.append(float((logits.argmax(-1) == tgt).float().mean()))
     return sum(losses) / weight_sum, accs
 
 
-def resolve_hparams(hparams: dict | None) -> dict:
-    """``HPARAMS`` <- ``hparams``, checked: unknown keys and counts below 1 are errors naming the key."""
-    unknown = set(hparams or {}) - set(HPARAMS)
-    if unknown:
-        raise ValueError(f"unknown train-eagle3 hparams {sorted(unknown)}; known: {sorted(HPARAMS)}")
-    hp = {**HPARAMS, **(hparams or {})}
-    for key in ("steps", "ttt_steps", "ttt_window", "step0_positions"):
-        if hp[key] < 1:
-            raise ValueError(f"train-eagle3 hparam {key} must be >= 1, got {hp[key]}")
-    return hp
+def resolve_hparams(hparams: dict | Eagle3Hparams | None) -> Eagle3Hparams:
+    """The typed hparams (``budgetdraft.settings.Eagle3Hparams``, declared there with their defaults): unknown keys
+    and counts below 1 are errors naming the key."""
+    return hparams if isinstance(hparams, Eagle3Hparams) else Eagle3Hparams.from_json(hparams)
 
 
-def frozen_verifier(verifier_spec: str, hp: dict):
+def frozen_verifier(verifier_spec: str, hp: Eagle3Hparams):
     from budgetdraft.models import load_model
 
-    verifier = load_model(verifier_spec, hp["device"], hp["verifier_dtype"]).eval()
+    verifier = load_model(verifier_spec, hp.device, hp.verifier_dtype).eval()
     for prm in verifier.parameters():
         prm.requires_grad_(False)
     return verifier
@@ -296,29 +272,29 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     from budgetdraft.training import lr_factor  # the drafter's schedule: linear warm-up, then cosine
 
     hp = resolve_hparams(hparams)
-    if hp["threads"]:
-        torch.set_num_threads(int(hp["threads"]))
-    torch.manual_seed(int(hp["seed"]))
+    if hp.threads:
+        torch.set_num_threads(int(hp.threads))
+    torch.manual_seed(int(hp.seed))
     verifier = frozen_verifier(verifier_spec, hp)
     data = load_targets(targets_file)
-    input_ids = data["input_ids"].to(hp["device"])  # the targets are recomputed at every position (ttt_loss)
+    input_ids = data["input_ids"].to(hp.device)  # the targets are recomputed at every position (ttt_loss)
     if data["verifier"] and verbose:
         print(f"sequences from the targets of verifier {data['verifier']}")
-    cfg = head_config(verifier, hp["layer_ids"])
-    head = Eagle3Head(cfg).to(device=hp["device"], dtype=torch_dtype(hp["dtype"]))
-    opt = torch.optim.AdamW(head.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, hp["warmup_steps"], hp["steps"]))
-    features = SequenceFeatures(verifier, input_ids, cfg, hp["feature_cache_mb"])
-    generator = torch.Generator().manual_seed(int(hp["seed"]))
+    cfg = head_config(verifier, hp.layer_ids)
+    head = Eagle3Head(cfg).to(device=hp.device, dtype=torch_dtype(hp.dtype))
+    opt = torch.optim.AdamW(head.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, hp.warmup_steps, hp.steps))
+    features = SequenceFeatures(verifier, input_ids, cfg, hp.feature_cache_mb)
+    generator = torch.Generator().manual_seed(int(hp.seed))
     order = torch.randperm(input_ids.shape[0], generator=generator)
     log_rows, t0 = [], time.time()
-    for step in range(hp["steps"]):
+    for step in range(hp.steps):
         i = int(order[step % input_ids.shape[0]])
         feats, greedy = features(i)
         loss, accs = ttt_loss(head, verifier, feats, input_ids[i : i + 1], greedy, hp, generator)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), hp["grad_clip"])
+        torch.nn.utils.clip_grad_norm_(head.parameters(), hp.grad_clip)
         opt.step()
         sched.step()
         log_rows.append(
@@ -331,13 +307,15 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
                 "seconds": time.time() - t0,
             }
         )
-        if verbose and (step % hp["log_every"] == 0 or step == hp["steps"] - 1):
+        if verbose and (step % hp.log_every == 0 or step == hp.steps - 1):
             print(
                 f"step {step}: loss {log_rows[-1]['loss']:.4f} acc0 {log_rows[-1]['acc_step0']:.3f} "
                 f"acc {log_rows[-1]['acc_mean']:.3f} ({time.time() - t0:.1f} s)",
                 flush=True,
             )
-    save_head(out, head, {**cfg, "verifier": verifier_spec, "targets": str(targets_file), "hparams": hp}, log_rows)
+    save_head(
+        out, head, {**cfg, "verifier": verifier_spec, "targets": str(targets_file), "hparams": hp.to_json()}, log_rows
+    )
     return {"first_loss": log_rows[0]["loss"], "last_loss": log_rows[-1]["loss"], "rows": log_rows}
 
 
@@ -451,7 +429,9 @@ def configure_parser(parser) -> None:
     parser.add_argument("--verifier", required=True, help="verifier model spec or directory")
     parser.add_argument("--targets", required=True, help="targets.safetensors (input_ids, targets)")
     parser.add_argument("--out", required=True, help="output directory (head.safetensors + eagle3.json)")
-    parser.add_argument("--hparams", default="", help="JSON object (inline or a file path): " + ", ".join(HPARAMS))
+    parser.add_argument(
+        "--hparams", default="", help="JSON object (inline or a file path): " + ", ".join(Eagle3Hparams().keys())
+    )
 
 
 def run(args) -> None:
