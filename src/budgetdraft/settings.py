@@ -119,6 +119,13 @@ class Variant(_Json):
     def from_json(cls, data: dict) -> Variant:
         return cls(**_checked_keys(cls, data, "settings", "variants"))
 
+    @classmethod
+    def of_hparams(cls, hparams: dict) -> Variant:
+        """What the paper says of a variant trained with `budgetdraft train --hparams` JSON ``hparams`` (its
+        values as given: the settings JSON then says what the command line said)."""
+        TrainingHparams.from_json(hparams)  # the contract: unknown keys, unpaired budgets fail here
+        return cls(**{f.name: hparams[f.name] for f in fields(cls)})
+
     def to_json(self) -> dict:
         return {k: v for k, v in super().to_json().items() if v is not None}
 

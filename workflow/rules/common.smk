@@ -11,6 +11,7 @@ from pathlib import Path
 from budgetdraft import names, revisions
 from budgetdraft.configcheck import check_config
 from budgetdraft.importgraph import code_files
+from budgetdraft.settings import Eagle3Hparams, PaperSettings, TrainingHparams, Variant
 
 # ---------------------------------------------------------------- names
 
@@ -309,7 +310,7 @@ def revision_flag(repo):
 def seeded(hparams, replicate):
     """Training hparams of one replicate: seed + replicate (data order and budget sampling); replicate 0 trains
     exactly what a configuration without replicates trains."""
-    return {**hparams, "seed": int(hparams.get("seed", 0)) + int(replicate)}
+    return {**hparams, "seed": TrainingHparams.from_json(hparams).seed + int(replicate)}
 
 
 # The device each kind of job runs on: model jobs on `device`; the training chain (targets, train_base, train) on
@@ -319,6 +320,8 @@ EAGLE3_TRAINING = {
     "device": config["device"],
     **config["baselines"].get(names.EAGLE3, {}).get("training", {}),
 }
+# the contract of train-eagle3 --hparams (budgetdraft.settings.Eagle3Hparams), checked at plan time
+Eagle3Hparams.from_json(EAGLE3_TRAINING)
 
 
 def gpu_slots(device):
@@ -457,40 +460,40 @@ def variant_hparams(variant, replicate=0):
 
 
 def paper_settings():
-    """The settings JSON of `budgetdraft paper` (what to lay out where), built from the config."""
+    """The settings JSON of `budgetdraft paper` (what to lay out where), built from the config and checked
+    against its contract (`budgetdraft.settings.PaperSettings`)."""
     cmp = config["comparison"]
-    return json.dumps(
-        {
-            "datasets": {key: d["name"] for key, d in config["datasets"].items()},
-            "contexts": CONTEXTS,
-            "context_tokens": config["contexts"],
-            "budgets": BUDGETS,
-            "gammas": config["gammas"],
-            "gamma_fixed": config["gamma_fixed"],
-            "collapse": config["collapse"],
-            "comparison": {
-                "dataset": cmp["dataset"],
-                "contexts": cmp["contexts"],
-                "gamma": cmp["gamma"],
-                "baselines": BASELINES,
-                "budgets": {label: BASELINE_BUDGET for label in BASELINES},
-            },
-            "single_budget": config["single_budget"],
-            "lossless_check": config["lossless_check"],
-            "near_tie_margin": config["near_tie_margin"],
-            "verifier_prefill_runs": (
-                PREFILL_RUNS if config["share_verifier_prefill"] else 0
-            ),
-            "variants": {
-                v: {k: hp[k] for k in ("lambda_c", "budgets", "steps")}
-                for v in VARIANTS
-                for hp in [json.loads(variant_hparams(v))]
-            },
-            "base_drafter_steps": BASE["training"]["steps"] if BASE else 0,
-            "replicates": len(REPLICATES),
-            "base_drafter_teacher": BASE["teacher"] if BASE else "",
-        }
-    )
+    settings = {
+        "datasets": {key: d["name"] for key, d in config["datasets"].items()},
+        "contexts": CONTEXTS,
+        "context_tokens": config["contexts"],
+        "budgets": BUDGETS,
+        "gammas": config["gammas"],
+        "gamma_fixed": config["gamma_fixed"],
+        "collapse": config["collapse"],
+        "comparison": {
+            "dataset": cmp["dataset"],
+            "contexts": cmp["contexts"],
+            "gamma": cmp["gamma"],
+            "baselines": BASELINES,
+            "budgets": {label: BASELINE_BUDGET for label in BASELINES},
+        },
+        "single_budget": config["single_budget"],
+        "lossless_check": config["lossless_check"],
+        "near_tie_margin": config["near_tie_margin"],
+        "verifier_prefill_runs": (
+            PREFILL_RUNS if config["share_verifier_prefill"] else 0
+        ),
+        "variants": {
+            v: Variant.of_hparams(json.loads(variant_hparams(v))).to_json()
+            for v in VARIANTS
+        },
+        "base_drafter_steps": BASE["training"]["steps"] if BASE else 0,
+        "replicates": len(REPLICATES),
+        "base_drafter_teacher": BASE["teacher"] if BASE else "",
+    }
+    PaperSettings.from_json(settings)
+    return json.dumps(settings)
 
 
 def samples(dataset):
@@ -501,9 +504,9 @@ def artifact_settings(artifact):
     """The settings JSON of one artifact: `paper_settings`, and for the policies figure its `policies:` too."""
     if artifact != "fig_policies":
         return paper_settings()
-    return json.dumps(
-        {
-            **json.loads(paper_settings()),
-            "policies": {**POLICIES, "default": POLICY},
-        }
-    )
+    settings = {
+        **json.loads(paper_settings()),
+        "policies": {**POLICIES, "default": POLICY},
+    }
+    PaperSettings.from_json(settings)
+    return json.dumps(settings)
