@@ -19,7 +19,8 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (another user's included)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -35,7 +36,7 @@ def remove_stale_temps(out: Path) -> None:
     earlier process's that had the same PID)."""
     for tmp in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
         pid = tmp.name[len(out.name) + 2 : -len(".tmp")]
-        if pid.isdigit() and (int(pid) == os.getpid() or not _running(int(pid))):
+        if pid.isdigit() and (int(pid) == os.getpid() or not running(int(pid))):
             _remove(tmp)
 
 

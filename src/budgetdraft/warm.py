@@ -45,6 +45,8 @@ import sys
 import threading
 import time
 
+from budgetdraft.atomic import running
+
 ENV = "BUDGETDRAFT_WARM"
 AUTOSTART = "BUDGETDRAFT_WARM_AUTOSTART"  # a pid: a client that finds no server starts a resident one it owns
 ASYNC_LOAD_OFF = "HF_DEACTIVATE_ASYNC_LOAD"
@@ -298,7 +300,7 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
             try:
                 conn, _ = server.accept()
             except TimeoutError:
-                gone = os.getppid() != parent if owner is None else not _alive(owner)
+                gone = os.getppid() != parent if owner is None else not running(owner)
                 if gone or (idle and time.monotonic() - last_request > idle):
                     return
                 continue
@@ -313,16 +315,6 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
         for leftover in (path, f"{path}.lock"):  # the lock an autostart took (budgetdraft.warm.autostart)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        pass
-    return True
 
 
 def _listen(path: str) -> socket.socket:
