@@ -1,16 +1,14 @@
 """Warm start: one process with torch, transformers and budgetdraft already imported forks a child per command.
 
-A grid of hundreds of small cells otherwise spends seconds per job importing the same libraries (measured:
-3.8 s CPU per ``eval-cell`` before any model work, about a third of an embedded-default cell); every other
-pipeline command (prefills, training, tables) goes through it too and saves 1-6 s of imports each. The Snakefile
+A grid of hundreds of small cells otherwise spends seconds per job importing the same libraries (bench/README.md,
+"Pipeline overhead"); every other pipeline command (prefills, training, tables) goes through it too. The Snakefile
 starts ``python -m budgetdraft warm --socket PATH`` for local runs and exports ``BUDGETDRAFT_WARM=PATH``; the
 ``budgetdraft`` command line then hands its arguments and its stdin/stdout/stderr (SCM_RIGHTS) to that process,
 which forks, runs the command in the child exactly as ``python -m budgetdraft`` would, and returns its exit
 status. Without the variable, or when nothing answers on the socket, the command runs in its own process as
 usual. Timings are taken inside the child, so a cell measures the same thing either way. Before forking an
 ``eval-cell`` the warm process also loads the CPU models it names, once each (``budgetdraft.models.preload``):
-the children share them copy-on-write instead of each reading ~0.5 GB of weights (measured: 0.54 s per cell,
-72 cells). The warm process never touches CUDA, runs torch on one thread, loads without transformers' loader
+the children share them copy-on-write instead of each reading the weights. The warm process never touches CUDA, runs torch on one thread, loads without transformers' loader
 threads and starts no threads of its own (fork safety). It serves for as long as the process that started it
 (Snakemake) lives, however long the training stages keep the grid waiting, and exits when that process is gone
 or after ``--idle`` seconds without a request (default: never).
