@@ -249,7 +249,7 @@ def parquet_whole(path):
 
 def aside_name(path):
     """FILE.unreadable, or FILE.unreadable.N when an earlier one is kept there."""
-    aside, n = path.with_name(path.name + ".unreadable"), 1
+    aside, n = path.with_name(f"{path.name}.unreadable"), 1
     while aside.exists():
         aside, n = path.with_name(f"{path.name}.unreadable.{n}"), n + 1
     return aside
