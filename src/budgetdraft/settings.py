@@ -263,9 +263,8 @@ class TrainingHparams(_Hparams):
     def from_json(cls, data: dict | None = None) -> TrainingHparams:
         d = _checked_keys(cls, dict(data or {}), "hparams")
         hp = {**TrainingHparams().to_json(), **d}
-        for name in ("steps", "warmup_steps", "chunk_size", "score_window", "seed", "checkpoint_every", "threads"):
-            hp[name] = int(hp[name])
-        for name in ("prefill_chunk", "heldout"):
+        counts = ("steps", "warmup_steps", "chunk_size", "score_window", "seed", "checkpoint_every", "threads")
+        for name in (*counts, "prefill_chunk", "heldout"):
             hp[name] = int(hp[name])
         for name in ("lr", "weight_decay", "grad_clip", "lambda_c"):
             hp[name] = float(hp[name])
