@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from budgetdraft.settings import TrainingHparams
+
 
 @dataclass(frozen=True)
 class Device:
@@ -280,7 +282,7 @@ class Estimator:
 
     def training(self, hparams: dict, data: dict) -> Cost:
         p, c = data["prefix_len"], data["cont_len"]
-        branches = 1 + (float(hparams.get("lambda_c", 0.5)) > 0)
+        branches = 1 + (float(hparams.get("lambda_c", TrainingHparams.lambda_c)) > 0)  # L_C's branch when λ > 0
         step = self.trainee.prefill(p) + branches * self.trainee.forward(c, p, logits=c, train=True)
         steps = int(hparams["steps"])
         return Cost(1, 0, steps * (p + c), 0, 1, steps * step + self.trainee.load_s)
