@@ -13,9 +13,6 @@ from budgetdraft.importgraph import code_files, command_imports, import_graph, i
 from budgetdraft.names import BASELINES
 
 SNAKEMAKE = shutil.which("snakemake")
-CLAIMS_BY_HAND = (  # workflow/rules/paper.smk (not this change's file) still lists the claims rule's code by hand
-    'paper.smk declares the claims rule\'s code as SRC["paper"] + claims.py; it should be SRC["claims"]'
-)
 
 
 def test_closure_follows_lazy_imports_and_packages():
@@ -72,9 +69,7 @@ RULES += ["verifier_prefill", "eval_cell", "eval_replicate_cell", "table", "figu
 
 
 @pytest.mark.workflow
-@pytest.mark.parametrize(
-    "rule", RULES + [pytest.param("claims", marks=pytest.mark.xfail(strict=True, reason=CLAIMS_BY_HAND))]
-)
+@pytest.mark.parametrize("rule", RULES + ["claims"])
 def test_each_rules_code_inputs_are_its_commands_imports(jobs, rule):
     mine = [(inputs, shell) for name, inputs, shell in jobs if name == rule]
     assert mine, f"no {rule} job planned"

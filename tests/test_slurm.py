@@ -33,7 +33,7 @@ CLUSTER = ROOT / "profiles/slurm-local/cluster.sh"
 STATE = Path(os.environ.get("BUDGETDRAFT_SLURM_STATE", "/tmp/budgetdraft-slurm"))
 PROFILE = ("--profile", "profiles/slurm-local")
 RESIDENT = ("--config", "warm_start=resident")  # last: --config takes every argument after it
-SUBMITTED = re.compile(r"^Job \d+ has been submitted with SLURM jobid (\d+)", re.M)
+SUBMITTED = re.compile(r"^Job [\w-]+ has been submitted with SLURM jobid (\d+)", re.M)  # a group job: a UUID
 # what a cell decodes (not how long it took): equal in any two runs of the same config
 DECODED = ["label", "method", "dataset", "context", "budget", "gamma", "sample", "doc_id", "repeat",
            "prompt_tokens", "new_tokens", "drafted", "accepted", "verifier_forwards", "output_ids"]  # fmt: skip

@@ -108,7 +108,7 @@ rule figure:
     extra ones of their own targets (`policies`)."""
     input:
         cells=lambda wc: artifact_cells(ALL_FIGURES[wc.figure]),
-        code=SRC["paper"] + ["src/budgetdraft/figures.py"],
+        code=SRC["paper"],
         render=RENDER,
     output:
         pdf="results/figures/{figure}.pdf",
@@ -146,7 +146,7 @@ rule claims:
     a verdict per finding (results/claims.md and .json), from every cell of the grid."""
     input:
         cells=all_cells(),
-        code=SRC["paper"] + ["src/budgetdraft/claims.py"],
+        code=SRC["claims"],
         render=RENDER,
     output:
         md="results/claims.md",
