@@ -110,7 +110,7 @@ def delegate(argv: list[str]) -> int | None:
     if not path:
         return None
     client = _connect(path) if os.path.exists(path) else None
-    if client is None and os.environ.get(AUTOSTART) and argv[:1] in ([c] for c in RESIDENT_COMMANDS):
+    if client is None and os.environ.get(AUTOSTART) and argv[0] in RESIDENT_COMMANDS:
         client = autostart(path, int(os.environ[AUTOSTART]))
     if client is None:
         return None
@@ -241,7 +241,7 @@ def _run_here(conn: socket.socket, request: dict, fds: list[int]) -> int:
 def _serve_here(conn: socket.socket, request: dict, fds: list[int]) -> None:
     """The resident server's handling of one request: run a resident command here, or answer NOT_SERVED."""
     code = NOT_SERVED
-    if request["argv"][:1] in ([c] for c in RESIDENT_COMMANDS):
+    if request["argv"][0] in RESIDENT_COMMANDS:
         try:
             code = _run_here(conn, request, fds)
         except KeyboardInterrupt:  # the client left just as its command ended
