@@ -165,7 +165,9 @@ def test_a_cancelled_cell_is_resubmitted_alone_with_its_table(slurm_run, slurm_e
         if run.poll() is None:
             run.kill()
     log = log_path.read_text()
-    assert "rule eval_replicate_cell:" in log and f"SLURM-job '{job}' failed" in log, log[-3000:]
+    # a group job's failure: "Error in group cells", its cell listed under it, SLURM's own word on the job
+    assert "Error in group cells" in log and "rule eval_replicate_cell:" in log, log[-3000:]
+    assert f"JOB {job} ON" in log and "CANCELLED" in log, log[-3000:]
     assert job_states([job]) == {job: "CANCELLED"}
     assert not cell.exists()
 

@@ -275,3 +275,26 @@ def test_the_warm_process_imports_what_the_commands_run():
     for command in ("eval-cell", "prefill", "train", "claims", "paper"):
         assert set(command_imports(command)) <= preloaded, command
     assert {"budgetdraft.metrics", "budgetdraft.draftvocab", "budgetdraft.baselines.triforce", "torch"} <= preloaded
+
+
+def test_a_resident_model_a_command_left_hooked_is_dropped_but_not_for_transformers_own_hooks(tmp_path, monkeypatch):
+    """A budgetdraft hook still registered after a command would act in the next cell: that model is read again.
+    transformers installs its output-capturing hooks on the first output_hidden_states call (EAGLE-3's prefill)
+    and keeps them, inert: a model with only those stays resident (it was dropped after every EAGLE-3 cell)."""
+    import torch
+    from conftest import tiny_llama
+
+    from budgetdraft import models
+    from budgetdraft.kvcache import QueryCapture
+
+    tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
+    monkeypatch.setattr(models, "PRELOADED", {})
+    monkeypatch.setattr(models, "KEEP", True)
+    model = models.load_model(str(tmp_path / "v"))
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3]]), output_hidden_states=True)
+    assert any(m._forward_hooks for m in model.modules())  # transformers' own, left in place
+    assert models.release_changed() == [] and models.load_model(str(tmp_path / "v")) is model
+    QueryCapture(model, window=2)  # never removed
+    assert models.release_changed() == [str((tmp_path / "v").resolve())]
+    assert models.load_model(str(tmp_path / "v")) is not model

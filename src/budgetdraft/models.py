@@ -314,16 +314,24 @@ def _resident(key: tuple, spec: str):
 
 
 def release_changed() -> list[str]:
-    """Drop every kept model a command left changed (a forward hook still registered, or train mode): the next
-    command then loads it afresh instead of inheriting the change. Returns the directories dropped."""
-    changed = [
-        key
-        for key, model in PRELOADED.items()
-        if model.training or any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
-    ]
+    """Drop every kept model a command left changed (a forward hook of budgetdraft's still registered, or train
+    mode): the next command then loads it afresh instead of inheriting the change. Returns the directories
+    dropped. transformers' own hooks stay: it installs its output-capturing hooks once, on the first
+    ``output_hidden_states`` call (EAGLE-3's prefill), and leaves them in place, inert, for the model's life."""
+    changed = [key for key, model in PRELOADED.items() if model.training or _our_hooks(model)]
     for key in changed:
         del PRELOADED[key]
     return [key[0] for key in changed]
+
+
+def _our_hooks(model) -> bool:
+    hooks = (
+        hook
+        for module in model.modules()
+        for table in (module._forward_hooks, module._forward_pre_hooks)
+        for hook in table.values()
+    )
+    return any(getattr(hook, "__module__", "").startswith("budgetdraft") for hook in hooks)
 
 
 def _load(spec: str, device: str, dtype: str):
