@@ -46,6 +46,7 @@ def test_shipped_configs_pass(name):
             lambda c: c.update(sampling={"temperature": 0.7}),
             "sampling.temperature = 0.7 but baselines.enabled = ['triforce', 'eagle3']",
         ),
+        (lambda c: c.update(engine="graphs"), "engine = 'graphs' needs a CUDA device, but device = 'cpu'"),
     ],
     ids=[
         "unknown-embedded-verifier",
@@ -64,6 +65,7 @@ def test_shipped_configs_pass(name):
         "policies-dataset",
         "required-variant",
         "sampling-with-baselines",
+        "graphs-on-cpu",
     ],
 )
 def test_each_problem_names_its_key_and_value(edit, message):

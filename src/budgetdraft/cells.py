@@ -24,6 +24,7 @@ import torch
 from budgetdraft.atomic import atomic_path
 from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
 from budgetdraft.draftvocab import load_vocab
+from budgetdraft.engine import ENGINES
 from budgetdraft.jsonarg import json_object
 from budgetdraft.kvcache import POLICIES
 from budgetdraft.models import load_model, preload
@@ -65,6 +66,10 @@ CELL_COLUMNS = [
     "draft_steps",
     "verify_s",
     "device",
+    "engine",  # eager or graphs (budgetdraft.engine): every method of a run decodes on one engine
+    "bandwidth_gbs",  # the device's memory bandwidth, measured once per process by a device copy (NaN on a CPU)
+    "step_bytes",  # AR rows: bytes one decode step reads (verifier weights + its KV at the prompt length)
+    "bound_fraction",  # AR rows: decode tok/s ÷ (bandwidth_gbs ÷ step_bytes), the step's share of the memory bound
     "output_ids",
     "runner_up_ids",  # greedy AR rows: the verifier's second choice at each token (empty in other rows)
     "top2_margins",  # greedy AR rows: its top-1 − top-2 logit margin there (the lossless check's near-ties)
@@ -85,7 +90,7 @@ def make_decoder(args, verifier, prefilled=None):
         )
     if args.method == "ar":
         return lambda ids, n: autoregressive(
-            verifier, ids, n, eos_token_id=NO_EOS, prefilled=prefilled, sampling=sampling
+            verifier, ids, n, eos_token_id=NO_EOS, prefilled=prefilled, sampling=sampling, engine=args.engine
         )
     if args.gamma < 1:
         raise ValueError(f"--gamma must be >= 1 for method {args.method!r}, got {args.gamma}")
@@ -105,7 +110,15 @@ def make_decoder(args, verifier, prefilled=None):
         baseline = importlib.import_module(f"budgetdraft.baselines.{args.method}")
         new_drafter = baseline.drafter_factory(verifier, args, extra)
     return lambda ids, n: speculative(
-        new_drafter(), verifier, ids, n, args.gamma, eos_token_id=NO_EOS, prefilled=prefilled, sampling=sampling
+        new_drafter(),
+        verifier,
+        ids,
+        n,
+        args.gamma,
+        eos_token_id=NO_EOS,
+        prefilled=prefilled,
+        sampling=sampling,
+        engine=args.engine,
     )
 
 
@@ -161,6 +174,7 @@ def run_cell(args) -> pd.DataFrame:
                     "doc_id": str(sample.doc_id),
                     "repeat": repeat,
                     "device": device_name(args.device),
+                    "engine": args.engine,
                     "output_ids": gen.tokens,
                     "runner_up_ids": gen.runner_up,
                     "top2_margins": gen.margins,
@@ -206,6 +220,9 @@ def configure_parser(parser) -> None:
     parser.add_argument("--verifier-dtype", default="float32")
     parser.add_argument("--drafter-dtype", default="float32")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--engine", default="eager", choices=ENGINES, help="decode steps op by op (eager) or as CUDA graphs (graphs)"
+    )
     parser.add_argument(
         "--verifier-prefill",
         default="",

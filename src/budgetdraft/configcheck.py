@@ -66,6 +66,7 @@ def check_config(config: dict) -> None:
     """Raise ValueError naming the key and value of the first inconsistency the schema cannot express (after
     `schema_problems` and Snakemake's `validate`, before any job is planned)."""
     check_models(config)
+    check_engine(config)
     check_references(config)
     check_training(config)
     check_targets(config)
@@ -93,6 +94,16 @@ def check_models(config: dict) -> None:
         raise ValueError(
             f"training_data.prefix_len + cont_len = {data['prefix_len'] + data['cont_len']} "
             f"exceeds verifier_max_positions = {limit}"
+        )
+
+
+def check_engine(config: dict) -> None:
+    """CUDA graphs exist on CUDA devices only: ``engine: graphs`` elsewhere is refused rather than run as something
+    else (compiling the steps on a CPU would time the compiler, not the graphs the setting names)."""
+    engine, device = config.get("engine", "eager"), str(config["device"])
+    if engine == "graphs" and not device.startswith("cuda"):
+        raise ValueError(
+            f"engine = 'graphs' needs a CUDA device, but device = {device!r}: set engine: eager, or device: cuda"
         )
 
 

@@ -421,6 +421,7 @@ def autoregressive(
     prefill_chunk: int | None = None,
     prefilled: dict[str, SharedPrefill] | None = None,
     sampling: Sampling | None = None,
+    engine: str = "eager",
 ) -> Generation:
     """AR decoding on a full pre-allocated cache: greedy, or each token drawn from the verifier's sampling
     distribution (``sampling``)."""
@@ -483,6 +484,7 @@ def speculative(
     prefill_chunk: int | None = None,
     prefilled: dict[str, SharedPrefill] | None = None,
     sampling: Sampling | None = None,
+    engine: str = "eager",
 ) -> Generation:
     """Greedy speculative decoding: ``drafter`` (``budgetdraft.drafter.Drafter``) proposes γ tokens, the verifier
     checks them in one forward on its full cache, the longest agreeing prefix is kept plus the verifier's own next

@@ -66,6 +66,7 @@ rule eval_cell:
         warmup_prompt_tokens=config["warmup_prompt_tokens"],
         repeats=config["repeats"],
         device=config["device"],
+        engine=config["engine"],
         verifier_dtype=config["verifier_dtype"],
         drafter_dtype=config["drafter_dtype"],
         replicate=lambda wc: (
@@ -81,7 +82,7 @@ rule eval_cell:
         " --max-new-tokens {params.max_new_tokens} --warmup {params.warmup}"
         " --warmup-tokens {params.warmup_tokens}"
         " --warmup-prompt-tokens {params.warmup_prompt_tokens} --repeats {params.repeats}"
-        " --device {params.device} --verifier-dtype {params.verifier_dtype}"
+        " --device {params.device} --engine {params.engine} --verifier-dtype {params.verifier_dtype}"
         " --drafter-dtype {params.drafter_dtype} --threads {threads} {params.extra} {params.prefill}{params.sampling}"
         " --out {output} > {log} 2>&1"
 
