@@ -26,8 +26,10 @@ if not workflow.config_settings.configfiles:
 
 # The workflow reads the names it shares with the library (budgetdraft.names: labels, artifacts) from src/.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from budgetdraft.configcheck import schema_problems
+from budgetdraft.configcheck import check_config_files, schema_problems
 
+# A key given twice in a config file: Snakemake's YAML loading keeps the last value; refuse it, naming file and line.
+check_config_files(workflow.configfiles)
 # Every schema problem in one plain line each (key, value, rule), before Snakemake's own check fills defaults.
 PROBLEMS = schema_problems(
     config, Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from budgetdraft.configcheck import check_config
+from budgetdraft.configcheck import check_config, check_config_files, schema_problems
 
 ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def ci_config() -> dict:
@@ -97,3 +98,122 @@ def test_defaults_the_schema_fills_are_not_needed():
     cfg["sampling"] = {"temperature": 0.7}
     cfg["baselines"]["enabled"] = []
     check_config(cfg)  # sampling without baselines is fine
+
+
+def rename_key(mapping: dict, old, new) -> None:
+    mapping[new] = mapping.pop(old)
+
+
+# Every config key that becomes a folder of results/ (cells, drafters, prompts): '.', '..' or a separator in it
+# would write outside its folder (a context '..' made the three datasets overwrite each other's cells).
+PATH_SEGMENTS = {
+    "contexts": lambda c, bad: (rename_key(c["contexts"], "128", bad), rename_key(c["gammas"], "128", bad)),
+    "datasets": lambda c, bad: rename_key(c["datasets"], "gs", bad),
+    "variants": lambda c, bad: rename_key(c["variants"], "lambda1.0", bad),
+    "policies.names": lambda c, bad: c["policies"]["names"].append(bad),
+    "policy": lambda c, bad: c.update(policy=bad),
+    "baselines.enabled": lambda c, bad: c["baselines"]["enabled"].append(bad),
+}
+
+
+@pytest.mark.parametrize("bad", ["..", ".", "a/b", "a\\b"])
+@pytest.mark.parametrize("key", list(PATH_SEGMENTS))
+def test_a_path_segment_cannot_leave_its_folder(key, bad):
+    """check_config refuses each (whatever the schema says), and the schema refuses each too."""
+    cfg = ci_config()
+    PATH_SEGMENTS[key](cfg, bad)
+    with pytest.raises(ValueError) as err:
+        check_config(cfg)
+    assert str(err.value).startswith(f"{key}: {bad!r}") and "folder of results/" in str(err.value)
+    assert schema_problems(cfg, SCHEMA), f"the schema lets {key} {bad!r} through"
+
+
+def test_context_labels_with_dots_stay_allowed():
+    cfg = ci_config()
+    for old, new in (("128", "0.25K"), ("256", "1.5K")):
+        rename_key(cfg["contexts"], old, new)
+        rename_key(cfg["gammas"], old, new)
+    cfg["comparison"]["contexts"] = ["0.25K", "1.5K"]
+    cfg["single_budget"]["context"] = "1.5K"
+    assert schema_problems(cfg, SCHEMA) == []
+    check_config(cfg)
+
+
+def test_comparison_contexts_are_not_repeated():
+    cfg = ci_config()
+    cfg["comparison"]["contexts"] = ["256", "256"]
+    assert schema_problems(cfg, SCHEMA) == [
+        "comparison.contexts = ['256', '256']: must not repeat an item (keys of contexts), "
+        "at config['comparison']['contexts']"
+    ]
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda c: c.update(chunk_size=64),
+            "budgets[0] = 16 is not a positive multiple of chunk_size = 64: it would keep 0",
+        ),
+        (
+            lambda c: c.update(chunk_size=5),
+            "budgets[0] = 16 is not a positive multiple of chunk_size = 5: it would keep 15",
+        ),
+        (
+            lambda c: c["training"].update(chunk_size=5),
+            "training.budgets[0] = 16 is not a positive multiple of training.chunk_size = 5",
+        ),
+        (
+            lambda c: (c["training"].pop("chunk_size"), c["training"].update(budgets=[12, 32])),
+            "training.budgets[0] = 12 is not a positive multiple of training.chunk_size = 8",
+        ),
+        (
+            lambda c: c["variants"]["la_only"].update(budgets=[16, 20]),
+            "variants.la_only.budgets[1] = 20 is not a positive multiple of training.chunk_size = 8",
+        ),
+        (
+            lambda c: c["baselines"]["triforce"].update(retrieval_budget=60),
+            "baselines.triforce.retrieval_budget = 60 is not a positive multiple of baselines.triforce.chunk_size = 8",
+        ),
+    ],
+    ids=["chunk-above-budget", "chunk-not-divisor", "training-chunk", "training-default-chunk", "variant", "triforce"],
+)
+def test_a_budget_is_a_whole_number_of_chunks(edit, message):
+    cfg = ci_config()
+    edit(cfg)
+    with pytest.raises(ValueError) as err:
+        check_config(cfg)
+    assert message in str(err.value)
+
+
+def test_single_budget_trained_budget_is_a_whole_number_of_chunks():
+    cfg = ci_config()
+    cfg["budgets"] = [16, 32, 36]
+    cfg["single_budget"]["trained_budget"] = 36
+    cfg["variants"]["single_budget"]["budgets"] = [36]
+    cfg["chunk_size"] = 4  # the grid's 36 is 9 chunks of 4; training's chunk of 8 is what refuses it
+    with pytest.raises(ValueError, match=r"variants.single_budget.budgets\[0\] = 36 .* training.chunk_size = 8"):
+        check_config(cfg)
+    cfg["chunk_size"], cfg["training"]["chunk_size"] = 8, 4
+    with pytest.raises(ValueError, match=r"budgets\[2\] = 36 is not a positive multiple of chunk_size = 8"):
+        check_config(cfg)
+
+
+def test_a_config_file_with_a_duplicated_key_is_refused(tmp_path):
+    """YAML keeps the last of two equal keys; the file is refused, naming the file, the key and both lines."""
+    good = tmp_path / "good.yaml"
+    good.write_text("max_new_tokens: 8\ntraining: {steps: 1}\nvariants:\n  la_only: {lambda_c: 0}\n")
+    check_config_files([good, ROOT / "config" / "ci.yaml", ROOT / "config" / "paper.yaml"])
+    top = tmp_path / "top.yaml"
+    top.write_text("max_new_tokens: 8\nrepeats: 1\nmax_new_tokens: 64\n")
+    with pytest.raises(ValueError) as err:
+        check_config_files([good, top])
+    assert str(err.value).startswith(f"{top}, line 3: key 'max_new_tokens' is given twice (first at line 1)")
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("training:\n  steps: 1\n  lr: 0.1\n  steps: 2\n")
+    with pytest.raises(ValueError, match=r"line 4: key 'steps' is given twice \(first at line 2\)"):
+        check_config_files([nested])
+    flow = tmp_path / "flow.yaml"
+    flow.write_text('contexts: {"128": 128, "128": 256}\n')
+    with pytest.raises(ValueError, match="line 1: key '128' is given twice"):
+        check_config_files([flow])

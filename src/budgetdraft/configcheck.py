@@ -16,6 +16,7 @@ from jsonschema import Draft202012Validator
 
 from budgetdraft import names
 from budgetdraft.models import check_spec, max_positions
+from budgetdraft.settings import TrainingHparams
 
 RULES = {  # jsonschema validator -> what it asks of the value
     "minimum": "must be >= {}",
@@ -59,17 +60,85 @@ def schema_problems(config: dict, schema_path: str | Path) -> list[str]:
     return [problem(e) for e in sorted(errors, key=lambda e: [str(p) for p in e.absolute_path])]
 
 
+# ---------------------------------------------------------------- the config files themselves
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML, like Snakemake, keeps the last)."""
+
+    path = "config"
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise ValueError(
+                        f"{self.path}, line {line}: key {key!r} is given twice (first at line {seen[key]}); YAML would "
+                        "silently keep only the last value: remove one"
+                    )
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def check_config_files(paths) -> None:
+    """Raise ValueError naming the file, the key and its line when a config file gives one key twice in a mapping.
+    Snakemake has loaded the files already (keeping the last value); the Snakefile re-reads each with this."""
+    for path in paths:
+        text = Path(path).read_text(encoding="utf-8")
+        loader = type("Loader", (_UniqueKeyLoader,), {"path": str(path)})
+        try:
+            yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError:
+            continue  # not YAML that PyYAML reads (Snakemake read it): nothing to compare
+        except ValueError as err:
+            raise ValueError(str(err)) from None  # one line, not PyYAML's stack
+
+
 # ---------------------------------------------------------------- checks beyond the schema
 
 
 def check_config(config: dict) -> None:
     """Raise ValueError naming the key and value of the first inconsistency the schema cannot express (after
     `schema_problems` and Snakemake's `validate`, before any job is planned)."""
+    check_path_names(config)
     check_models(config)
     check_engine(config)
     check_references(config)
     check_training(config)
+    check_chunks(config)
     check_targets(config)
+
+
+def segment_problem(name) -> str | None:
+    """Why ``name`` cannot be one folder or file name of a path under results/ (None: it can)."""
+    name = str(name)
+    if name in ("", ".", ".."):
+        return f"{name!r} is not a folder name of its own"
+    if any(sep in name for sep in ("/", "\\", "\0")):
+        return f"{name!r} contains a path separator"
+    return None
+
+
+def check_path_names(config: dict) -> None:
+    """Every key that becomes a path segment (results/cells/LABEL[@POLICY]/DATASET/CONTEXT/..., results/drafters/
+    rR/VARIANT, results/data/prompts/DATASET/CONTEXT.parquet) is one folder name: never '.', '..' or with a '/'
+    (a context '..' would write every dataset's cells into one folder, overwriting each other)."""
+    segments = [
+        *(("datasets", k) for k in config["datasets"]),
+        *(("contexts", k) for k in config["contexts"]),
+        *(("variants", k) for k in config["variants"]),
+        *(("policies.names", p) for p in config.get("policies", {}).get("names", [])),
+        ("policy", config.get("policy", "topk_chunks")),
+        *(("baselines.enabled", b) for b in config.get("baselines", {}).get("enabled", [])),
+    ]
+    for key, name in segments:
+        if why := segment_problem(name):
+            raise ValueError(f"{key}: {why}, but it names a folder of results/: use letters, digits, '.' and '_' only")
 
 
 def check_models(config: dict) -> None:
@@ -137,6 +206,40 @@ def check_training(config: dict) -> None:
         raise ValueError(
             f"single_budget.trained_budget = {config['single_budget']['trained_budget']} but the {names.SINGLE} "
             f"variant trains at budgets {trained}: the table's label would not say what was trained"
+        )
+
+
+def check_chunks(config: dict) -> None:
+    """A budget keeps whole chunks of ``chunk_size`` tokens (TopKChunks keeps ⌊B / chunk_size⌋ of them): a budget
+    that is not a positive multiple of its chunk size would decode with fewer prompt tokens than its label B says
+    (0 when the chunk is larger than B)."""
+    chunk = config.get("chunk_size", 8)
+    for i, budget in enumerate(config["budgets"]):
+        refuse_partial_chunk(f"budgets[{i}]", budget, "chunk_size", chunk)
+    refuse_partial_chunk("single_budget.trained_budget", config["single_budget"]["trained_budget"], "chunk_size", chunk)
+    train_chunk = config["training"].get("chunk_size", TrainingHparams.chunk_size)
+    for name, hp in [("training", config["training"])] + [
+        (f"variants.{v}", {**config["training"], **o}) for v, o in config["variants"].items()
+    ]:
+        for i, budget in enumerate(hp["budgets"]):
+            refuse_partial_chunk(f"{name}.budgets[{i}]", budget, "training.chunk_size", train_chunk)
+    if names.TRIFORCE in config.get("baselines", {}).get("enabled", []):
+        triforce = config["baselines"].get(names.TRIFORCE) or {}
+        chunk_key = "baselines.triforce.chunk_size" if "chunk_size" in triforce else "chunk_size"
+        refuse_partial_chunk(
+            "baselines.triforce.retrieval_budget",
+            triforce.get("retrieval_budget", 256),
+            chunk_key,
+            triforce.get("chunk_size", chunk),
+        )
+
+
+def refuse_partial_chunk(key: str, budget: int, chunk_key: str, chunk: int) -> None:
+    if budget < chunk or budget % chunk:
+        kept = budget // chunk * chunk
+        raise ValueError(
+            f"{key} = {budget} is not a positive multiple of {chunk_key} = {chunk}: it would keep {kept} prompt "
+            f"tokens, not {budget}; make the budget a multiple of {chunk_key}, or {chunk_key} a divisor of it"
         )
 
 
