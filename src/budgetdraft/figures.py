@@ -7,6 +7,7 @@ them so that `paper.trace_file` can re-derive every plotted point from the cells
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -240,11 +241,29 @@ def fig_policies(grid: Grid, s: Settings):
     return fig, values
 
 
+def plain_title(text: str) -> str:
+    """A dataset's config `name` as matplotlib text that prints it as written (a '$' would start mathtext)."""
+    return str(text).replace("$", r"\$")
+
+
+def with_plain_names(builder):
+    """``builder`` drawing the dataset names as written (escaped for matplotlib's titles)."""
+
+    def build(grid: Grid, s: Settings):
+        return builder(grid, replace(s, datasets={k: plain_title(v) for k, v in s.datasets.items()}))
+
+    build.__name__, build.__doc__ = builder.__name__, builder.__doc__
+    return build
+
+
 FIGURE_BUILDERS = {
-    "fig_collapse": fig_collapse,
-    "fig_gamma": fig_gamma,
-    "fig_errorbar": fig_errorbar,
-    "fig_policies": fig_policies,
+    name: with_plain_names(builder)
+    for name, builder in {
+        "fig_collapse": fig_collapse,
+        "fig_gamma": fig_gamma,
+        "fig_errorbar": fig_errorbar,
+        "fig_policies": fig_policies,
+    }.items()
 }
 
 

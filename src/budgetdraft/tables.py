@@ -7,7 +7,7 @@ Each builder returns a `Table`: its LaTeX lines and, for every number in them, t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -395,14 +395,46 @@ def table_vram(grid: Grid, s: Settings) -> Table:
     return t
 
 
+LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
+def latex_text(text: str) -> str:
+    """Plain text (a dataset's config `name`, e.g. ``Q&A 100% \\input{x}``) as LaTeX that prints it as written."""
+    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text))
+
+
+def with_latex_names(builder):
+    """``builder`` laying out the dataset names as LaTeX text (they are plain text in the config)."""
+
+    def build(grid: Grid, s: Settings) -> Table:
+        return builder(grid, replace(s, datasets={k: latex_text(v) for k, v in s.datasets.items()}))
+
+    build.__name__, build.__doc__ = builder.__name__, builder.__doc__
+    return build
+
+
 TABLE_BUILDERS = {
-    "main": table_main,
-    "comparison": table_comparison,
-    "ablation_lc": table_ablation_lc,
-    "lambda": table_lambda,
-    "single_budget": table_single_budget,
-    "vram_gamma": table_vram_gamma,
-    "vram": table_vram,
+    name: with_latex_names(builder)
+    for name, builder in {
+        "main": table_main,
+        "comparison": table_comparison,
+        "ablation_lc": table_ablation_lc,
+        "lambda": table_lambda,
+        "single_budget": table_single_budget,
+        "vram_gamma": table_vram_gamma,
+        "vram": table_vram,
+    }.items()
 }
 
 

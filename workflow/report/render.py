@@ -57,13 +57,18 @@ MATH.update({r"\leq": "≤", r"\geq": "≥", r"\le": "≤", r"\ge": "≥", r"\ap
 
 
 def braced(text: str, start: int) -> tuple[str, int]:
-    """The {...} group opening at text[start] (nested braces kept) and the index after it."""
+    """The {...} group opening at text[start] (nested braces kept, escaped ones \\{ \\} not counted) and the index
+    after it."""
     assert text[start] == "{", text[start:]
-    depth = 0
-    for i in range(start, len(text)):
+    depth, i = 0, start
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
         depth += {"{": 1, "}": -1}.get(text[i], 0)
         if depth == 0:
             return text[start + 1 : i], i + 1
+        i += 1
     raise ValueError(f"unbalanced braces: {text[start:]}")
 
 
@@ -95,11 +100,16 @@ def math_html(tex: str) -> str:
     return "".join(out)
 
 
+# LaTeX's escaped characters (budgetdraft.tables.latex_text writes dataset names so) -> their HTML
+TEXT_ESCAPES = {r"\%": "%", r"\&": "&amp;", r"\_": "_", r"\#": "#", r"\,": "\u2009", r"\$": "$", r"\{": "{", r"\}": "}"}
+TEXT_ESCAPES.update({r"\textbackslash": "\\", r"\textasciitilde": "~", r"\textasciicircum": "^"})
+
+
 def inline_html(tex: str) -> str:
     """A table entry or caption: text with $math$, \\% and friends, -- as an en dash."""
     out, i = [], 0
     while i < len(tex):
-        if tex[i] == "$":
+        if tex[i] == "$" and "$" in tex[i + 1 :]:
             j = tex.index("$", i + 1)
             out.append(math_html(tex[i + 1 : j]))
             i = j + 1
@@ -112,7 +122,7 @@ def inline_html(tex: str) -> str:
             continue
         m = re.match(r"\\[a-zA-Z]+|\\.", tex[i:])
         if m:
-            out.append({r"\%": "%", r"\&": "&amp;", r"\_": "_", r"\#": "#", r"\,": "\u2009"}.get(m.group(), ""))
+            out.append(TEXT_ESCAPES.get(m.group(), ""))
             i += len(m.group())
             continue
         if tex.startswith("---", i) or tex.startswith("--", i):
@@ -127,10 +137,13 @@ def inline_html(tex: str) -> str:
 
 def split_cells(row: str) -> list[str]:
     """A tabular row's entries: split on & that is not \\& and not inside braces."""
-    cells, depth, start = [], 0, 0
+    cells, depth, start, escaped = [], 0, 0, False
     for i, ch in enumerate(row):
+        if escaped or ch == "\\":  # \\& \\{ \\}: a character, not a column or a group
+            escaped = not escaped
+            continue
         depth += {"{": 1, "}": -1}.get(ch, 0)
-        if ch == "&" and depth == 0 and (i == 0 or row[i - 1] != "\\"):
+        if ch == "&" and depth == 0:
             cells.append(row[start:i])
             start = i + 1
     return cells + [row[start:]]
