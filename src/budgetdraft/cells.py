@@ -5,7 +5,9 @@ decoded ``repeats`` times. Every run generates exactly ``max_new_tokens`` tokens
 the paper), so all methods of a cell row decode the same tokens and aggregation can check losslessness.
 In sampling mode (``--temperature`` > 0; methods ar and sd) every run draws from a stream seeded by ``--seed``, so
 the repeats of a prompt decode the same sample; the flags are recorded in the rows' ``config``.
-The file is written atomically: a killed or failed cell leaves no file, and re-running the target redoes it.
+The file is written atomically: a killed or failed cell leaves no file, and re-running the target redoes it. It is
+sealed (`budgetdraft.cellfile`): a file whose bytes change afterwards, or whose rows are not the cell its path
+names, is refused by every reader.
 """
 
 from __future__ import annotations
@@ -17,11 +19,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
-from budgetdraft.atomic import atomic_path
+from budgetdraft.cellfile import write_cell
 from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
 from budgetdraft.draftvocab import load_vocab
 from budgetdraft.engine import ENGINES
@@ -186,8 +186,10 @@ def run_cell(args) -> pd.DataFrame:
 
 
 def write_atomically(frame: pd.DataFrame, out: str | Path) -> None:
-    with atomic_path(out) as tmp:
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+    """Write the cell's rows to ``out`` sealed (`budgetdraft.cellfile.write_cell`: a digest of its rows and page
+    checksums that every reader verifies), refusing rows that break a cell's invariants or are not the cell that
+    ``out`` names."""
+    write_cell(frame, out)
 
 
 def configure_parser(parser) -> None:

@@ -79,6 +79,23 @@ def work_of(doc_id: str) -> str:
     return doc_id
 
 
+def decode_text(raw: bytes, name, what: str = "prompt file") -> str:
+    """``raw`` as UTF-8 text; otherwise a ValueError naming the file (``name``), the offending byte and the fix
+    (Python's own UnicodeDecodeError names neither the file nor what to do)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{what} {name} is not UTF-8 text (byte {raw[err.start]:#04x} at offset {err.start}): save it as UTF-8, "
+            f"e.g. iconv -f latin1 -t utf-8 {name} > prompt.txt"
+        ) from None
+
+
+def read_text_file(path: str | Path, what: str = "prompt file") -> str:
+    """The UTF-8 text of the file ``path`` (e.g. decode's --prompt-file), naming it when it is not UTF-8."""
+    return decode_text(Path(path).read_bytes(), path, what)
+
+
 def _package_file(package: str, member: str) -> Path:
     path = Path(distribution(package).locate_file(member))
     if not path.is_file():
@@ -175,7 +192,7 @@ def _longbench_qmsum(seed: int, revision: str = "") -> Iterator[Doc]:  # pragma:
     archive = hf_hub_download(repo, "data.zip", repo_type="dataset", revision=revision or None)
     with zipfile.ZipFile(archive) as zf:
         member = next(n for n in zf.namelist() if n.endswith("qmsum.jsonl"))
-        lines = zf.read(member).decode("utf-8").splitlines()
+        lines = decode_text(zf.read(member), f"{archive}:{member}", "dataset file").splitlines()
     for i, line in enumerate(lines):
         row = json.loads(line)
         yield Doc(f"qmsum:{row.get('_id', i)}", row["context"], suffix="\n" + row["input"], cut="middle")

@@ -291,11 +291,70 @@ def load_model(spec: str, device: str = "cpu", dtype: str = "float32"):
     """The causal LM named by ``spec``, in eval mode on ``device``; ``trust_remote_code`` stays off. A model this
     process (or the process it was forked from) preloaded from the same files is handed out, once per process;
     in the resident process (``KEEP``) every model stays loaded and is handed to each command that names it."""
+    check_device(device)
     key = _preload_key(spec, device, dtype) if PRELOADED or KEEP else None
     if KEEP and key is not None:
         return _resident(key, spec)
     model = PRELOADED.pop(key, None) if key else None
     return model if model is not None else _load(spec, device, dtype)
+
+
+def check_device(device: str) -> None:
+    """A ValueError, in one line naming the setting and the fix, for a device this torch cannot use here (a dry run
+    on a login node rightly passes ``device: cuda``; the job would die in torch's ``AssertionError: Torch not
+    compiled with CUDA enabled`` or a CUDA initialisation error)."""
+    import torch
+
+    dev = torch.device(device)
+    where = "device (training.device for training)"
+    if dev.type == "cuda":
+        if torch.version.cuda is None and torch.version.hip is None:
+            raise ValueError(
+                f"device: {device}, but this torch ({torch.__version__}) has no CUDA: install the CUDA wheel "
+                f"(README, On a GPU) or set {where}: cpu"
+            )
+        if not torch.cuda.is_available():
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+            raise ValueError(
+                f"device: {device}, but no CUDA GPU is visible to this job (CUDA_VISIBLE_DEVICES={visible}): run it "
+                f"on a GPU node (profiles/slurm) or set {where}: cpu"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device: {device}, but this job sees {torch.cuda.device_count()} CUDA GPU(s): set {where}: cuda"
+            )
+    elif dev.type in ("mps", "xpu"):
+        backend = torch.backends.mps if dev.type == "mps" else getattr(torch, "xpu", None)
+        if backend is None or not backend.is_available():
+            raise ValueError(f"device: {device}, but this torch cannot use {dev.type} here: set {where}: cpu")
+
+
+def load_error(spec: str, path: str, err: OSError) -> str:
+    """One line for an OSError of transformers' ``from_pretrained``: which file is missing and what recreates it,
+    or that a hub model cannot be reached offline, else transformers' first line."""
+    text, local = str(err), Path(path)
+    weights = [*local.glob("*.safetensors"), *local.glob("*.bin")] if local.is_dir() else []
+    if (local / "config.json").is_file() and not weights:
+        return f"cannot load model {spec!r}: {local / 'model.safetensors'} is missing: " + remake_text(local)
+    unreachable = ("couldn't connect", "offline", "cannot reach", "connection")
+    if hub_model(spec) and not local.exists() and any(w in text.lower() for w in unreachable):
+        return (
+            f"model {spec!r} cannot be reached offline (no network here, or HF_HUB_OFFLINE=1) and is not in the local "
+            f"hub cache: fetch it where the hub is reachable (`huggingface-cli download {spec}`, pinned by `python -m "
+            "budgetdraft pin`) and run with HF_HUB_OFFLINE=1, or export it there (snakemake results/models/verifier) "
+            "and set verifier / drafter to that local directory"
+        )
+    return f"cannot load model {spec!r}: {text.strip().splitlines()[0] if text.strip() else type(err).__name__}"
+
+
+def remake_text(directory: Path) -> str:
+    """What recreates a model directory: a pipeline output (results/...) is a directory() output of its rule, which
+    Snakemake runs again once the directory is gone; any other is exported again."""
+    parts = directory.parts
+    if "results" in parts:
+        target = Path(*parts[parts.index("results") :])
+        return f"recreate it with `rm -r {target} && snakemake {target}` (with the run's --configfile)"
+    return f"restore it, or export it again: python -m budgetdraft export-model --spec SPEC --out {directory}"
 
 
 def _resident(key: tuple, spec: str):
@@ -352,7 +411,7 @@ def _load(spec: str, device: str, dtype: str):
             device_map=str(torch.device(device)),
         )
     except OSError as err:
-        raise ValueError(f"cannot load model {spec!r}: {err}") from None
+        raise ValueError(load_error(spec, path, err)) from None
     return model.eval()
 
 
@@ -373,7 +432,10 @@ def load_tokenizer(spec: str, revision: str = ""):
                 f"the tokenizer of {spec!r} is a SentencePiece tokenizer.model without tokenizer.json: reading it "
                 "needs protobuf (pinned in envs/requirements.txt: pip install -r envs/requirements.txt)"
             ) from None
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=False, revision=revision or None)
+    try:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False, revision=revision or None)
+    except OSError as err:
+        raise ValueError(load_error(spec, path, err)) from None
 
 
 def check_pair(drafter, verifier) -> None:
@@ -395,9 +457,12 @@ def export(spec: str, out: str | Path, dtype: str = "float32", revision: str = "
         shutil.rmtree(out)
     if revision and not hub_model(spec):
         raise ValueError(f"--revision {revision}: {spec!r} is not a hub repository")
-    model = AutoModelForCausalLM.from_pretrained(
-        src, dtype=torch_dtype(dtype), trust_remote_code=False, revision=revision or None
-    )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            src, dtype=torch_dtype(dtype), trust_remote_code=False, revision=revision or None
+        )
+    except OSError as err:
+        raise ValueError(load_error(spec, src, err)) from None
     return _save_dir_atomically(model, load_tokenizer(spec, revision), out)
 
 
