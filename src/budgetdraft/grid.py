@@ -35,9 +35,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
+from budgetdraft import cellfile
 from budgetdraft.jsonarg import json_object
 from budgetdraft.names import AR, SHARED
 from budgetdraft.settings import PaperSettings
@@ -60,53 +59,22 @@ COST_COLUMNS = ("draft_s", "draft_steps", "verify_s", "new_tokens")  # c of the 
 OPTIONAL_COLUMNS = ("replicate", "device", "mem_kind", *TIE_COLUMNS, *COST_COLUMNS)  # read when a cell has them
 
 
-REDUNDANT = {  # a column the decoder derives from others: (its inputs, how)
-    "acceptance": (("accepted", "drafted"), lambda a, d: np.where(d > 0, a / np.where(d > 0, d, 1), np.nan)),
-    "tok_per_s": (("new_tokens", "total_s"), lambda n, t: np.where(t > 0, n / np.where(t > 0, t, 1), np.nan)),
-}
-
-
 def read_cell(path: Path, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
-    """One cell file's `NEEDED_COLUMNS` and those of the `optional` columns it has; a missing file, a missing
-    column, a file that is no readable parquet (cut short by a kill), or one whose columns disagree (`check_cell`)
-    is an error naming the file."""
-    if not path.exists():
-        raise FileNotFoundError(f"cell file not found: {path}")
-    try:
-        names = pq.read_schema(path).names
-        missing = [c for c in NEEDED_COLUMNS if c not in names]
-        if missing:
-            raise ValueError(f"{path}: missing cell columns {missing}")
-        checked = [c for c in ("acceptance", "new_tokens") if c in names]
-        present = [c for c in dict.fromkeys([*optional, *checked]) if c in names and c not in NEEDED_COLUMNS]
-        df = pd.read_parquet(path, columns=NEEDED_COLUMNS + present)
-    except pa.ArrowException:
-        raise ValueError(
-            f"{path}: not a readable parquet file (truncated by a kill?): delete it and re-run to re-measure it"
-        ) from None
-    check_cell(df, path)
-    return df.drop(columns=[c for c in checked if c not in optional])
-
-
-def check_cell(df: pd.DataFrame, path) -> None:
-    """Refuse a cell whose columns contradict each other (edited by hand, or mixed from two runs): accepted
-    beyond drafted, or a derived column (`REDUNDANT`) that is not what its inputs give."""
-    over = df["accepted"] > df["drafted"]
-    if over.any():
-        row = df[over].iloc[0]
-        raise ValueError(f"{path}: accepted {row['accepted']} > drafted {row['drafted']}: re-measure this cell")
-    for column, (inputs, derive) in REDUNDANT.items():
-        if column not in df or not all(c in df for c in inputs):
-            continue
-        expected = derive(*(df[c].to_numpy(dtype=float) for c in inputs))
-        got = df[column].to_numpy(dtype=float)
-        bad = ~np.isclose(got, expected, rtol=1e-6, atol=1e-9, equal_nan=True)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"{path}: row {i}: {column} = {got[i]:.6g} but {' / '.join(inputs)} give {expected[i]:.6g}: the cell "
-                "contradicts itself (edited by hand?); delete it and re-run to re-measure it"
-            )
+    """One cell file's `NEEDED_COLUMNS` and those of the `optional` columns it has, once the file has proven its
+    integrity and identity (`budgetdraft.cellfile`: its digest, its invariants, the cell its path names). A missing
+    file, a missing column, a file that is no readable parquet (cut short by a kill, damaged), one whose rows no
+    longer give their digest, contradict each other or are another cell than its path says is an error naming the
+    file (`cellfile.BadCell`). A file without a digest (written by hand, or before cells were sealed) is read and
+    checked otherwise: the workflow refuses such a file at plan time and measures its cell again."""
+    path = Path(path)
+    table = cellfile.read_table(path, sealed=False)
+    missing = [c for c in NEEDED_COLUMNS if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing cell columns {missing}")
+    cellfile.check_rows(table, path)
+    cellfile.check_identity(table, path)
+    present = [c for c in dict.fromkeys(optional) if c in table.column_names and c not in NEEDED_COLUMNS]
+    return table.select(NEEDED_COLUMNS + present).to_pandas()
 
 
 def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
