@@ -42,7 +42,8 @@ from pathlib import Path
 import torch
 
 from budgetdraft import attention, hf
-from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.decoding import autoregressive, speculative
+from budgetdraft.drafters import SparseDrafter
 from budgetdraft.draftvocab import ReducedHead, frequent_tokens
 from budgetdraft.grid import predicted_speedup
 from budgetdraft.kvcache import POLICIES, PreallocatedCache, num_layers, prefill

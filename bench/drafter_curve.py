@@ -19,7 +19,8 @@ from functools import partial
 import pandas as pd
 import torch
 
-from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.decoding import autoregressive, speculative
+from budgetdraft.drafters import SparseDrafter
 from budgetdraft.models import load_model
 from budgetdraft.targets import load_targets
 from budgetdraft.training import lr_factor, resolve_hparams, train_step, trainable_parameters

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.decoding import autoregressive, speculative
+from budgetdraft.drafters import SparseDrafter
 from budgetdraft.models import load_model, load_tokenizer
 
 

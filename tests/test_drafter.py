@@ -9,8 +9,9 @@ from conftest import tiny_llama
 
 from budgetdraft.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
 from budgetdraft.baselines.triforce import TriForceDrafter
-from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.decoding import autoregressive, speculative
 from budgetdraft.drafter import Drafter, GreedyDrafter
+from budgetdraft.drafters import SparseDrafter
 from budgetdraft.sampling import Sampling
 
 torch.set_num_threads(1)

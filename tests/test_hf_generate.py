@@ -8,7 +8,8 @@ from transformers.generation.streamers import BaseStreamer
 
 from budgetdraft import hf
 from budgetdraft.cli import main as cli_main
-from budgetdraft.decoding import SparseDrafter, speculative
+from budgetdraft.decoding import speculative
+from budgetdraft.drafters import SparseDrafter
 from budgetdraft.kvcache import POLICIES
 from budgetdraft.sampling import Sampling
 
@@ -62,9 +63,9 @@ def ours(real_pair, ids, **kwargs):
 @pytest.mark.real
 def test_custom_generate_greedy_equals_plain_generate_and_streams_every_token(real_pair, real_ids, plain_greedy):
     streamer = Recorder()
-    out = ours(real_pair, real_ids, kv_policy="topk_chunks", gamma=5, streamer=streamer)
+    out = ours(real_pair, real_ids, kv_policy="topk_chunks", gamma=5, token_streamer=streamer)
     assert out.tolist() == plain_greedy.tolist() and out.shape[1] == real_ids.shape[1] + NEW
-    assert streamer.puts[0] == real_ids.tolist()  # generate put the prompt
+    assert streamer.puts[0] == real_ids.tolist()  # the loop put the prompt first
     assert streamer.generated() == out[0, real_ids.shape[1] :].tolist() and streamer.ends == 1
 
 

@@ -6,7 +6,9 @@ from conftest import tiny_cell_args, tiny_cell_inputs, tiny_llama
 
 from budgetdraft.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
 from budgetdraft.baselines.triforce import TriForceDrafter
-from budgetdraft.decoding import SparseDrafter, autoregressive, speculative, weight_bytes
+from budgetdraft.decoding import autoregressive, speculative, weight_bytes
+from budgetdraft.drafters import SparseDrafter
+from budgetdraft.engine import rounded_capacity
 from budgetdraft.metrics import module_tensors, storage_bytes
 
 NEW, GAMMA = 8, 3
@@ -47,8 +49,8 @@ def test_self_drafting_adds_no_weights(pair):
 @pytest.mark.parametrize("budget", [8, 16, 32])
 def test_drafter_kv_grows_with_budget_not_with_prompt(pair, budget):
     """P a multiple of the chunk size, so TopKChunks keeps exactly B prompt tokens; the cache then has room for
-    the new tokens and one draft round."""
-    expected = 2 * (budget + NEW + GAMMA + 1) * KV_TOKEN_BYTES / MB  # 2 drafter layers
+    the new tokens and one draft round (rounded up, as every fixed-shape cache is: ``engine.rounded_capacity``)."""
+    expected = 2 * rounded_capacity(budget + NEW + GAMMA + 1) * KV_TOKEN_BYTES / MB  # 2 drafter layers
     assert sd(pair, 64, budget).drafter_kv_mb == expected
     assert sd(pair, 128, budget).drafter_kv_mb == expected
 
@@ -58,7 +60,7 @@ def test_peak_counts_weights_and_grows_with_the_prompt(pair):
     weights = weight_bytes(verifier, SparseDrafter(drafter, 16)) / MB
     short, long = sd(pair, 64, 16), sd(pair, 128, 16)
     for stats, length in ((short, 64), (long, 128)):
-        assert stats.verifier_kv_mb == 3 * (length + NEW + GAMMA + 1) * KV_TOKEN_BYTES / MB
+        assert stats.verifier_kv_mb == 3 * rounded_capacity(length + NEW + GAMMA + 1) * KV_TOKEN_BYTES / MB
         assert stats.peak_tensor_mb == pytest.approx(weights + stats.verifier_kv_mb + stats.drafter_kv_mb)
         assert stats.peak_mem_mb == stats.peak_tensor_mb and stats.mem_kind == "cpu_tensor_bytes"
     assert long.peak_tensor_mb > short.peak_tensor_mb > weights
@@ -68,7 +70,7 @@ def test_ar_has_no_drafter_memory_or_draft_time(pair):
     verifier, _ = pair
     stats = autoregressive(verifier, prompt(64), NEW, eos_token_id=[]).stats
     assert stats.drafter_kv_mb == 0 and stats.draft_s == 0 and stats.draft_steps == 0
-    assert stats.verifier_kv_mb == 3 * (64 + NEW) * KV_TOKEN_BYTES / MB
+    assert stats.verifier_kv_mb == 3 * rounded_capacity(64 + NEW) * KV_TOKEN_BYTES / MB
     assert stats.peak_tensor_mb == pytest.approx(weight_bytes(verifier) / MB + stats.verifier_kv_mb)
     assert stats.verify_s > 0 and stats.verify_s <= stats.decode_s
 

@@ -8,7 +8,8 @@ import yaml
 from conftest import tiny_llama
 from transformers import DynamicCache
 
-from budgetdraft.decoding import SparseDrafter, Verifier, autoregressive, ids_tensor, speculative
+from budgetdraft.decoding import Verifier, autoregressive, ids_tensor, speculative
+from budgetdraft.drafters import SparseDrafter
 from budgetdraft.kvcache import (
     POLICIES,
     REGISTRY,

@@ -6,7 +6,8 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from budgetdraft.decoding import SparseDrafter, autoregressive, prompt_key, speculative
+from budgetdraft.decoding import autoregressive, prompt_key, speculative
+from budgetdraft.drafters import SparseDrafter
 from budgetdraft.prefill import check_covers, load_prefills, record_prefills, save_prefills
 
 

@@ -19,15 +19,8 @@ from conftest import shakespeare_text, tiny_llama
 
 from budgetdraft import cells, grid
 from budgetdraft import sampling as sampling_module
-from budgetdraft.decoding import (
-    SharedPrefill,
-    SparseDrafter,
-    Verifier,
-    autoregressive,
-    ids_tensor,
-    prompt_key,
-    speculative,
-)
+from budgetdraft.decoding import SharedPrefill, Verifier, autoregressive, ids_tensor, prompt_key, speculative
+from budgetdraft.drafters import SparseDrafter
 from budgetdraft.prefill import load_prefills, record_prefills, save_prefills
 from budgetdraft.sampling import (
     Sampler,

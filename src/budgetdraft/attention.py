@@ -1,13 +1,14 @@
-"""Attention for a few new queries on a long grouped-query KV cache (a verify of γ+1 tokens, chunked prefill).
+"""Attention for a few new queries on a long grouped-query KV cache (a decode step, a verify of γ+1 tokens, chunked
+prefill).
 
-Transformers' ``sdpa`` path repeats every KV head once per query head (``repeat_kv``) whenever the step has more
-than one query and a mask: at a 4K cache that copy plus the larger attention costs SmolLM2 ~75 ms of a ~170 ms
+Transformers' ``sdpa`` path repeats every KV head once per query head (``repeat_kv``) whenever the step has a mask
+(every fixed-shape decode step of ``budgetdraft.engine`` has one): at a 4K cache that copy plus the larger attention costs SmolLM2 ~75 ms of a ~170 ms
 verify of 6 tokens on CPU. Here the query heads that share a KV head are stacked instead: queries
 [1, H, q, D] → [1, H_kv, (H/H_kv)·q, D], the mask rows tiled to match, so each KV head is read once and nothing
 is copied. The result is the same attention (equal to ``sdpa``'s in tests).
 
 It is registered with transformers' ``AttentionInterface`` (and ``sdpa``'s mask function) under ``NAME``, the
-public way to add an attention function: no modeling code is patched. Every other case (one query, no mask,
+public way to add an attention function: no modeling code is patched. Every other case (no mask,
 MHA, dropout, position bias) is ``sdpa`` itself.
 """
 
@@ -26,7 +27,6 @@ def grouped_query_attention(module, query, key, value, attention_mask, dropout: 
     q_len, kv_heads = query.shape[2], key.shape[1]
     if (
         groups == 1
-        or q_len == 1
         or dropout
         or attention_mask is None
         or attention_mask.shape[1] != 1

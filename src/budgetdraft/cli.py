@@ -10,7 +10,7 @@ import sys
 
 COMMANDS = {
     "export-model": ("budgetdraft.models", "materialise a verifier/drafter as a Hugging Face directory"),
-    "decode": ("budgetdraft.decoding", "decode one prompt with AR or speculative decoding, print text + metrics"),
+    "decode": ("budgetdraft.decode_cli", "decode one prompt with AR or speculative decoding, print text + metrics"),
     "prepare": ("budgetdraft.data", "tokenised prompts for one dataset x context, or the training sequences"),
     "prefill": ("budgetdraft.prefill", "the verifier's prefill of each prompt, computed once for every grid cell"),
     "targets": ("budgetdraft.targets", "verifier greedy teacher targets for the training sequences"),

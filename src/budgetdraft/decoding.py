@@ -1,4 +1,4 @@
-"""Greedy decoding: AR with a full cache, and speculative decoding with a sparse drafter (Algorithm 2).
+"""Decoding: AR with a full cache, and speculative decoding with a drafter (Algorithm 2), on fixed-shape steps.
 
 Speculative decoding is lossless: every emitted token is the verifier's own greedy choice given everything
 before it, so the output equals ``autoregressive(...)`` token for token (up to float ties between a batched
@@ -7,6 +7,12 @@ verify and single-token steps, ~1e-6 in the logits).
 Sampling mode (``sampling=Sampling(...)``, ``budgetdraft.sampling``): AR draws every token from the verifier's
 sampling distribution p; speculative decoding draws drafts from the drafter's q and keeps them by the speculative
 sampling rule, so its output has AR's distribution (not its tokens). ``sampling=None`` is the greedy code path.
+
+Each loop is the algorithm and nothing else: the steps run on an engine (``budgetdraft.engine``: eager or CUDA
+graphs), a round reads the device once (drafts, accepted count and bonus token together), phases are timed by a
+``metrics.Clock`` that never stops the device mid-generation, and whatever watches the tokens (statistics, a
+streamer, stopping criteria) is an ``Observer`` called once per round. The drafters: ``budgetdraft.drafters`` (the
+paper's), ``budgetdraft.baselines``; the command line: ``budgetdraft.decode_cli``.
 
 Cache invariants of ``speculative``, with ``out`` the tokens emitted so far:
   verifier cache = prompt + out[:-1]                 (out[-1] is fed at the next verify)
@@ -17,36 +23,27 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from budgetdraft.drafter import READS_NOTHING, Drafter, PrefillCapture, Reads, VerifierPrefill
-from budgetdraft.draftvocab import ReducedHead, load_vocab
-from budgetdraft.kvcache import (
-    POLICIES,
-    PolicyInputs,
-    PreallocatedCache,
-    check_budget,
-    gathered_kv,
-    get_policy,
-    keep_indices,
-    num_layers,
-    prefill,
-    window_scores,
-)
+from budgetdraft.engine import check_engine, steps_for
+from budgetdraft.kvcache import PreallocatedCache, num_layers, prefill, window_scores
 from budgetdraft.metrics import (
+    Clock,
     DecodeStats,
-    Stopwatch,
     cache_bytes,
+    device_bandwidth,
+    kv_bytes_per_token,
     module_tensors,
     peak_memory,
     reset_peak_memory,
     storage_bytes,
 )
-from budgetdraft.sampling import Sampler, Sampling, add_sampling_flags, sampling_from_args
+from budgetdraft.sampling import Sampler, Sampling
 
 
 @dataclass
@@ -110,37 +107,50 @@ def _eos_ids(model, eos_token_id) -> set[int]:
     return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
 
 
-def _finish(out: list[int], max_new_tokens: int, eos: set[int]) -> tuple[list[int], bool]:
-    """Cut ``out`` after the first EOS or at ``max_new_tokens``; True when generation is over."""
-    for i, tok in enumerate(out[:max_new_tokens]):
-        if tok in eos:
-            return out[: i + 1], True
-    return out[:max_new_tokens], len(out) >= max_new_tokens
-
-
 class Verifier:
-    """The big model on a full, pre-allocated cache.
+    """The big model on its full, pre-allocated cache, decoding in fixed-shape steps (``budgetdraft.engine``).
 
     ``prefilled`` (prompt_key -> SharedPrefill) holds prefills computed once for many runs: a prompt found there
     is not recomputed, its cache is copied in and ``recorded_prefill_s`` says what the prefill cost when it ran."""
 
-    def __init__(self, model, prefill_chunk: int | None = None, prefilled: dict[str, SharedPrefill] | None = None):
+    def __init__(
+        self,
+        model,
+        prefill_chunk: int | None = None,
+        prefilled: dict[str, SharedPrefill] | None = None,
+        engine: str = "eager",
+    ):
         self.model = model
         self.prefill_chunk = prefill_chunk
         self.prefilled = prefilled or {}
         self.device = model.device
+        self.steps = steps_for(model, engine, "verifier")
+        self.lm_head = model.get_output_embeddings()
+        # on a CPU a read of a value costs nothing and the LM head over a large vocabulary does: ``verify`` runs
+        # the head on the first row alone, and on the others only if the first draft holds
+        self.lazy_head = self.device.type == "cpu"
+
+    @property
+    def cache(self) -> PreallocatedCache:
+        return self.steps.cache
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
 
     def prefill(
         self, prompt: torch.Tensor, capacity: int, sampler: Sampler | None = None, reads: Reads = READS_NOTHING
     ) -> int:
-        """Prefill the prompt [1, P]; returns the first new token: greedy, or drawn by ``sampler``
-        (``self.last_logits`` [V] keeps the logits it comes from). What a drafter ``reads`` of this prefill is
-        recorded while it runs (``self.captured``; None for a prefill copied in from a shared file)."""
-        self.length = prompt.shape[1]
+        """Prefill the prompt [1, P] (``capacity`` tokens in all will follow it and the prompt); returns the first
+        new token: greedy, or drawn by ``sampler`` (``self.last_logits`` [V] keeps the logits it comes from). What a
+        drafter ``reads`` of this prefill is recorded while it runs (``self.captured``; None for a prefill copied in
+        from a shared file)."""
+        cache = self.steps.start(capacity)
         self.captured = None
         shared = self.prefilled.get(prompt_key(prompt[0])) if self.prefilled else None
         if shared is not None:
-            self.cache = PreallocatedCache.from_kv(shared.kv, capacity)
+            cache.load(shared.kv)
+            self.steps.fix()
             self.recorded_prefill_s = shared.seconds
             self.last_logits = shared.logits
             if sampler is None:
@@ -151,58 +161,50 @@ class Verifier:
                     "rebuild it with `budgetdraft prefill`"
                 )
             return sampler.sample(shared.logits)[0]
-        self.cache = PreallocatedCache(num_layers(self.model), capacity)
         with PrefillCapture(self.model, reads) as self.captured:
-            logits, _ = prefill(self.model, prompt, self.cache, chunk_len=self.prefill_chunk)
+            logits, _ = prefill(self.model, prompt, cache, chunk_len=self.prefill_chunk)
+        self.steps.fix()
         self.recorded_prefill_s = None
         self.last_logits = logits[0]
         return int(logits.argmax(-1)) if sampler is None else sampler.sample(logits[0])[0]
 
-    @torch.no_grad()
-    def hidden(self, tokens: list[int], output_hidden_states: bool = False):
-        """Feed ``tokens`` (real positions continue the cache) through the decoder, without the LM head: returns
-        ``last_hidden_state`` [1, q, H], the optional per-layer ``hidden_states`` and ``past_key_values``;
-        ``greedy`` / ``verify`` apply the head to the rows they need."""
-        out = self.model.get_decoder()(
-            input_ids=ids_tensor(tokens, self.device),
-            past_key_values=self.cache,
-            position_ids=position_range(self.length, len(tokens), self.device),
-            use_cache=True,
-            output_hidden_states=output_hidden_states,
-        )
-        self.length += len(tokens)
-        return out
-
-    @torch.no_grad()
-    def greedy(self, hidden: torch.Tensor) -> list[int]:
-        """The verifier's greedy token after each row of ``hidden`` [1, q, H] (argmax of the LM head; the logit
-        soft-capping or scaling some models apply after it is monotonic and cannot change the argmax)."""
-        return self.model.get_output_embeddings()(hidden)[0].argmax(-1).tolist()
+    def hidden(self, tokens: torch.Tensor, output_hidden_states: bool = False):
+        """One fixed-shape step over ``tokens`` [1, q] (on the device) at the next real positions, without the LM
+        head: ``last_hidden_state`` [1, q, H] and, if asked, every layer's ``hidden_states``."""
+        return self.steps(tokens, output_hidden_states)
 
     @torch.no_grad()
     def greedy_top2(self, hidden: torch.Tensor) -> tuple[int, int, float]:
-        """The greedy token after the last row of ``hidden``, its runner-up and their logit margin."""
-        logits = self.model.get_output_embeddings()(hidden[:, -1:])[0, 0]
-        return int(logits.argmax()), *top2(logits)
+        """The greedy token after the last row of ``hidden``, its runner-up and their logit margin (one read of
+        the device; the logit soft-capping or scaling some models apply after the head is monotonic)."""
+        values, ids = self.lm_head(hidden[0, -1]).float().topk(2)
+        first, runner_up, margin = torch.cat([ids.double(), (values[:1] - values[1:]).double()]).tolist()
+        return int(first), int(runner_up), margin
 
-    def verify(self, hidden: torch.Tensor, drafts: list[int]) -> tuple[int, int]:
-        """Accepted drafts k and the bonus token (the verifier's own choice after them), from the decoder output
-        of [last emitted token] + drafts. The head runs on the first row alone and on the other rows only when the
-        first draft survives: on CPU the head over a 49K vocabulary costs ~2× as much for 6 rows as for 1, and at
-        low acceptance most rounds end at the first row."""
-        first = self.greedy(hidden[:, :1])[0]
-        if not drafts or drafts[0] != first:
-            return 0, first
-        choice = [first] + self.greedy(hidden[:, 1:])
-        k = 1
-        while k < len(drafts) and drafts[k] == choice[k]:
+    @torch.no_grad()
+    def verify(self, hidden: torch.Tensor, drafts: torch.Tensor) -> tuple[list[int], int, int]:
+        """The drafts [g] (read here), the accepted count k and the bonus token (the verifier's own choice after
+        the k drafts), from the verify step's ``hidden`` [1, γ + 1, H] of [last emitted token] + drafts (+ padding).
+        One read of the device a round (two with ``lazy_head``, where the first draft holds)."""
+        g = drafts.shape[0]
+        if self.lazy_head:
+            first = self.lm_head(hidden[0, :1]).argmax(-1)
+            *host, choice0 = torch.cat([drafts, first]).tolist()
+            if not g or host[0] != choice0:
+                return host, 0, choice0
+            choice = [choice0] + self.lm_head(hidden[0, 1 : g + 1]).argmax(-1).tolist()
+        else:
+            values = torch.cat([drafts, self.lm_head(hidden[0, : g + 1]).argmax(-1)]).tolist()
+            host, choice = values[:g], values[g:]
+        k = 0
+        while k < g and host[k] == choice[k]:
             k += 1
-        return k, choice[k]
+        return host, k, choice[k]
 
     @torch.no_grad()
     def distributions(self, hidden: torch.Tensor, sampler: Sampler) -> torch.Tensor:
         """p [q, V]: the verifier's sampling distribution after each row of ``hidden`` [1, q, H]."""
-        return sampler.distribution(self.model.get_output_embeddings()(hidden)[0])
+        return sampler.distribution(self.lm_head(hidden)[0])
 
     def sample(self, hidden: torch.Tensor, sampler: Sampler) -> int:
         """A token drawn from p after the last row of ``hidden`` (AR sampling)."""
@@ -213,12 +215,28 @@ class Verifier:
     ) -> tuple[int, int]:
         """``verify`` for sampling mode: accepted drafts k and the next token by the speculative sampling rule
         (``Sampler.speculative_step``), q [γ, V] the drafter's distributions the drafts were drawn from."""
-        p = self.distributions(hidden, sampler)
+        p = self.distributions(hidden[:, : len(drafts) + 1], sampler)
         return sampler.speculative_step(p, q, drafts) if drafts else (0, sampler.draw(p[0]))
+
+    def check(self, last: int, drafts, gamma: int, q, sampler: Sampler | None, reads: Reads):
+        """One verify round: the ``last`` emitted token and the ``drafts`` (a device tensor or a list; q [g, V]
+        their distributions in sampling mode) in one step of γ + 1 tokens (padded), then the cache rolled back to
+        what was accepted. Returns the step's output, the drafts (a list), the accepted count k and the bonus."""
+        base = self.length
+        feed = torch.as_tensor([last], device=self.device)
+        drafts = torch.as_tensor(drafts, dtype=torch.long, device=self.device)
+        padding = torch.zeros(gamma - len(drafts), dtype=torch.long, device=self.device)
+        out = self.hidden(torch.cat([feed, drafts, padding])[None], reads.hidden_states)
+        if sampler is None:
+            drafts, k, bonus = self.verify(out.last_hidden_state, drafts)
+        else:
+            drafts = drafts.tolist()
+            k, bonus = self.verify_sampled(out.last_hidden_state, drafts, q, sampler)
+        self.rollback(base + 1 + k)
+        return out, drafts, k, bonus
 
     def rollback(self, length: int) -> None:
         self.cache.truncate(length)
-        self.length = length
 
     def prefill_state(self, prompt: torch.Tensor, reads: Reads) -> VerifierPrefill:
         """What a drafter ``reads`` of this prefill, right after it: the layer outputs and last queries recorded
@@ -245,155 +263,11 @@ class Verifier:
         return cache_bytes(self.cache)
 
 
-class SparseDrafter:
-    """The paper's drafter: a small causal LM whose prefix cache is cut to a budget of B tokens by a policy
-    (a ``budgetdraft.drafter.Drafter``)."""
-
-    samples = True
-
-    def __init__(
-        self,
-        model,
-        budget: int,
-        policy: str = "topk_chunks",
-        chunk_size: int = 8,
-        score_window: int = 32,
-        prefill_chunk: int | None = None,
-        draft_vocab: torch.Tensor | None = None,
-    ):
-        """``draft_vocab``: token ids the drafter may propose (`budgetdraft.draftvocab`); None = all of them."""
-        check_budget(budget, chunk_size)
-        self.needs = get_policy(policy).needs
-        self.model, self.budget, self.policy = model, budget, policy
-        self.chunk_size, self.score_window, self.prefill_chunk = chunk_size, score_window, prefill_chunk
-        self.device = model.device
-        self.head = None if draft_vocab is None else ReducedHead(model, draft_vocab)
-        # a policy that ranks the prompt by the verifier's attention reads its window scores
-        self.reads = Reads(window_scores=score_window if "verifier_scores" in self.needs else 0)
-
-    def prefill(self, prompt: torch.Tensor, capacity: int, verifier: VerifierPrefill | None = None) -> None:
-        """Prefill the full prompt once, then keep only the policy's positions (explicit real positions later);
-        ``verifier``: the verifier's prefill, for a policy that needs its scores."""
-        prompt_len = prompt.shape[1]
-        full = PreallocatedCache(num_layers(self.model), prompt_len)
-        per_head = "head_scores" in self.needs
-        window = self.score_window if per_head or "scores" in self.needs else 0
-        _, scores = prefill(
-            self.model, prompt, full, chunk_len=self.prefill_chunk, score_window=window, per_head=per_head
-        )
-        observed = {}
-        if per_head:
-            observed["head_scores"] = scores
-            if "scores" in self.needs:
-                observed["scores"] = [s.sum(dim=0) for s in scores]
-        elif scores is not None:
-            observed["scores"] = scores
-        if self.reads.window_scores:
-            if verifier is None or verifier.window_scores is None:
-                raise ValueError(
-                    f"policy {self.policy!r} reads the verifier's attention: prefill(..., verifier=its prefill_state)"
-                )
-            observed["verifier_scores"] = verifier.window_scores.to(self.device)
-        inputs = PolicyInputs(
-            prompt_len, self.budget, self.chunk_size, num_layers(self.model), self.score_window, **observed
-        )
-        idx = keep_indices(self.policy, inputs)  # every layer keeps the same number of positions (checked)
-        self.cache = PreallocatedCache.from_kv(gathered_kv(full, idx), idx[0].shape[-1] + capacity)
-        self.position = prompt_len  # real position of the next token fed
-
-    def draft(self, pending: list[int], gamma: int) -> list[int]:
-        """Feed the ``pending`` tokens, then propose ``gamma`` greedy tokens; the drafter cache ends up holding
-        pending + the first gamma − 1 drafts."""
-        return self._draft(pending, gamma, lambda logits: (int(logits.argmax()), None))[0]
-
-    def draft_sampled(self, pending: list[int], gamma: int, sampler: Sampler) -> tuple[list[int], torch.Tensor]:
-        """``draft`` for sampling mode: each draft drawn from q, the drafter's sampling distribution; returns the
-        drafts and q [gamma, V]."""
-        drafts, q = self._draft(pending, gamma, sampler.sample)
-        return drafts, torch.stack(q)
-
-    @torch.no_grad()
-    def _draft(self, pending: list[int], gamma: int, choose) -> tuple[list[int], list]:
-        """``gamma`` drafts, each ``choose(logits [V]) -> (token, its distribution or None)``."""
-        self.start = self.cache.get_seq_length()
-        drafts, dists, feed = [], [], pending
-        for _ in range(gamma):
-            token, dist = choose(self.next_logits(feed))
-            feed = [token]
-            drafts.append(token)
-            dists.append(dist)
-        return drafts, dists
-
-    def next_logits(self, feed: list[int]) -> torch.Tensor:
-        """Feed ``feed`` at the next real positions; the logits [V] of the token after it."""
-        inputs = dict(
-            input_ids=ids_tensor(feed, self.device),
-            past_key_values=self.cache,
-            position_ids=position_range(self.position, len(feed), self.device),
-            use_cache=True,
-        )
-        self.position += len(feed)
-        if self.head is None:
-            return self.model(**inputs, logits_to_keep=1).logits[0, -1]
-        return self.head(self.model.get_decoder()(**inputs).last_hidden_state[0, -1])
-
-    def rollback(self, kept_new: int) -> None:
-        """Keep only the first ``kept_new`` tokens fed during the last ``draft``."""
-        dropped = self.cache.get_seq_length() - (self.start + kept_new)
-        self.cache.truncate(self.start + kept_new)
-        self.position -= dropped
-
-    def after_verify(self, verifier_output, accepted: int, bonus: int) -> None:
-        """Hook for drafters that read the verifier's decoder output (EAGLE-3, TriForce); this one needs nothing."""
-
-    def kv_bytes(self) -> int:
-        """Allocated bytes of the sparse cache (the full prefill cache it was cut from is freed in ``prefill``)."""
-        return cache_bytes(self.cache)
-
-    def weight_tensors(self):
-        head = [] if self.head is None else [self.head.weight]
-        return [*module_tensors(self.model), *head]
-
-
 def weight_bytes(verifier_model, drafter: Drafter | None = None) -> int:
     """Bytes of the verifier's weights and of those the drafter runs (``weight_tensors``); a storage both use
     (self-drafting, EAGLE-3's borrowed embedding and LM head) counts once."""
     extra = drafter.weight_tensors() if drafter is not None else ()
     return storage_bytes(itertools.chain(module_tensors(verifier_model), extra))
-
-
-def timed_prefill(
-    verifier: Verifier,
-    prompt: torch.Tensor,
-    capacity: int,
-    stats: DecodeStats,
-    device,
-    sampler: Sampler | None = None,
-    reads: Reads = READS_NOTHING,
-) -> tuple[int, float]:
-    """The verifier's prefill (recording what a drafter ``reads``): its first token, with
-    ``stats.verifier_prefill_s`` its seconds (for a shared prefill, the seconds recorded when it was computed) and
-    the correction to add to the run's wall time (recorded − spent copying the shared cache in; 0 when computed
-    here)."""
-    with Stopwatch(device) as t:
-        first = verifier.prefill(prompt, capacity, sampler, reads)
-    recorded = verifier.recorded_prefill_s
-    stats.verifier_prefill_s, stats.verifier_forwards = (t.seconds if recorded is None else recorded), 1
-    return first, stats.verifier_prefill_s - t.seconds
-
-
-def timed_draft(
-    drafter, pending: list[int], g: int, stats: DecodeStats, device, sampler: Sampler | None = None
-) -> tuple[list[int], torch.Tensor | None]:
-    """``drafter.draft(pending, g)`` (nothing when g = 0), its seconds and steps added to ``stats``; with a
-    ``sampler``, ``drafter.draft_sampled`` and the drafter's distributions q [g, V] (else None)."""
-    if g == 0:
-        return [], None
-    with Stopwatch(device) as t:
-        drafts, q = (drafter.draft(pending, g), None) if sampler is None else drafter.draft_sampled(pending, g, sampler)
-    stats.draft_s += t.seconds
-    stats.draft_steps += len(drafts)
-    return drafts, q
 
 
 def check_sampling(verifier_model, drafter=None) -> None:
@@ -411,6 +285,44 @@ def check_sampling(verifier_model, drafter=None) -> None:
         )
 
 
+@dataclass
+class Round:
+    """What one round decided: ``drafted`` drafts proposed, the first ``accepted`` of them kept, and the ``tokens``
+    it emitted (the accepted drafts and the verifier's own next token, cut at EOS / ``max_new_tokens``). The
+    prefill's token is the first round (nothing drafted); each AR step is a round."""
+
+    drafted: int
+    accepted: int
+    tokens: list[int]
+
+
+Observer = Callable[[Round], "bool | None"]  # called once per round; True ends the generation after that round
+
+
+class Emission:
+    """The tokens emitted so far: each round's tokens cut at the first EOS and at ``max_new_tokens``, counted in
+    ``stats`` and handed to the ``observer``; calling it returns True when the generation is over."""
+
+    def __init__(self, max_new_tokens: int, eos: set[int], stats: DecodeStats, observer: Observer | None):
+        self.max_new_tokens, self.eos, self.stats, self.observer = max_new_tokens, eos, stats, observer
+        self.out: list[int] = []
+        self.done = False
+
+    def __call__(self, drafted: int, accepted: int, tokens: list[int]) -> bool:
+        self.stats.record_round(drafted, accepted)
+        room = self.max_new_tokens - len(self.out)
+        tokens = tokens[:room]
+        for i, token in enumerate(tokens):
+            if token in self.eos:
+                tokens, self.done = tokens[: i + 1], True
+                break
+        self.out += tokens
+        self.done |= len(self.out) >= self.max_new_tokens
+        if self.observer is not None and self.observer(Round(drafted, accepted, tokens)):
+            self.done = True
+        return self.done
+
+
 @torch.no_grad()
 def autoregressive(
     verifier_model,
@@ -422,41 +334,41 @@ def autoregressive(
     prefilled: dict[str, SharedPrefill] | None = None,
     sampling: Sampling | None = None,
     engine: str = "eager",
+    observer: Observer | None = None,
 ) -> Generation:
     """AR decoding on a full pre-allocated cache: greedy, or each token drawn from the verifier's sampling
-    distribution (``sampling``)."""
+    distribution (``sampling``); ``engine`` runs its steps (``budgetdraft.engine``), ``observer`` sees every
+    token as it is decided and may stop the generation."""
     check_request(verifier_model, len(prompt_ids), max_new_tokens)
     sampler = None if sampling is None else Sampler(sampling)
     if sampler is not None:
         check_sampling(verifier_model)
     device, eos = verifier_model.device, _eos_ids(verifier_model, eos_token_id)
-    stats = DecodeStats(prompt_tokens=len(prompt_ids))
-    verifier = Verifier(verifier_model, prefill_chunk, prefilled)
-    weights = weight_bytes(verifier_model)
+    verifier = Verifier(verifier_model, prefill_chunk, prefilled, check_engine(engine))
+    stats = DecodeStats(prompt_tokens=len(prompt_ids), engine=engine)
+    emitted = Emission(max_new_tokens, eos, stats, observer)
+    clock = Clock(device)
     reset_peak_memory(device)
-    with Stopwatch(device) as total:  # the prefill yields the first token
-        first, correction = timed_prefill(
-            verifier, ids_tensor(prompt_ids, device), len(prompt_ids) + max_new_tokens, stats, device, sampler
-        )
-        out = [first]
+    with clock.total():
+        with clock("verifier_prefill"):
+            token = verifier.prefill(ids_tensor(prompt_ids, device), len(prompt_ids) + max_new_tokens, sampler)
         ties = [top2(verifier.last_logits) if verifier.last_logits is not None else (-1, math.nan)]
-        stats.record_memory(weights, verifier.kv_bytes())
-        out, done = _finish(out, max_new_tokens, eos)
-        while not done:
-            with Stopwatch(device) as t:
-                hidden = verifier.hidden([out[-1]]).last_hidden_state
+        emitted(0, 0, [token])
+        while not emitted.done:
+            with clock("verify"):
+                hidden = verifier.hidden(ids_tensor([token], device)).last_hidden_state
                 if sampler is None:
                     token, *tie = verifier.greedy_top2(hidden)
                     ties.append(tuple(tie))
                 else:
                     token = verifier.sample(hidden, sampler)
-            stats.verify_s += t.seconds
-            stats.verifier_forwards += 1
-            stats.record_memory(weights, verifier.kv_bytes())
-            out, done = _finish(out + [token], max_new_tokens, eos)
-    gen = _close(out, stats, total.seconds + correction, device)
+            emitted(0, 0, [token])
+    stats.record_memory(weight_bytes(verifier_model), verifier.kv_bytes())
+    stats.record_bound(device_bandwidth(device), weight_bytes(verifier_model), kv_bytes_per_token(verifier.cache))
+    gen = _close(emitted.out, stats, clock, verifier)
     if sampler is None:
-        gen.runner_up, gen.margins = [t[0] for t in ties[: len(out)]], [t[1] for t in ties[: len(out)]]
+        n = len(emitted.out)
+        gen.runner_up, gen.margins = [t[0] for t in ties[:n]], [t[1] for t in ties[:n]]
     return gen
 
 
@@ -485,121 +397,65 @@ def speculative(
     prefilled: dict[str, SharedPrefill] | None = None,
     sampling: Sampling | None = None,
     engine: str = "eager",
+    observer: Observer | None = None,
 ) -> Generation:
-    """Greedy speculative decoding: ``drafter`` (``budgetdraft.drafter.Drafter``) proposes γ tokens, the verifier
-    checks them in one forward on its full cache, the longest agreeing prefix is kept plus the verifier's own next
-    token (the bonus). The drafter is prefilled after the verifier, with what it ``reads`` of the verifier's prefill.
-    With ``sampling``: drafts drawn from q, kept by the speculative sampling rule (``Sampler.speculative_step``)."""
+    """Speculative decoding (Algorithm 2): ``drafter`` (``budgetdraft.drafter.Drafter``) proposes γ tokens, the
+    verifier checks them in one forward on its full cache, the longest agreeing prefix is kept plus the verifier's
+    own next token (the bonus). The drafter is prefilled after the verifier, with what it ``reads`` of the
+    verifier's prefill. With ``sampling``: drafts drawn from q, kept by the speculative sampling rule
+    (``Sampler.speculative_step``). ``engine`` runs the verifier's steps (a drafter is built with its own);
+    ``observer`` sees every round as it is decided and may stop the generation."""
     check_speculative(drafter, verifier_model, len(prompt_ids), max_new_tokens, gamma, sampling)
     sampler = None if sampling is None else Sampler(sampling)
     device, eos = verifier_model.device, _eos_ids(verifier_model, eos_token_id)
-    stats = DecodeStats(prompt_tokens=len(prompt_ids))
-    verifier = Verifier(verifier_model, prefill_chunk, prefilled)
+    verifier = Verifier(verifier_model, prefill_chunk, prefilled, check_engine(engine))
+    stats = DecodeStats(prompt_tokens=len(prompt_ids), engine=engine)
+    emitted = Emission(max_new_tokens, eos, stats, observer)
+    clock = Clock(device)
     prompt = ids_tensor(prompt_ids, device)
-    capacity = len(prompt_ids) + max_new_tokens + gamma + 1
-    weights = weight_bytes(verifier_model, drafter)
     reset_peak_memory(device)
-    with Stopwatch(device) as total:
-        first, correction = timed_prefill(verifier, prompt, capacity, stats, device, sampler, drafter.reads)
-        out = [first]
-        with Stopwatch(device) as t:
+    with clock.total():
+        with clock("verifier_prefill"):
+            first = verifier.prefill(prompt, len(prompt_ids) + max_new_tokens + gamma + 1, sampler, drafter.reads)
+        with clock("drafter_prefill"):
             state = verifier.prefill_state(prompt, drafter.reads)  # not kept: its tensors go with the prefill
             drafter.prefill(prompt.to(drafter.device), max_new_tokens + gamma + 1, state)
             del state
-        stats.drafter_prefill_s = t.seconds
-        stats.record_memory(weights, verifier.kv_bytes(), drafter.kv_bytes())
-        out, done = _finish(out, max_new_tokens, eos)
-        pending = [out[-1]]
-        while not done:
-            g = min(gamma, max_new_tokens - len(out) - 1)  # never draft past the last token still wanted
-            drafts, q = timed_draft(drafter, pending, g, stats, device, sampler)
-            base = verifier.length
-            with Stopwatch(device) as t:
-                vout = verifier.hidden([out[-1]] + drafts, output_hidden_states=drafter.reads.hidden_states)
-                if sampler is None:
-                    k, bonus = verifier.verify(vout.last_hidden_state, drafts)
-                else:
-                    k, bonus = verifier.verify_sampled(vout.last_hidden_state, drafts, q, sampler)
-            stats.verify_s += t.seconds
-            stats.record_round(len(drafts), k)
-            verifier.rollback(base + 1 + k)
-            if drafts:  # g = 0 only for the very last token: the drafter has no round to hear about
+        emitted(0, 0, [first])
+        pending = [first]  # emitted tokens the drafter has not seen yet
+        while not emitted.done:
+            g = min(gamma, max_new_tokens - len(emitted.out) - 1)  # never draft past the last token still wanted
+            drafts, q = [], None  # the very last token (g = 0) is the verifier's alone
+            with clock("draft"):
+                if g and sampler is None:
+                    drafts = drafter.draft(pending, g)
+                elif g:
+                    drafts, q = drafter.draft_sampled(pending, g, sampler)
+            with clock("verify"):
+                vout, drafts, k, bonus = verifier.check(emitted.out[-1], drafts, gamma, q, sampler, drafter.reads)
+            if g:  # the last round drafted nothing: the drafter has no round to hear about
                 drafter.after_verify(vout, k, bonus)
                 if k < g:
                     drafter.rollback(len(pending) + k)
                     pending = [bonus]
                 else:  # every draft accepted: the drafter has not yet seen the last draft
                     pending = [drafts[-1], bonus]
-            stats.record_memory(weights, verifier.kv_bytes(), drafter.kv_bytes())
-            out, done = _finish(out + drafts[:k] + [bonus], max_new_tokens, eos)
-    return _close(out, stats, total.seconds + correction, device)
+            stats.draft_steps += g
+            emitted(g, k, drafts[:k] + [bonus])
+    stats.record_memory(weight_bytes(verifier_model, drafter), verifier.kv_bytes(), drafter.kv_bytes())
+    return _close(emitted.out, stats, clock, verifier)
 
 
-def _close(out: list[int], stats: DecodeStats, total_s: float, device) -> Generation:
+def _close(out: list[int], stats: DecodeStats, clock: Clock, verifier: Verifier) -> Generation:
+    """The generation's stats from its clock: a shared prefill is charged the seconds it took when computed."""
+    recorded = verifier.recorded_prefill_s
+    spent = clock.seconds("verifier_prefill")
+    stats.verifier_prefill_s = spent if recorded is None else recorded
+    stats.total_s = clock.total_s + stats.verifier_prefill_s - spent
+    stats.drafter_prefill_s = clock.seconds("drafter_prefill")
+    stats.draft_s, stats.verify_s = clock.seconds("draft"), clock.seconds("verify")
+    stats.decode_s = stats.total_s - stats.verifier_prefill_s - stats.drafter_prefill_s
+    stats.verifier_forwards = 1 + verifier.steps.forwards  # the prefill, then every step
     stats.new_tokens = len(out)
-    stats.total_s = total_s
-    stats.decode_s = total_s - stats.verifier_prefill_s - stats.drafter_prefill_s
-    stats.peak_mem_mb, stats.mem_kind = peak_memory(device, stats.peak_tensor_mb)
+    stats.peak_mem_mb, stats.mem_kind = peak_memory(verifier.device, stats.peak_tensor_mb)
     return Generation(out, stats)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Command line: decode one prompt and print the text and the metrics
-
-
-def configure_parser(parser) -> None:
-    parser.add_argument("--verifier", default="embedded:smollm2", help="verifier model spec")
-    parser.add_argument("--drafter", default="embedded:smollm2:layers=4", help="drafter model spec (sd)")
-    parser.add_argument("--method", choices=["ar", "sd"], default="sd")
-    src = parser.add_mutually_exclusive_group()
-    src.add_argument("--prompt", help="prompt text")
-    src.add_argument("--prompt-file", help="file holding the prompt text")
-    parser.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--gamma", type=int, default=5, help="draft length γ")
-    parser.add_argument("--budget", type=int, default=256, help="drafter KV budget B (tokens of the prompt kept)")
-    parser.add_argument("--policy", default="topk_chunks", choices=POLICIES, help="sparse policy of the drafter")
-    parser.add_argument("--chunk-size", type=int, default=8)
-    parser.add_argument("--score-window", type=int, default=32, help="last prefill queries that score chunks")
-    parser.add_argument("--draft-vocab", help=".safetensors of the token ids the drafter may draft (draft-vocab)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--verifier-dtype", default="float32")
-    parser.add_argument("--drafter-dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    add_sampling_flags(parser)
-
-
-def run(args) -> None:
-    from budgetdraft.models import load_model, load_tokenizer
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    sampling = sampling_from_args(args)
-    text = args.prompt or "Once upon a time"
-    if args.prompt_file:
-        with open(args.prompt_file, encoding="utf-8") as f:
-            text = f.read()
-    tokenizer = load_tokenizer(args.verifier)
-    if args.chat:
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, return_dict=False
-        )
-    else:
-        ids = tokenizer(text)["input_ids"]
-    verifier = load_model(args.verifier, args.device, args.verifier_dtype)
-    if args.method == "ar":
-        gen = autoregressive(verifier, ids, args.max_new_tokens, sampling=sampling)
-    else:
-        drafter_model = load_model(args.drafter, args.device, args.drafter_dtype)
-        vocab = load_vocab(args.draft_vocab) if args.draft_vocab else None
-        drafter = SparseDrafter(
-            drafter_model, args.budget, args.policy, args.chunk_size, args.score_window, draft_vocab=vocab
-        )
-        gen = speculative(drafter, verifier, ids, args.max_new_tokens, args.gamma, sampling=sampling)
-    print(tokenizer.decode(gen.tokens, skip_special_tokens=True))
-    print(
-        json.dumps(
-            {k: v for k, v in gen.stats.as_dict().items() if k not in ("reached_by_position", "accepted_by_position")},
-            indent=1,
-        )
-    )

@@ -6,7 +6,7 @@
 ``generate`` prepares the request as for any decoding mode (generation config, ``max_new_tokens`` → ``max_length``,
 EOS, stopping criteria, logits processors) and hands this module's ``generate`` the decoding loop; the keyword
 arguments it declares beyond ``GenerationMixin._sample``'s (``drafter``, ``kv_budget``, ``kv_policy``, ``gamma``,
-``seed``) are passed through (transformers 5.23, ``generation/utils.py``, ``_extract_generation_mode_kwargs``).
+``seed``, ``token_streamer``, ``engine``) are passed through (transformers 5.23, ``generation/utils.py``, ``_extract_generation_mode_kwargs``).
 The loop is ``budgetdraft.decoding.speculative``, the one home of the algorithm: greedy (``do_sample=False``) gives
 the verifier's own greedy tokens, ``do_sample=True`` draws by the lossless speculative sampling rule of
 ``budgetdraft.sampling`` with generate's temperature / top-k / top-p. Nothing else changes the verifier's
@@ -14,10 +14,11 @@ distribution: any other logits processor a request asks for (repetition penalty,
 refused, named. One prompt at a time (batch 1, no padding, ``num_beams`` = ``num_return_sequences`` = 1).
 
 Every token goes to the streamer and through generate's stopping criteria (EOS and ``max_length`` among them) as
-the verifier decides it, by watching each round through the drafter protocol (``Watched``); a criterion that holds
-ends the loop there, as it ends generate's own loop. transformers does not hand a callable ``custom_generate`` the
-``streamer`` (it puts the prompt into it, then leaves it out of the loop's arguments): ``generate_streamer`` reads
-it from the calling ``generate``.
+the verifier decides it: ``Emitted`` is the loop's observer, called once per round; a criterion that holds ends the
+loop there, as it ends generate's own loop. transformers 5.23 does not hand a callable ``custom_generate`` the
+``streamer`` (it puts the prompt into it, then leaves it out of the loop's arguments): pass a streamer as
+``token_streamer=`` instead, which gets the prompt and then every token. A repository's ``generate.py`` (below) is
+called with generate's own arguments and hands ``streamer`` on as ``token_streamer``.
 
 A drafter published with its loop: ``python -m budgetdraft export-hf-generate --out DRAFTER_DIR`` writes
 ``DRAFTER_DIR/custom_generate/generate.py`` (transformers' hub convention), which loads that drafter and runs
@@ -28,18 +29,17 @@ kv_budget=64)`` works from the hub or a local directory. Our own code never sets
 from __future__ import annotations
 
 import importlib.metadata
-import inspect
 import json
-import sys
 from pathlib import Path
 
 import torch
-from transformers import GenerationMixin
 from transformers.generation import GenerateDecoderOnlyOutput, StoppingCriteriaList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from budgetdraft.atomic import atomic_write_text
-from budgetdraft.decoding import SparseDrafter, ids_tensor, speculative
+from budgetdraft.decoding import Round, ids_tensor, speculative
+from budgetdraft.drafters import SparseDrafter
+from budgetdraft.engine import check_engine
 from budgetdraft.kvcache import POLICIES
 from budgetdraft.sampling import Sampling
 
@@ -49,78 +49,29 @@ OUTPUT_FLAGS = ("output_scores", "output_logits", "output_attentions", "output_h
 
 
 class Emitted:
-    """The generated tokens, each handed to the streamer and checked by the stopping criteria in order, as
-    generate's own loop does; ``add`` keeps a round's tokens up to the first at which a criterion holds."""
+    """The observer of ``speculative``'s rounds (``budgetdraft.decoding.Observer``): every token goes to the
+    streamer and through the stopping criteria in order, as in generate's own loop; a round's tokens are kept up to
+    the first at which a criterion holds, and the loop ends there."""
 
     def __init__(self, prompt: torch.Tensor, criteria: StoppingCriteriaList, streamer=None):
         self.criteria, self.streamer = criteria, streamer
         self.sequence = prompt  # [1, P + tokens so far]: what the criteria read
         self.tokens: list[int] = []
-        self.stopped = False
 
-    def add(self, tokens: list[int]) -> bool:
-        """Emit ``tokens`` (after the ones so far); True when a stopping criterion ended the generation."""
+    def __call__(self, round: Round) -> bool:
+        """Emit the round's tokens; True when a stopping criterion ended the generation."""
         start = self.sequence.shape[1]
-        sequence = torch.cat([self.sequence, ids_tensor(tokens, self.sequence.device)], dim=1)
-        keep = len(tokens)
-        for i in range(len(tokens)):
+        sequence = torch.cat([self.sequence, ids_tensor(round.tokens, self.sequence.device)], dim=1)
+        keep, stopped = len(round.tokens), False
+        for i in range(len(round.tokens)):
             if bool(self.criteria(sequence[:, : start + i + 1], None).any()):
-                keep, self.stopped = i + 1, True
+                keep, stopped = i + 1, True
                 break
         self.sequence = sequence[:, : start + keep]
-        self.tokens += tokens[:keep]
+        self.tokens += round.tokens[:keep]
         if self.streamer is not None and keep:
-            self.streamer.put(torch.tensor(tokens[:keep]))
-        return self.stopped
-
-
-class Stopped(Exception):
-    """A stopping criterion held in the middle of ``speculative``'s loop: the generation ends there."""
-
-
-class Watched:
-    """The drafter as ``speculative`` sees it, each round's outcome (accepted drafts + the verifier's token) handed
-    to ``emitted`` as soon as the verifier decided it; every other attribute is the drafter's own."""
-
-    def __init__(self, drafter, emitted: Emitted):
-        self.drafter, self.emitted, self.drafts = drafter, emitted, []
-
-    def __getattr__(self, name):  # prefill, rollback, needs_verifier, model, device, kv_bytes, weight_tensors, ...
-        return getattr(self.drafter, name)
-
-    def _first_round(self, pending: list[int]) -> None:
-        """The first round's pending token is the verifier prefill's token, the first one generated."""
-        if not self.emitted.tokens and self.emitted.add(pending[-1:]):
-            raise Stopped
-
-    def draft(self, pending: list[int], gamma: int) -> list[int]:
-        self._first_round(pending)
-        self.drafts = self.drafter.draft(pending, gamma)
-        return self.drafts
-
-    def draft_sampled(self, pending: list[int], gamma: int, sampler):
-        self._first_round(pending)
-        self.drafts, q = self.drafter.draft_sampled(pending, gamma, sampler)
-        return self.drafts, q
-
-    def after_verify(self, verifier_output, accepted: int, bonus: int) -> None:
-        self.drafter.after_verify(verifier_output, accepted, bonus)
-        if self.emitted.add(self.drafts[:accepted] + [bonus]):
-            raise Stopped
-
-
-def generate_streamer(streamer):
-    """The streamer of the ``generate`` call running this loop. transformers 5.23 gives a callable
-    ``custom_generate`` only the arguments its signature adds to ``_sample``'s, so ``streamer`` never reaches it
-    (``_extract_generation_mode_kwargs``), though ``generate`` has put the prompt into it; it is read from the
-    nearest ``GenerationMixin.generate`` frame. A streamer passed in (a later transformers) is used as is."""
-    if streamer is not None:
-        return streamer
-    code = inspect.unwrap(GenerationMixin.generate).__code__
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code is not code:
-        frame = frame.f_back
-    return None if frame is None else frame.f_locals.get("streamer")
+            self.streamer.put(torch.tensor(round.tokens[:keep]))
+        return stopped
 
 
 def check_generate_request(model, input_ids: torch.Tensor, generation_config, model_kwargs: dict) -> None:
@@ -164,7 +115,7 @@ def sampling_of(logits_processor, generation_config, seed: int | None) -> Sampli
     return Sampling(seed=seed, **fields)
 
 
-def sparse_drafter(drafter, kv_budget, kv_policy: str, gamma) -> SparseDrafter:
+def sparse_drafter(drafter, kv_budget, kv_policy: str, gamma, engine: str = "eager") -> SparseDrafter:
     """The drafter model with its sparse KV cache, each argument checked and named when wrong."""
     if drafter is None:
         raise ValueError(
@@ -181,28 +132,7 @@ def sparse_drafter(drafter, kv_budget, kv_policy: str, gamma) -> SparseDrafter:
         raise ValueError(f"kv_policy={kv_policy!r} is no sparse policy; choose one of {', '.join(POLICIES)}")
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma= (draft length) must be an integer >= 1, got {gamma!r}")
-    return SparseDrafter(drafter, kv_budget, kv_policy)
-
-
-def decode(model, drafter: SparseDrafter, prompt: torch.Tensor, generation_config, gamma: int, sampling, emitted):
-    """``speculative`` on ``prompt`` [1, P] to generate's ``max_length`` and EOS; the tokens in ``emitted``."""
-    max_new_tokens = generation_config.max_length - prompt.shape[1]
-    eos = generation_config.eos_token_id
-    try:
-        gen = speculative(
-            Watched(drafter, emitted),
-            model,
-            prompt[0].tolist(),
-            max_new_tokens,
-            gamma,
-            eos_token_id=[] if eos is None else eos,
-            sampling=sampling,
-        )
-    except Stopped:
-        return
-    emitted.add(gen.tokens[len(emitted.tokens) :])  # the rounds no drafter heard of (the last, with no draft)
-    if emitted.tokens != gen.tokens and not emitted.stopped:
-        raise RuntimeError(f"watched rounds {emitted.tokens} disagree with speculative's output {gen.tokens}")
+    return SparseDrafter(drafter, kv_budget, kv_policy, engine=check_engine(engine))
 
 
 @torch.no_grad()
@@ -220,23 +150,39 @@ def generate(
     kv_policy: str = "topk_chunks",
     gamma: int = 5,
     seed: int | None = None,
+    token_streamer=None,
+    engine: str = "eager",
     **model_kwargs,
 ):
     """The decoding loop of ``model.generate(..., custom_generate=generate, drafter=, kv_budget=, ...)``: BudgetDraft's
     sparse-KV speculative decoding with ``drafter`` (a causal LM) at KV budget ``kv_budget`` under ``kv_policy``,
-    ``gamma`` drafts per round; ``seed`` seeds a sampling request (None: drawn from torch's global generator).
+    ``gamma`` drafts per round; ``seed`` seeds a sampling request (None: drawn from torch's global generator);
+    ``token_streamer`` gets the prompt, then every token as it is decided (transformers 5.23 keeps generate's own
+    ``streamer`` from a callable ``custom_generate``); ``engine``: eager or graphs (``budgetdraft.engine``).
     Returns what ``generate`` returns: the sequences [1, P + new], or with ``return_dict_in_generate`` a
     ``GenerateDecoderOnlyOutput`` holding them."""
     generation_config = generation_config if generation_config is not None else model.generation_config
     check_generate_request(model, input_ids, generation_config, model_kwargs)
     sampling = sampling_of(logits_processor, generation_config, seed)
-    sparse = sparse_drafter(drafter, kv_budget, kv_policy, gamma)
-    streamer = generate_streamer(streamer)
-    emitted = Emitted(
-        input_ids, stopping_criteria if stopping_criteria is not None else StoppingCriteriaList(), streamer
-    )
+    sparse = sparse_drafter(drafter, kv_budget, kv_policy, gamma, engine)
+    streamer = token_streamer if token_streamer is not None else streamer  # a later transformers may pass it
+    if token_streamer is not None:
+        token_streamer.put(input_ids.cpu())
+    criteria = stopping_criteria if stopping_criteria is not None else StoppingCriteriaList()
+    emitted = Emitted(input_ids, criteria, streamer)
+    eos = generation_config.eos_token_id
     try:
-        decode(model, sparse, input_ids, generation_config, gamma, sampling, emitted)
+        speculative(
+            sparse,
+            model,
+            input_ids[0].tolist(),
+            generation_config.max_length - input_ids.shape[1],
+            gamma,
+            eos_token_id=[] if eos is None else eos,
+            sampling=sampling,
+            engine=engine,
+            observer=emitted,
+        )
     finally:
         if streamer is not None:
             streamer.end()
@@ -281,13 +227,15 @@ def stored_drafter(source: str, model) -> torch.nn.Module:
     return _DRAFTERS[key]
 
 
-def generate_with_drafter(model, source: str, drafter=None, assistant_model=None, **generate_arguments):
+def generate_with_drafter(model, source: str, drafter=None, assistant_model=None, streamer=None, **generate_arguments):
     """What a repository's ``custom_generate/generate.py`` runs: transformers calls it with every argument of
     ``generate`` (``model`` the verifier); it calls ``generate`` again with this module's loop and the drafter
-    ``source`` (or ``drafter=``)."""
+    ``source`` (or ``drafter=``), its ``streamer`` handed on as the loop's ``token_streamer``."""
     if assistant_model is not None:
         raise ValueError("assistant_model= switches generate to its own assisted decoding: pass drafter= instead")
     arguments = {key: value for key, value in generate_arguments.items() if value is not None}
+    if streamer is not None:
+        arguments["token_streamer"] = streamer
     drafter = stored_drafter(source, model) if drafter is None else drafter
     return model.generate(custom_generate=generate, drafter=drafter, **arguments)
 

@@ -24,7 +24,13 @@ from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
 
 
 class PreallocatedLayer(CacheLayerMixin):
-    """One layer's keys/values in a buffer [B, H_kv, capacity, D]; ``length`` slots are valid."""
+    """One layer's keys/values in a buffer [B, H_kv, capacity, D]; ``length`` slots are valid.
+
+    Two modes. Growing (the prefill): a forward of q tokens writes slots [length, length + q) and attends over the
+    first length + q slots, so its shapes follow the length. Fixed (``PreallocatedCache.fix``, the decode steps): a
+    forward writes at the device tensor ``slot`` (``index_copy_``) and attends over the whole buffer with a mask
+    (``budgetdraft.engine.Steps``), so every step of one query length has one shape: planned once, capturable as a
+    CUDA graph, and no Python int of the cache is read inside the step."""
 
     is_sliding = False
     is_croppable = True
@@ -33,6 +39,7 @@ class PreallocatedLayer(CacheLayerMixin):
         super().__init__()
         self.capacity = capacity
         self.length = 0
+        self.slot: torch.Tensor | None = None  # fixed mode: [] long, the next slot written (shared by all layers)
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         b, h, _, d = key_states.shape
@@ -44,6 +51,8 @@ class PreallocatedLayer(CacheLayerMixin):
     def _reserve(self, needed: int) -> None:
         if needed <= self.capacity:
             return
+        if self.slot is not None:
+            raise ValueError(f"a fixed-shape cache of {self.capacity} slots cannot hold {needed}")
         capacity = max(needed, 2 * self.capacity)  # amortised O(1) growth when a run outgrows its estimate
         for name in ("keys", "values"):
             old = getattr(self, name)
@@ -55,6 +64,11 @@ class PreallocatedLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self.slot is not None:  # fixed mode: the host-side length is advanced by the caller, outside the step
+            where = self.slot + torch.arange(key_states.shape[-2], device=self.slot.device)
+            self.keys.index_copy_(2, where, key_states)
+            self.values.index_copy_(2, where, value_states)
+            return self.keys, self.values
         end = self.length + key_states.shape[-2]
         self._reserve(end)
         self.keys[:, :, self.length : end] = key_states
@@ -63,6 +77,8 @@ class PreallocatedLayer(CacheLayerMixin):
         return self.keys[:, :, :end], self.values[:, :, :end]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        if self.slot is not None:
+            return self.capacity, 0
         return self.length + query_length, 0
 
     def get_seq_length(self) -> int:
@@ -76,6 +92,8 @@ class PreallocatedLayer(CacheLayerMixin):
         if tokens_to_remove > 0:
             raise ValueError(f"crop({tokens_to_remove}): pass a negative number of tokens to remove")
         self.length = max(0, self.length + tokens_to_remove)
+        if self.slot is not None:
+            self.slot.fill_(self.length)
 
     def reset(self) -> None:
         self.length = 0
@@ -86,21 +104,64 @@ class PreallocatedCache(Cache):
 
     def __init__(self, num_layers: int, capacity: int = 256):
         super().__init__(layers=[PreallocatedLayer(capacity) for _ in range(num_layers)])
+        self.slot: torch.Tensor | None = None  # fixed mode (``fix``): [] long on the cache's device
+        self.position_offset: torch.Tensor | None = None  # fixed mode: real position − slot (a sparse drafter's gap)
 
     @classmethod
     def from_kv(cls, kv: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> PreallocatedCache:
         """A cache holding the given per-layer keys/values [B, H_kv, T, D], with room for ``capacity`` entries."""
         cache = cls(len(kv), capacity)
-        for layer, (k, v) in zip(cache.layers, kv):
-            layer.capacity = max(capacity, k.shape[-2])
-            layer.update(k, v)
+        cache.load(kv)
         return cache
+
+    def load(self, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Hold exactly the given per-layer keys/values, written into the buffers already allocated when they fit
+        (their addresses stay: a captured CUDA graph keeps reading them), else into new ones."""
+        self.release()
+        for layer, (k, v) in zip(self.layers, kv):
+            layer.length = 0
+            if layer.is_initialized and k.shape[-2] > layer.capacity:
+                layer.is_initialized = False
+            layer.capacity = max(layer.capacity, k.shape[-2])
+            layer.update(k, v)
+
+    def fix(self, position_offset: int = 0) -> None:
+        """Enter fixed-shape mode at the current length (every layer holds the same number of slots); the slot
+        written next, and real position − slot, are device tensors that the decode steps read and advance."""
+        length = self.layers[0].length
+        device = self.layers[0].keys.device
+        if self.slot is None or self.slot.device != device:
+            self.slot = torch.zeros((), dtype=torch.long, device=device)
+            self.position_offset = torch.zeros((), dtype=torch.long, device=device)
+        self.slot.fill_(length)
+        self.position_offset.fill_(position_offset)
+        for layer in self.layers:
+            if layer.length != length:
+                raise ValueError(f"fixed mode needs equal layer lengths, got {layer.length} and {length}")
+            layer.slot = self.slot
+
+    def release(self) -> None:
+        """Back to growing mode (a new prefill): the device tensors stay, for the next ``fix``."""
+        for layer in self.layers:
+            layer.slot = None
+
+    def advance(self, tokens: int) -> None:
+        """Fixed mode, after a step of ``tokens`` queries: the host-side lengths follow the device slot (which the
+        step advanced itself)."""
+        for layer in self.layers:
+            layer.length += tokens
+
+    @property
+    def capacity(self) -> int:
+        return self.layers[0].capacity
 
     def truncate(self, length: int) -> None:
         for layer in self.layers:
             if length > layer.length:
                 raise ValueError(f"cannot truncate a cache of {layer.length} entries to {length}")
             layer.length = length
+        if self.slot is not None:
+            self.slot.fill_(length)
 
     def kv(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         layer = self.layers[layer_idx]

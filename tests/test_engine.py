@@ -1,0 +1,144 @@
+"""The decode engine on the CPU: what a CUDA graph needs, proved where there is no GPU (``budgetdraft.engine``).
+
+Every decode step has one shape whatever the step number; the compiled (``graphs``) steps are captured once per
+shape and never recompiled; both engines decode the same tokens; a speculative round reads the device once.
+"""
+
+import pytest
+import torch
+import torch._dynamo.utils
+from conftest import tiny_llama
+
+from budgetdraft.decoding import Verifier, autoregressive, speculative
+from budgetdraft.drafters import SparseDrafter
+from budgetdraft.engine import rounded_capacity
+
+NEW, GAMMA = 33, 4  # 32 decode steps after the prefill's token
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_llama(seed=0, layers=2), tiny_llama(seed=1, layers=1)  # verifier, drafter
+
+
+def prompt(length: int = 40, seed: int = 0) -> list[int]:
+    return torch.randint(0, 96, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+class Shapes:
+    """The (queries, keys) shapes every attention call of ``model`` sees after its prefill, and the mask's."""
+
+    def __init__(self, model):
+        self.seen: list[tuple] = []
+        self.handles = [
+            layer.self_attn.register_forward_hook(self.hook, with_kwargs=True) for layer in model.model.layers
+        ]
+
+    def hook(self, module, args, kwargs, output):
+        mask = kwargs.get("attention_mask")
+        self.seen.append((kwargs["hidden_states"].shape[1], None if mask is None else tuple(mask.shape)))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+
+
+def test_every_ar_step_has_one_shape(pair):
+    verifier, _ = pair
+    p = prompt()
+    with Shapes(verifier) as shapes:
+        autoregressive(verifier, p, NEW, eos_token_id=[])
+    steps = shapes.seen[len(verifier.model.layers) :]  # after the prefill's forward
+    assert len(steps) == 32 * len(verifier.model.layers)
+    assert set(steps) == {(1, (1, 1, 1, rounded_capacity(len(p) + NEW)))}
+
+
+def test_every_speculative_step_has_one_shape_per_model(pair):
+    """The verifier's verify is always γ + 1 queries (the last round padded), the drafter's step always one."""
+    verifier, drafter = pair
+    p = prompt()
+    with Shapes(verifier) as v_shapes, Shapes(drafter) as d_shapes:
+        gen = speculative(SparseDrafter(drafter, 16, "topk_chunks", 8, 8), verifier, p, NEW, GAMMA, eos_token_id=[])
+    v_steps = v_shapes.seen[len(verifier.model.layers) :]
+    assert set(v_steps) == {(GAMMA + 1, (1, 1, GAMMA + 1, rounded_capacity(len(p) + NEW + GAMMA + 1)))}
+    assert len(v_steps) == (gen.stats.verifier_forwards - 1) * len(verifier.model.layers)
+    d_steps = [s for s in d_shapes.seen if s[1] is not None]  # the prefill of the full prompt has no mask
+    assert set(d_steps) == {(1, (1, 1, 1, rounded_capacity(16 + NEW + GAMMA + 1)))}
+    assert len(d_steps) >= gen.stats.draft_steps * len(drafter.model.layers)
+
+
+@pytest.mark.parametrize("budget", [16, 10_000])
+def test_graphs_engine_equals_eager_token_for_token_and_never_recompiles(pair, budget):
+    """The compiled steps (captured whole with fixed shapes) decode the eager steps' tokens; after the first
+    generation compiled them, generations of other prompts of the same length compile nothing new."""
+    verifier, drafter = pair
+
+    def run(engine, seed):
+        p = prompt(seed=seed)
+        ar = autoregressive(verifier, p, NEW, eos_token_id=[], engine=engine)
+        sd = speculative(
+            SparseDrafter(drafter, budget, "topk_chunks", 8, 8, engine=engine), verifier, p, NEW, GAMMA,
+            eos_token_id=[], engine=engine,
+        )  # fmt: skip
+        return ar.tokens, sd.tokens, sd.stats
+
+    run("graphs", seed=0)  # compiles: the AR step, the verify step, the drafter step
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for seed in (1, 2, 3):
+            ar_g, sd_g, stats = run("graphs", seed)
+            ar_e, sd_e, _ = run("eager", seed)
+            assert ar_g == ar_e and sd_g == sd_e == ar_e
+            assert stats.engine == "graphs"
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+
+
+READS = ("tolist", "item", "__int__", "__float__", "__bool__", "__index__")
+
+
+class Reads:
+    """Counts the calls that read a tensor's value back to the host (on a GPU: a device synchronisation)."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        for name in READS:
+            original = getattr(torch.Tensor, name)
+            monkeypatch.setattr(torch.Tensor, name, self.counting(original))
+
+    def counting(self, original):
+        def read(tensor, *args, **kwargs):
+            self.count += 1
+            return original(tensor, *args, **kwargs)
+
+        return read
+
+
+def test_a_round_reads_the_device_once(pair, monkeypatch):
+    """Greedy drafting reads nothing back; the verify reads drafts, verdict and bonus token in one go (on a GPU;
+    on a CPU the LM head runs lazily, a second read where the first draft holds)."""
+    verifier_model, drafter_model = pair
+    p = prompt()
+    verifier = Verifier(verifier_model)
+    verifier.lazy_head = False  # what a GPU runs
+    verifier.prefill(torch.tensor([p]), len(p) + 64)
+    drafter = SparseDrafter(drafter_model, 16, "topk_chunks", 8, 8)
+    drafter.prefill(torch.tensor([p]), 64)
+    reads = Reads(monkeypatch)
+    drafts = drafter.draft([p[-1]], GAMMA)
+    assert reads.count == 0 and drafts.shape == (GAMMA,)
+    verifier.check(p[-1], drafts, GAMMA, None, None, drafter.reads)
+    assert reads.count == 1
+
+
+def test_an_ar_step_reads_the_device_once(pair, monkeypatch):
+    verifier_model, _ = pair
+    p = prompt()
+    verifier = Verifier(verifier_model)
+    verifier.prefill(torch.tensor([p]), len(p) + 8)
+    reads = Reads(monkeypatch)
+    hidden = verifier.hidden(torch.tensor([[p[-1]]])).last_hidden_state
+    verifier.greedy_top2(hidden)
+    assert reads.count == 1
