@@ -432,3 +432,18 @@ def test_plain_values_for_json():
     loose = plain(values)
     assert np.isnan(loose["1"][2]) and loose["1"][3] == [float("inf")] and loose["1"][:2] == [0.5, 3]
     assert all(type(v) in (float, int) for v in loose["1"][:2]) and loose["1"][4] is True
+
+
+@pytest.mark.parametrize("bd_acceptance, why", [(0.0, "with no draft accepted"), (0.1, "that this cell's α, γ")])
+def test_a_speedup_its_own_acceptance_cannot_produce_is_timing_inconsistent(tmp_path, bd_acceptance, why):
+    """What a slow AR clock gave on a GPU: BudgetDraft 2× faster than AR at an acceptance where no round (α = 0)
+    or the analytical model (α = 0.1: ≈ 0.9×) allows it. The speedup interval alone would say "holds"."""
+
+    def slow_ar(label, dataset, context, budget, sample):
+        return bd_acceptance if label == "lambda0.5" else paper_like(label, dataset, context, budget, sample)
+
+    found = by_id(write_grid(tmp_path, accept=slow_ar).values())
+    for context in SETTINGS["contexts"]:
+        f = found[f"F7/{context}"]
+        assert f.ci_low > 1 and f.verdict == "timing inconsistent" and why in f.why, f
+    assert found["F7/1K"].extra["predicted"] < 1

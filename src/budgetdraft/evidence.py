@@ -138,3 +138,7 @@ class Evidence:
 
     def drafted(self, arms: dict) -> dict:
         return {arm: int(sum(self.vector(k, "drafted").sum() for k in keys)) for arm, keys in arms.items()}
+
+    def accepted(self, keys) -> int:
+        """Draft tokens accepted over the cells ``keys`` (every replicate and prompt)."""
+        return int(sum(self.vector(k, "accepted").sum() for k in keys))

@@ -45,7 +45,17 @@ from budgetdraft.bootstrap import estimate, ratio
 from budgetdraft.evidence import Evidence
 from budgetdraft.grid import draft_cost, predicted_speedup
 from budgetdraft.names import AR, BD, LA_ONLY, LAMBDA1, SD, SINGLE
-from budgetdraft.verdicts import DIAGNOSTIC, FAILS, NOT_MEASURED, OPEN, UNMET, Finding
+from budgetdraft.verdicts import (
+    DIAGNOSTIC,
+    FAILS,
+    HOLDS,
+    NOT_MEASURED,
+    OPEN,
+    TIMING,
+    TIMING_FACTOR,
+    UNMET,
+    Finding,
+)
 
 
 @dataclass(frozen=True)
@@ -388,8 +398,30 @@ def speedup(ev: Evidence) -> list[Finding]:
         f.note = "cell chosen once on the point estimate; the interval does not include that choice"
         if f.verdict in UNMET:
             f.why = slow_reason(ev, arms[AR], f.value, alpha, gamma, c, predicted)
-        out.append(f)
+        out.append(check_clock(f, ev.accepted(arms[BD]), predicted))
     return out
+
+
+def check_clock(f: Finding, accepted: int, predicted: float | None) -> Finding:
+    """A speedup that would hold but that the cells' own acceptance cannot produce reads "timing inconsistent":
+    with no draft accepted every round emits one token for γ drafter steps and a verify, slower than an AR step
+    on an honest clock; and a measured speedup far above (1 − α^(γ+1)) / ((1 − α)(γc + 1)) is the AR baseline's
+    clock, not the method (prefill, equal on both sides, only pulls a speedup toward 1)."""
+    if f.verdict != HOLDS:
+        return f
+    if accepted == 0:
+        f.verdict = TIMING
+        f.why = (
+            f"{f.value:.2f}× with no draft accepted: no round can beat an AR step, so the AR baseline's step is slow "
+            "(compare its share of the bandwidth bound, Decode engine and clock)"
+        )
+    elif predicted is not None and f.value > TIMING_FACTOR * predicted:
+        f.verdict = TIMING
+        f.why = (
+            f"measured {f.value:.2f}× is {f.value / predicted:.2f}× the {predicted:.2f}× that this cell's α, γ "
+            f"and c allow (more than {TIMING_FACTOR}×): the AR baseline's clock, not the method"
+        )
+    return f
 
 
 def slow_reason(ev: Evidence, ar_keys, measured, alpha, gamma, c, predicted) -> str:

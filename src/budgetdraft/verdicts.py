@@ -17,6 +17,8 @@ from budgetdraft.bootstrap import estimate, variance_split
 from budgetdraft.evidence import Evidence
 
 HOLDS, FAILS, OPEN, NOT_RUN, NOT_MEASURED = "holds", "does not hold", "not resolved", "not run", "not measured"
+TIMING = "timing inconsistent"  # a speedup the cells' own α, γ and c cannot produce: the clock, not the method
+TIMING_FACTOR = 1.25  # measured ÷ predicted speedup above this reads as the clock's doing
 DIAGNOSTIC = "diagnostic"
 UNMET = (FAILS, OPEN)  # verdicts that get a 'why' when the cells show one
 
@@ -26,7 +28,9 @@ VERDICT_RULE = (
     "ratios); **does not hold** when it lies entirely on the other side; **not resolved** otherwise. "
     "Equivalence claims (F6, F8a, F8b-ctx): **holds** when the interval lies inside the margin, **does not "
     "hold** when entirely outside it, else **not resolved**. **not run**: the cells the finding needs are "
-    "absent; **not measured**: the cells lack the column it needs; F3-SD is a diagnostic, not a claim "
+    "absent; **not measured**: the cells lack the column it needs; **timing inconsistent**: a speedup that would "
+    f"hold exceeds by more than {TIMING_FACTOR}× what the cells' own α, γ and c allow (or SD beats AR with no "
+    "draft accepted), which a slow AR clock produces, not a faster method; F3-SD is a diagnostic, not a claim "
     "(no verdict). F8 figures barely vary across prompts: "
     "their interval is close to the point value, and the same rule is applied to it."
 )
