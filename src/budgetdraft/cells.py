@@ -22,7 +22,8 @@ import pandas as pd
 import torch
 
 from budgetdraft.cellfile import write_cell
-from budgetdraft.decoding import SparseDrafter, autoregressive, speculative
+from budgetdraft.decoding import autoregressive, speculative
+from budgetdraft.drafters import SparseDrafter
 from budgetdraft.draftvocab import load_vocab
 from budgetdraft.engine import ENGINES
 from budgetdraft.jsonarg import json_object
@@ -103,7 +104,13 @@ def make_decoder(args, verifier, prefilled=None):
 
         def new_drafter():
             return SparseDrafter(
-                drafter_model, args.budget, args.policy, args.chunk_size, args.score_window, draft_vocab=vocab
+                drafter_model,
+                args.budget,
+                args.policy,
+                args.chunk_size,
+                args.score_window,
+                draft_vocab=vocab,
+                engine=args.engine,
             )
     else:
         # A baseline module provides drafter_factory(verifier, args, extra) -> () -> a fresh drafter per run.
