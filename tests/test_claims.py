@@ -447,3 +447,23 @@ def test_a_speedup_its_own_acceptance_cannot_produce_is_timing_inconsistent(tmp_
         f = found[f"F7/{context}"]
         assert f.ci_low > 1 and f.verdict == "timing inconsistent" and why in f.why, f
     assert found["F7/1K"].extra["predicted"] < 1
+
+
+def test_the_report_shows_the_ar_clock_against_the_bandwidth_bound(tmp_path):
+    """AR cells that recorded their share of the bandwidth bound (a GPU) show it per context; cells without it
+    (a CPU) say "not measured" rather than a number."""
+    paths = write_grid(tmp_path / "cells", labels=["lambda0.5"])
+    for key, path in paths.items():
+        if key[0] == "ar" and key[2] == "1K":
+            cell = pd.read_parquet(path)
+            cell["engine"], cell["device"], cell["bound_fraction"] = "graphs", "cuda:H100", 0.6 + 0.01 * cell["sample"]
+            cell.to_parquet(path)
+    text = claims.build(list(paths.values()), SETTINGS, tmp_path / "claims.md")[0].read_text()
+    section = text.split("## Decode engine and clock")[1].split("## ")[0]
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in section.splitlines()
+        if line.startswith("| 0.5K") or line.startswith("| 1K")
+    }
+    assert "not measured" in rows["0.5K"] and "| graphs | cuda:H100 |" in rows["1K"]
+    assert "0.62 (0.60–0.65)" in rows["1K"] and "| 10.0 |" in rows["0.5K"]  # 15 steps in 1.5 s of verify_s a row

@@ -149,13 +149,12 @@ def run_cell(args) -> pd.DataFrame:
         check_covers(prefilled, [list(ids) for ids in prompts["input_ids"]], args.verifier_prefill)
     decode = make_decoder(args, verifier, prefilled)
     config = json.dumps({k: v for k, v in sorted(vars(args).items())})
-    warm_prompt = (
-        list(prompts.iloc[0]["input_ids"])[-args.warmup_prompt_tokens :]
-        if args.warmup_prompt_tokens
-        else list(prompts.iloc[0]["input_ids"])
-    )
-    for _ in range(args.warmup):  # discarded: first-call costs (allocator, kernels, lazy imports)
-        decode(warm_prompt, args.warmup_tokens or args.max_new_tokens)
+    warm_prompt, warm_tokens = list(prompts.iloc[0]["input_ids"]), args.max_new_tokens
+    if args.engine == "eager":  # graphs: the timed runs' shapes (prompt, tokens) are compiled and captured here
+        warm_prompt = warm_prompt[-args.warmup_prompt_tokens :] if args.warmup_prompt_tokens else warm_prompt
+        warm_tokens = args.warmup_tokens or warm_tokens
+    for _ in range(args.warmup):  # discarded: first-call costs (allocator, kernels, lazy imports, compilation)
+        decode(warm_prompt, warm_tokens)
     rows = []
     for sample in prompts.itertuples():
         ids = [int(t) for t in sample.input_ids]

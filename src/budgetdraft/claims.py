@@ -149,6 +149,35 @@ def speedup_model_rows(model: list[dict], labels=(SD, BD)) -> list[str]:
     return lines
 
 
+CLOCK_TEXT = (
+    "How fast the AR baseline's decode steps are, against the memory-bandwidth bound of the device (the bytes a "
+    "step must read, weights + the prompt's KV, at the bandwidth measured once per process by a device copy): "
+    "a speedup is only as honest as the baseline it divides. On a CPU no bound is recorded."
+)
+
+
+def clock_rows(ev: Evidence) -> list[str]:
+    """Markdown: per context, the engine, AR's decode tok/s and its share of the bandwidth bound (AR cells)."""
+    lines = [
+        "| context | engine | device | AR decode tok/s | share of the bandwidth bound | AR rows |",
+        "|---|---|---|---|---|---|",
+    ]
+    df = ev.grid.df
+    ar = df[df["label"] == AR]
+    for context in ev.contexts:
+        rows = ar[ar["context"] == context]
+        if rows.empty:
+            continue
+        engine = ", ".join(sorted(rows["engine"].dropna().astype(str).unique())) if "engine" in rows else "?"
+        device = ", ".join(sorted(rows["device"].dropna().astype(str).unique())) if "device" in rows else "?"
+        timed = "verify_s" in rows and rows["verify_s"].notna().all() and rows["verify_s"].sum() > 0
+        rate = f"{(rows['new_tokens'] - 1).sum() / rows['verify_s'].sum():.1f}" if timed else "not measured"
+        bound = rows["bound_fraction"].dropna() if "bound_fraction" in rows else rows["label"][:0]
+        share = f"{bound.mean():.2f} ({bound.min():.2f}–{bound.max():.2f})" if len(bound) else "not measured"
+        lines.append(f"| {context} | {engine or '?'} | {device or '?'} | {rate} | {share} | {len(rows)} |")
+    return lines
+
+
 def header(ev: Evidence, n_files: int, seed: int) -> dict:
     per_dataset = {d: sum(p[0] == d for p in ev.prompts) for d in ev.datasets}
     gammas = sorted({k[4] for k in ev.grid.rows if k[0] != AR})
@@ -225,6 +254,7 @@ def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict]) 
         for f in found
         if f.why or f.note
     ]
+    lines += ["", "## Decode engine and clock", "", CLOCK_TEXT, ""] + clock_rows(ev)
     lines += ["", "## Analytical speedup model", "", SPEEDUP_MODEL_TEXT, ""] + speedup_model_rows(model)
     lines += ["", "## Acceptance per training replicate", "", REPLICATE_TEXT, ""] + replicate_rows(ev)
     lines += ["", "## Evidence behind each number", ""] + evidence_rows(ev)

@@ -56,7 +56,8 @@ def cell_name(key, replicate: int = SHARED) -> str:
 
 TIE_COLUMNS = ("runner_up_ids", "top2_margins")  # written by greedy AR cells (budgetdraft.decoding.Generation)
 COST_COLUMNS = ("draft_s", "draft_steps", "verify_s", "new_tokens")  # c of the analytical speedup model
-OPTIONAL_COLUMNS = ("replicate", "device", "mem_kind", *TIE_COLUMNS, *COST_COLUMNS)  # read when a cell has them
+CLOCK_COLUMNS = ("engine", "bound_fraction")  # how the decode steps ran, and AR's share of the bandwidth bound
+OPTIONAL_COLUMNS = ("replicate", "device", "mem_kind", *TIE_COLUMNS, *COST_COLUMNS, *CLOCK_COLUMNS)  # when present
 
 
 def read_cell(path: Path, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:

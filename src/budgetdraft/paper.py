@@ -23,7 +23,7 @@ from budgetdraft.grid import Grid, Settings, load_cells, parse_settings, setting
 from budgetdraft.jsonarg import json_object
 from budgetdraft.names import ARTIFACTS, TABLES
 from budgetdraft.settings import with_drafter_sizes
-from budgetdraft.tables import TABLE_BUILDERS, add_to_caption, evidence_text, timing_text
+from budgetdraft.tables import TABLE_BUILDERS, add_to_caption, engine_text, evidence_text, timing_text
 
 
 def as_grid(cells, s: Settings) -> Grid:
@@ -60,7 +60,7 @@ def build(artifact: str, cells, settings, out) -> list[Path]:
 def render_table(artifact: str, grid: Grid, s: Settings):
     """The table with its caption completed by what stands behind it (prompts, drafted tokens, timing)."""
     table = TABLE_BUILDERS[artifact](grid, s)
-    add_to_caption(table, evidence_text(grid) + timing_text(s))
+    add_to_caption(table, evidence_text(grid) + engine_text(grid) + timing_text(s))
     return table
 
 

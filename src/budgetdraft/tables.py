@@ -476,6 +476,16 @@ def replicate_text(grid: Grid) -> str:
     )
 
 
+def engine_text(grid: Grid) -> str:
+    """Which decode engine (``budgetdraft.engine``) and device measured the cells: every speedup is a ratio on it."""
+    df = grid.df
+    if "engine" not in df or df["engine"].isna().all():
+        return " Decode engine not recorded in these cells."
+    engines = ", ".join(sorted(df["engine"].dropna().astype(str).unique()))
+    devices = ", ".join(sorted(df["device"].dropna().astype(str).unique())) if "device" in df else "?"
+    return f" Decoded on the {engines} engine ({devices}); every speedup is a ratio of times on it."
+
+
 def timing_text(settings: Settings) -> str:
     """What the times include when the verifier's prefills were shared (``budgetdraft.prefill``)."""
     runs = int(settings.verifier_prefill_runs)
