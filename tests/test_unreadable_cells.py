@@ -1,12 +1,17 @@
-"""A cell file cut short (a full disk, a killed copy) is treated as missing: named, moved aside, measured again."""
+"""A cell file cut short (a full disk, a killed copy), damaged (a flipped bit) or that lies (rows no decoder writes,
+another cell's rows) is treated as missing: named with the reason, moved aside, measured again
+(budgetdraft.cellfile; tests/test_cell_integrity.py tests the checks themselves)."""
 
 import os
 import shutil
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import ci_snakemake as snakemake
 from conftest import planned_jobs
+
+from budgetdraft import cellfile
 
 
 @pytest.fixture()
@@ -19,19 +24,66 @@ def finished_run(pipeline_run, tmp_path):
     return work
 
 
+def truncated(cell, whole):
+    return whole[: len(whole) // 2]
+
+
+def flipped(cell, whole):
+    """One bit flipped in the middle of the file: in the data of output_ids' column chunk (header, footer intact)."""
+    chunk = pq.ParquetFile(cell).metadata.row_group(0)
+    column = next(
+        chunk.column(i) for i in range(chunk.num_columns) if chunk.column(i).path_in_schema.startswith("output_ids")
+    )
+    damaged = bytearray(whole)
+    start = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
+    damaged[start + column.total_compressed_size // 2] ^= 0x10
+    return bytes(damaged)
+
+
+def forged(cell, whole):
+    """accepted = -7 with acceptance recomputed to match, sealed again with a digest of the forged rows."""
+    df = pq.read_table(cell).to_pandas()
+    df["accepted"] = -7
+    df["acceptance"] = -7 / df["drafted"]
+    out = pa.BufferOutputStream()
+    pq.write_table(cellfile.seal(pa.Table.from_pandas(df, preserve_index=False)), out)
+    return out.getvalue().to_pybytes()
+
+
+def another_cell(cell, whole):
+    """A whole, sealed cell of another budget, copied to this cell's path."""
+    budget = int(cell.name[1:].split("_")[0])
+    other = next(p for p in cell.parent.glob("B*_g*.parquet") if not p.name.startswith(f"B{budget}_"))
+    return other.read_bytes()
+
+
 @pytest.mark.pipeline
-def test_a_truncated_cell_is_set_aside_and_measured_again(finished_run):
-    cell = next((finished_run / "results/cells/lambda0.5/r1").rglob("*.parquet"))
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (truncated, "not a whole parquet file"),
+        (flipped, ""),  # the page checksum's or the digest's words, whichever pyarrow reaches first
+        (forged, "row 0: accepted = -7 is negative"),
+        (another_cell, "its rows are another cell (budget "),
+    ],
+    ids=["truncated", "flipped", "forged", "another-cell"],
+)
+def test_a_bad_cell_is_set_aside_and_measured_again(finished_run, damage, reason):
+    cell = next(p for p in (finished_run / "results/cells/lambda0.5/r1").rglob("B*_g*.parquet") if "B0_" not in p.name)
     name = str(cell.relative_to(finished_run))
     whole = cell.read_bytes()
+    bad = damage(cell, whole)
+    assert bad != whole
     cell.unlink()  # a new inode: the session's run keeps its file
-    cell.write_bytes(whole[: len(whole) // 2])
+    cell.write_bytes(bad)
     dry = snakemake(finished_run, "-n", "main")
-    assert dry.returncode == 0 and f"unreadable cell file {name}" in dry.stderr, dry.stderr[-2000:]
-    assert cell.stat().st_size == len(whole) // 2  # a dry run only says so
+    assert dry.returncode == 0 and f"unreadable cell file {name} ({reason}" in dry.stderr, dry.stderr[-2000:]
+    assert cell.read_bytes() == bad  # a dry run only says so
     run = snakemake(finished_run, "main")
     assert run.returncode == 0, run.stderr[-3000:]
-    assert f"unreadable cell file {name} (not a whole parquet file): moved to {name}.unreadable" in run.stderr
-    assert cell.with_name(cell.name + ".unreadable").read_bytes() == whole[: len(whole) // 2]  # kept, never deleted
-    assert pq.read_table(cell).num_rows > 0 and (finished_run / "results/tables/main.tex").is_file()
+    said = [line for line in run.stderr.splitlines() if line.startswith(f"unreadable cell file {name} (")]
+    assert len(said) == 1 and said[0].endswith(f": moved to {name}.unreadable, measuring the cell again"), said
+    assert reason in said[0]
+    assert cell.with_name(cell.name + ".unreadable").read_bytes() == bad  # kept, never deleted
+    assert cellfile.problem(cell) is None and (finished_run / "results/tables/main.tex").is_file()
     assert set(planned_jobs(snakemake(finished_run, "-n", "main").stdout)) == {"table", "main"}  # nothing else

@@ -223,12 +223,15 @@ def artifact_files(artifacts):
 
 
 # ---------------------------------------------------------------- unreadable cell files
-# A cell file cut short (a full disk, a killed copy or sync; the cell rule itself writes atomically) would stop every
-# table that reads it, and Snakemake would delete the previous table when that job fails. When a cell's job is
-# planned (its input function runs while the DAG is built, when Snakemake knows whether it is a dry run), its
-# existing file is checked cheaply: a parquet file starts and ends with b"PAR1" and its footer fits inside it. An
-# unreadable one is reported by name and moved aside (FILE.unreadable, never deleted), so the cell is measured again
-# like a missing one; a dry run (or --touch, or a cluster job's own Snakemake) only reports it.
+# A cell file cut short (a full disk, a killed copy or sync; the cell rule itself writes atomically), damaged (a
+# flipped bit) or that lies (edited by hand, copied to another cell's path) would stop every table that reads it, or
+# worse be published; Snakemake would delete the previous table when that job fails. When a cell's job is planned
+# (its input function runs while the DAG is built, when Snakemake knows whether it is a dry run), its existing file
+# is checked: a parquet file starts and ends with b"PAR1" and its footer fits inside it, then the cell proves its
+# integrity and identity (budgetdraft.cellfile: the digest written with it, page checksums, its invariants, its rows
+# the cell its path names). A file that fails is reported by name with the reason and moved aside (FILE.unreadable,
+# never deleted), so the cell is measured again like a missing one; a dry run (or --touch, or a cluster job's own
+# Snakemake) only reports it.
 
 PARQUET_MAGIC = b"PAR1"
 CHECKED_CELLS = set()
@@ -247,6 +250,15 @@ def parquet_whole(path):
     return head == PARQUET_MAGIC and tail[4:] == PARQUET_MAGIC and footer + 12 <= size
 
 
+def cell_problem(path):
+    """Why an existing cell file cannot be used, or None (imported here: test_workflow plans with stand-ins)."""
+    if not parquet_whole(path):
+        return "not a whole parquet file"
+    from budgetdraft import cellfile
+
+    return cellfile.problem(path)
+
+
 def aside_name(path):
     """FILE.unreadable, or FILE.unreadable.N when an earlier one is kept there."""
     aside, n = path.with_name(f"{path.name}.unreadable"), 1
@@ -256,22 +268,26 @@ def aside_name(path):
 
 
 def set_aside_if_unreadable(path):
-    """Move an existing, unreadable cell file aside, saying so, when this Snakemake runs jobs; name it otherwise."""
+    """Move an existing cell file that fails `cell_problem` aside, saying why, when this Snakemake runs jobs; name
+    it otherwise. Each file is checked once per Snakemake."""
     path = Path(path)
-    if path in CHECKED_CELLS or not path.is_file() or parquet_whole(path):
+    if path in CHECKED_CELLS or not path.is_file():
         return
     CHECKED_CELLS.add(path)
+    problem = cell_problem(path)
+    if problem is None:
+        return
     aside = aside_name(path)
     if workflow.dryrun or workflow.touch or not workflow.is_main_process:
         print(
-            f"unreadable cell file {path} (not a whole parquet file): a run will move it to {aside} "
+            f"unreadable cell file {path} ({problem}): a run will move it to {aside} "
             "and measure the cell again (this dry run plans as if it were whole)",
             file=sys.stderr,
         )
         return
     os.replace(path, aside)
     print(
-        f"unreadable cell file {path} (not a whole parquet file): moved to {aside}, measuring the cell again",
+        f"unreadable cell file {path} ({problem}): moved to {aside}, measuring the cell again",
         file=sys.stderr,
     )
 
