@@ -349,3 +349,19 @@ def test_bad_sampling_fails_naming_the_key(workdir, sampling, baselines, message
     code, out, _ = sampled_cell_command(workdir, sampling, baselines)
     assert code != 0 and message in out, out[-2000:]
     assert "Job stats" not in out
+
+
+def test_a_graphs_run_plans_eager_companions_on_their_own_engine(workdir):
+    """`engine: graphs` (on CUDA; planning needs no GPU): every cell decodes on graphs, and AR, SD and BudgetDraft
+    are also planned eagerly (LABEL+eager) at γ_fixed on the comparison dataset, for the claims' finding E1."""
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    _, out = snakemake(workdir, "-n", "-p", "claims", "--configfile", "config/ci.yaml", "--config", "device=cuda",
+                       "engine=graphs")  # fmt: skip
+    commands = [line for line in out.splitlines() if "eval-cell" in line]
+    eager = [c for c in commands if "+eager" in c.split("--label ")[1].split()[0]]
+    n_ctx, n_b, n_r = len(cfg["contexts"]), len(cfg["budgets"]), cfg["replicates"]
+    assert len(eager) == n_ctx + 2 * n_ctx * n_b * n_r  # AR, then SD and BudgetDraft per budget and replicate
+    assert all("--engine eager" in c and f"--dataset {cfg['comparison']['dataset']}" in c for c in eager)
+    assert all("--engine graphs" in c for c in commands if c not in eager)
+    _, plain = snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml")
+    assert "+eager" not in plain  # an eager run has no companions

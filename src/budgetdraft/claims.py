@@ -22,7 +22,7 @@ from budgetdraft.bootstrap import RESAMPLES, SEED
 from budgetdraft.evidence import Evidence, load_claim_cells
 from budgetdraft.findings import all_findings
 from budgetdraft.grid import KEY, Settings, acceptance_by_replicate, parse_settings
-from budgetdraft.names import AR, BD, SD, SHARED
+from budgetdraft.names import AR, BD, SD, SHARED, ar_label
 from budgetdraft.plainjson import plain
 from budgetdraft.tables import timing_text
 from budgetdraft.verdicts import DIAGNOSTIC as DIAGNOSTIC  # re-exported: bench/verdict_stability.py reads it
@@ -115,7 +115,7 @@ def speedup_model(ev: Evidence) -> list[dict]:
     """Per speculative cell with an AR cell beside it: α, γ, c, measured and predicted speedup (`budgetdraft.grid`)."""
     out = []
     for key in sorted(ev.grid.rows):
-        if key[0] == AR or not ev.grid.has((AR, key[1], key[2], 0, 0)):
+        if key[0] == ar_label(key[0]) or not ev.grid.has((ar_label(key[0]), key[1], key[2], 0, 0)):
             continue
         measured, predicted = ev.grid.speedup(key), ev.grid.predicted_speedup(key)
         out.append(

@@ -26,6 +26,9 @@ verdicts: `budgetdraft.bootstrap`, `budgetdraft.verdicts`; the paper's own figur
                       once on the point estimate, the interval does not include that choice); paper: > 1.
                       Prediction (1 − α^(γ+1)) / ((1 − α)(γc + 1)) with α = acc / 100 of that cell and
                       c = (Σ draft_s / Σ draft_steps) / (Σ AR verify_s / Σ AR (new_tokens − 1)) over its datasets
+  E1 (ours, not the paper's): per context, on a graphs run, sp(BD) over a graphs AR ÷ sp(BD+eager) over an eager
+                      AR, at γ_f on the comparison dataset, pooled over budgets: how much of the speedup survives
+                      a fast baseline (a diagnostic: the paper claims nothing about it)
   F8a peak memory     m(BD, peak_mem_mb) / m(SD, peak_mem_mb) at γ_f; equivalence margin [0.95, 1.05]
   F8b-B drafter cache m(SD+BD at the largest B, drafter_kv_mb) / m(SD+BD at the smallest B, ...) at γ_f; paper: > 1
   F8b-ctx             max over B of [max over contexts / min over contexts of m(SD+BD at context, B, drafter_kv_mb)]
@@ -44,7 +47,7 @@ import numpy as np
 from budgetdraft.bootstrap import estimate, ratio
 from budgetdraft.evidence import Evidence
 from budgetdraft.grid import draft_cost, predicted_speedup
-from budgetdraft.names import AR, BD, LA_ONLY, LAMBDA1, SD, SINGLE
+from budgetdraft.names import AR, BD, EAGER, LA_ONLY, LAMBDA1, SD, SINGLE, engine_label
 from budgetdraft.verdicts import (
     DIAGNOSTIC,
     FAILS,
@@ -424,6 +427,34 @@ def check_clock(f: Finding, accepted: int, predicted: float | None) -> Finding:
     return f
 
 
+def fast_baseline(ev: Evidence) -> list[Finding]:
+    """E1 per context, where the run holds eager companions of its graphs cells (``names.engine_label``)."""
+    eager = {label: engine_label(label, EAGER, "") for label in (BD, SD)}
+    out = []
+    for context in ev.contexts:
+        keys = {label: ev.keys(label, ev.gamma, contexts=[context]) for label in (BD, SD, *eager.values())}
+        paired = {label: [k for k in keys[label] if (eager[label],) + k[1:] in ev.grid.rows] for label in (BD, SD)}
+        if not paired[BD]:
+            continue
+        f = Finding(
+            f"E1/{context}",
+            "(ours) BudgetDraft's speedup over a graphs-engine AR ÷ its speedup over an eager AR",
+            "not in the paper: its AR ran at ~25 % of the A100's bandwidth bound",
+            unit="ratio",
+        )
+        fast, slow = ev.speedup(paired[BD]), ev.speedup([(eager[BD],) + k[1:] for k in paired[BD]])
+        f.measure(ev, fast / slow, {BD: paired[BD], eager[BD]: [(eager[BD],) + k[1:] for k in paired[BD]]})
+        f.verdict = DIAGNOSTIC
+        sd = paired[SD]
+        sd_text = (
+            f"; SD {ev.speedup(sd)[0]:.2f}× vs {ev.speedup([(eager[SD],) + k[1:] for k in sd])[0]:.2f}×" if sd else ""
+        )
+        f.detail = f"BudgetDraft {fast[0]:.2f}× over the graphs AR vs {slow[0]:.2f}× over the eager AR{sd_text}"
+        f.note = f"γ = {ev.gamma}, pooled over budgets {sorted({k[3] for k in paired[BD]})} and datasets"
+        out.append(f)
+    return out
+
+
 def slow_reason(ev: Evidence, ar_keys, measured, alpha, gamma, c, predicted) -> str:
     parts = []
     if predicted is not None:
@@ -533,5 +564,6 @@ def all_findings(ev: Evidence) -> list[Finding]:
         + multi_budget(ev)
         + lambda_one(ev)
         + speedup(ev)
+        + fast_baseline(ev)
         + memory(ev)
     )

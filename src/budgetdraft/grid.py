@@ -38,7 +38,7 @@ import pandas as pd
 
 from budgetdraft import cellfile
 from budgetdraft.jsonarg import json_object
-from budgetdraft.names import AR, SHARED
+from budgetdraft.names import AR, SHARED, ar_label
 from budgetdraft.settings import PaperSettings
 
 KEY = ["label", "dataset", "context", "budget", "gamma"]
@@ -250,13 +250,14 @@ class Grid:
     def gammas(self, label, dataset, context, budget) -> list[int]:
         return sorted(k[4] for k in self.rows if k[:4] == (label, dataset, context, budget))
 
-    def ar_key(self, dataset, context):
-        return self.need(AR, dataset, context, 0, 0)
+    def ar_key(self, dataset, context, label=AR):
+        """The AR cell a cell of ``label`` divides by (AR on the same engine: ``names.ar_label``)."""
+        return self.need(ar_label(label), dataset, context, 0, 0)
 
     def sample_speedups(self, key) -> pd.Series:
         """AR per-sample time / method per-sample time, indexed by sample."""
         key = self.need(*key)
-        ar_key = self.ar_key(key[1], key[2])
+        ar_key = self.ar_key(key[1], key[2], key[0])
         method, ar = self.samples[key]["time"], self.samples[ar_key]["time"]
         if set(method.index) != set(ar.index):
             raise ValueError(
@@ -285,7 +286,7 @@ class Grid:
         """AR per-sample time / the cell's per-sample time in each training replicate, indexed by (replicate,
         sample)."""
         self.sample_speedups(key)  # the AR cell must have the cell's samples
-        ar = self.samples[self.ar_key(key[1], key[2])]["time"]
+        ar = self.samples[self.ar_key(key[1], key[2], key[0])]["time"]
         times = self.rows[tuple(key)].groupby(["replicate", "sample"])["total_s"].mean()
         return ar.reindex(times.index.get_level_values("sample")).to_numpy() / times
 
@@ -298,7 +299,7 @@ class Grid:
 
     def cost(self, key) -> float:
         """c of a speculative cell (see the module docstring); NaN where the cells lack the timing columns."""
-        return draft_cost(self.rows[self.need(*key)], self.rows[self.ar_key(key[1], key[2])])
+        return draft_cost(self.rows[self.need(*key)], self.rows[self.ar_key(key[1], key[2], key[0])])
 
     def predicted_speedup(self, key) -> float:
         """The analytical speedup of a speculative cell from its own acceptance, γ and c."""

@@ -56,3 +56,27 @@ def label_policy(label: str, default: str) -> tuple[str, str]:
     """(drafter label, sparse policy) of a cell label: the inverse of ``policy_label``."""
     base, sep, policy = label.partition(POLICY_SEP)
     return base, policy if sep else default
+
+
+# With `engine: graphs` the run also decodes AR, SD and BudgetDraft eagerly, at γ_fixed on the comparison dataset,
+# under labels LABEL+eager (results/cells/ar+eager/...): their speedups beside the graphs ones say how much of a
+# speedup survives a fast baseline (claims, finding E1). Each speedup divides by the AR of its own engine.
+ENGINE_SEP = "+"
+EAGER = "eager"
+
+
+def engine_label(label: str, engine: str, default: str) -> str:
+    """The cell label of ``label`` decoded on ``engine`` (``default``: the config's engine)."""
+    return label if engine == default else f"{label}{ENGINE_SEP}{engine}"
+
+
+def label_engine(label: str, default: str) -> tuple[str, str]:
+    """(label, engine) of a cell label: the inverse of ``engine_label``."""
+    base, sep, engine = label.partition(ENGINE_SEP)
+    return base, engine if sep else default
+
+
+def ar_label(label: str) -> str:
+    """The AR cell label a cell of ``label`` divides by: AR on the same engine."""
+    _, sep, engine = label.partition(ENGINE_SEP)
+    return AR + sep + engine

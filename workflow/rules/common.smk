@@ -48,6 +48,17 @@ POLICY_LABELS = [
 METHOD.update(
     {label: METHOD[names.label_policy(label, POLICY)[0]] for label in POLICY_LABELS}
 )
+# `engine: graphs`: AR, SD and BudgetDraft also decoded eagerly at γ_fixed on the comparison dataset (LABEL+eager,
+# budgetdraft.names.engine_label), for the claims' finding E1: the speedup over a fast AR beside the eager one.
+ENGINE = config["engine"]
+ENGINE_LABELS = (
+    [names.engine_label(label, names.EAGER, ENGINE) for label in (names.AR, names.SD, names.BD)]
+    if ENGINE != names.EAGER
+    else []
+)
+METHOD.update(
+    {label: METHOD[names.label_engine(label, ENGINE)[0]] for label in ENGINE_LABELS}
+)
 TABLES = list(names.TABLES)
 # file stem under results/figures/ -> artifact: the paper's (in `all`), and every figure (one rule draws them)
 FIGURES = {stem: artifact for artifact, stem in names.FIGURE_STEMS.items()}
@@ -110,11 +121,21 @@ if unpinned := revisions.unpinned(config):
 # ---------------------------------------------------------------- the grid
 
 
+def drafter_label(label):
+    """The drafter a cell label decodes with: LABEL@POLICY and LABEL+ENGINE are LABEL's."""
+    return names.label_policy(names.label_engine(label, ENGINE)[0], POLICY)[0]
+
+
+def cell_engine(wildcards):
+    """The engine a cell decodes on: its label's (LABEL+eager), else the config's."""
+    return names.label_engine(wildcards.label, ENGINE)[1]
+
+
 def replicated(label):
     """Whether a cell label's drafter is trained once per replicate: every variant, and SD and TriForce when they
     decode with the trained base drafter. AR, EAGLE-3 (one run) and, without `base_drafter`, SD and TriForce
     (the untrained drafter) are measured once and shared by every replicate."""
-    label = names.label_policy(label, POLICY)[0]
+    label = drafter_label(label)
     return label in VARIANTS or (bool(BASE) and label in (names.SD, names.TRIFORCE))
 
 
@@ -203,10 +224,23 @@ def artifact_cells(artifact):
     return list(dict.fromkeys(cells))  # unique, order kept
 
 
+def engine_cells():
+    """The eager companions of a graphs run (ENGINE_LABELS) and the graphs cells they are compared with."""
+    if not ENGINE_LABELS:
+        return []
+    dataset, ar = config["comparison"]["dataset"], ENGINE_LABELS[0]
+    return (
+        [cell(label, dataset, c, 0, 0) for label in (names.AR, ar) for c in CONTEXTS]
+        + cells_at([names.SD, names.BD] + ENGINE_LABELS[1:], [dataset])
+    )
+
+
 def all_cells():
+    """Every cell the claims read: the artifacts' and, on graphs, the eager companions (engine_cells)."""
     return list(
         dict.fromkeys(
-            c for a in TABLES + list(FIGURES.values()) for c in artifact_cells(a)
+            [c for a in TABLES + list(FIGURES.values()) for c in artifact_cells(a)]
+            + engine_cells()
         )
     )
 
@@ -359,7 +393,7 @@ def base_hparams(replicate):
 def drafter_dir(label, replicate=None):
     """The directory a cell label's drafter is read from (a directory() output; None for AR); `replicate` for the
     labels that are `replicated`."""
-    label = names.label_policy(label, POLICY)[0]
+    label = drafter_label(label)
     if label == names.AR:
         return None
     if label in (names.SD, names.TRIFORCE):

@@ -66,7 +66,7 @@ rule eval_cell:
         warmup_prompt_tokens=config["warmup_prompt_tokens"],
         repeats=config["repeats"],
         device=config["device"],
-        engine=config["engine"],
+        engine=cell_engine,
         verifier_dtype=config["verifier_dtype"],
         drafter_dtype=config["drafter_dtype"],
         replicate=lambda wc: (
