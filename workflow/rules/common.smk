@@ -52,7 +52,10 @@ METHOD.update(
 # budgetdraft.names.engine_label), for the claims' finding E1: the speedup over a fast AR beside the eager one.
 ENGINE = config["engine"]
 ENGINE_LABELS = (
-    [names.engine_label(label, names.EAGER, ENGINE) for label in (names.AR, names.SD, names.BD)]
+    [
+        names.engine_label(label, names.EAGER, ENGINE)
+        for label in (names.AR, names.SD, names.BD)
+    ]
     if ENGINE != names.EAGER
     else []
 )
@@ -229,10 +232,9 @@ def engine_cells():
     if not ENGINE_LABELS:
         return []
     dataset, ar = config["comparison"]["dataset"], ENGINE_LABELS[0]
-    return (
-        [cell(label, dataset, c, 0, 0) for label in (names.AR, ar) for c in CONTEXTS]
-        + cells_at([names.SD, names.BD] + ENGINE_LABELS[1:], [dataset])
-    )
+    return [
+        cell(label, dataset, c, 0, 0) for label in (names.AR, ar) for c in CONTEXTS
+    ] + cells_at([names.SD, names.BD] + ENGINE_LABELS[1:], [dataset])
 
 
 def all_cells():
