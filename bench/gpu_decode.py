@@ -1,0 +1,486 @@
+"""One decode step of the paper's two models at full size on a GPU: our engines (eager, graphs) beside transformers'
+``generate`` (dynamic cache; static cache + compile) and the memory-bandwidth bound, with the two ratios that decide
+a speculative speedup: a verify of γ + 1 tokens and a drafter step, each per AR step (issue 28, item 5).
+
+    python bench/gpu_decode.py                                  # 4K / 8K / 16K = 3,800 / 8,192 / 16,384 tokens
+    python bench/gpu_decode.py --contexts 4096 8192 16384 --out gpu_decode.md
+    python bench/gpu_decode.py --quick                          # 3 repeats of 16 steps (default 5 of 32)
+    python bench/gpu_decode.py --smoke                          # tiny models on the CPU: the code path, no numbers
+
+Models: the published config.json of the paper's verifier (NousResearch/Yarn-Llama-2-7b-128k: hidden 4,096, 32
+layers, 32 heads, MLP 11,008, vocabulary 32,000, YaRN x32 over 4,096 positions, 131,072 positions) in float16 and
+of its drafter (JackFram/llama-68m: hidden 768, 2 layers, 12 heads, MLP 3,072, 2,048 positions) in float32, the
+paper's dtypes, built with random weights straight on the device (no files, no hub; ``tests/paper_models.py``
+holds both configs), with the attention ``load_model`` gives every model (``budgetdraft.attention.NAME``). One
+drafter object per budget, so that each keeps its cache (and, under ``graphs``, its captured steps) from one
+context to the next: its capacity depends on B alone.
+
+Per context (a prompt of random token ids), for each engine (``budgetdraft.engine``) on a cache of
+prompt + 256 + γ + 1 slots (a grid cell's: 256 new tokens, γ = 5):
+- AR step: ``Verifier.hidden`` of one token + ``greedy_top2``, the body of ``decoding.autoregressive``'s loop
+  (one read of the device a step), ``--steps`` steps a repeat, the cache rolled back to the prompt after each;
+- verify: ``Verifier.check`` of the last token + γ random drafts (one step of γ + 1 tokens, the LM head, one read,
+  the rollback), as ``speculative`` runs it; shown ÷ the AR step;
+- c: ``SparseDrafter.draft`` of γ tokens (TopKChunks, B = 256 / 1,024 / 4,096 kept from the prompt), per drafter
+  step ÷ the AR step of the same engine;
+- peak: ``torch.cuda.max_memory_allocated`` from before the prefill to the end of that engine's measurements.
+transformers' ``generate`` (greedy, EOS off, stock ``sdpa`` attention: what a user of plain transformers gets),
+per step = (time of N tokens − time of 1 token) ÷ (N − 1), the pair timed in every repeat after a warm-up pair:
+with its dynamic cache, and with ``cache_implementation="static"``, whose decode steps transformers compiles itself
+on CUDA (``torch.compile`` mode reduce-overhead). The bound: bytes one AR step must read (the verifier's weights +
+its KV of the prompt, as ``DecodeStats.record_bound``) ÷ the device's bandwidth (``metrics.device_bandwidth``: best
+of 5 copies of 1 GiB). Each number is the median of its repeats; the second table gives every one's repeats x
+steps, min–max, and the seconds of its untimed warm-up (under ``graphs`` that includes compiling and capturing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import gc
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+
+GAMMA = 5
+NEW_TOKENS = 256  # the paper's max_new_tokens: every cache holds prompt + 256 + γ + 1 slots, as a grid cell's
+CONTEXTS = (3800, 8192, 16384)  # the paper's 4K is 3,800 prompt tokens
+BUDGETS = (256, 1024, 4096)
+SMOKE_CONTEXTS, SMOKE_BUDGETS = (64, 128), (16, 32, 64)
+NO_CUDA = "needs a CUDA device; --smoke runs a CPU smoke test"
+TARGETS = (
+    "graphs AR step >= 0.6 of the bandwidth bound at 4K",
+    "eager AR step <= HF generate's dynamic-cache step at every context",
+    "verify of γ + 1 = 6 tokens <= 1.3 AR steps",
+    "c <= 0.05 at B <= 1,024",
+)
+
+
+@dataclass
+class Sample:
+    """Milliseconds per step, one value per timed repeat of ``steps`` steps; ``warmup_s``: the untimed first run."""
+
+    values: list[float]
+    steps: int
+    warmup_s: float = math.nan
+
+    @property
+    def ms(self) -> float:
+        return statistics.median(self.values)
+
+    def spread(self) -> str:
+        return f"{min(self.values):.3f}–{max(self.values):.3f}"
+
+
+@dataclass
+class Row:
+    context: int
+    bound_ms: float = math.nan
+    ours: dict[str, dict[str, Sample]] = field(default_factory=dict)  # engine -> {"ar", "verify", "draft B"}
+    hf: dict[str, Sample] = field(default_factory=dict)  # "dynamic", "static"
+    peak_gb: dict[str, float] = field(default_factory=dict)  # "eager", "graphs", "HF dynamic", "HF static"
+
+    def ar(self, engine: str) -> float:
+        return self.ours[engine]["ar"].ms if engine in self.ours else math.nan
+
+    def verify_ratio(self, engine: str) -> float:
+        return self.ours[engine]["verify"].ms / self.ar(engine) if engine in self.ours else math.nan
+
+    def c(self, engine: str, budget: int) -> float:
+        runs = self.ours.get(engine, {})
+        return runs[f"draft B={budget}"].ms / self.ar(engine) if f"draft B={budget}" in runs else math.nan
+
+
+def label(tokens: int) -> str:
+    return f"{round(tokens / 1024)}K" if tokens >= 1024 else str(tokens)
+
+
+# ------------------------------------------------------------------------------------------------------- models
+
+
+def configs(smoke: bool) -> tuple[dict, dict]:
+    """The verifier's and the drafter's config.json: published, or (``smoke``) cut to a few thousand parameters a
+    layer with everything else (rope, positions, vocabulary) as published."""
+    from paper_models import LLAMA_68M, YARN_LLAMA_2_7B_128K, yarn_llama_2_7b_128k
+
+    verifier = {k: v for k, v in YARN_LLAMA_2_7B_128K.items() if k != "auto_map"}
+    drafter = dict(LLAMA_68M)
+    if smoke:
+        verifier = {k: v for k, v in yarn_llama_2_7b_128k(heads=1, layers=2).items() if k != "auto_map"}
+        drafter.update(hidden_size=64, intermediate_size=128, num_attention_heads=2)
+    return verifier, drafter
+
+
+def build(config: dict, dtype, device, seed: int):
+    """A random-weight LlamaForCausalLM of ``config`` created on ``device`` itself (no CPU copy, no files)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from budgetdraft import attention
+
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(LlamaConfig(**config), dtype=dtype)
+    model.eval()
+    model.set_attn_implementation(attention.NAME)  # what load_model gives every model
+    model.generation_config.eos_token_id = None  # every run generates exactly what it is asked for
+    return model
+
+
+@contextlib.contextmanager
+def stock_attention(model):
+    """transformers' own ``sdpa`` for the HF rows (what a user of plain transformers gets), ours afterwards."""
+    from budgetdraft import attention
+
+    model.set_attn_implementation("sdpa")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(attention.NAME)
+
+
+# ------------------------------------------------------------------------------------------------------ timing
+
+
+def timed(device, run, repeats: int, steps: int) -> Sample:
+    """``run()`` (``steps`` steps) once untimed (warm-up: compilation, capture, allocator), then ``repeats`` times
+    with the device synchronised at both ends of each."""
+    from budgetdraft.metrics import Stopwatch
+
+    with Stopwatch(device) as warm:
+        run()
+    values = []
+    for _ in range(repeats):
+        with Stopwatch(device) as watch:
+            run()
+        values.append(watch.seconds * 1e3 / steps)
+    return Sample(values, steps, warm.seconds)
+
+
+def peak_gb(device) -> float:
+    import torch
+
+    return torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else math.nan
+
+
+def reset_peak(device) -> None:
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row) -> None:
+    """AR step, verify and drafter steps of one engine at one context."""
+    import torch
+
+    from budgetdraft.decoding import Verifier, ids_tensor, weight_bytes
+    from budgetdraft.drafter import READS_NOTHING
+    from budgetdraft.drafters import SparseDrafter
+    from budgetdraft.engine import steps_for
+    from budgetdraft.metrics import device_bandwidth, kv_bytes_per_token
+
+    device, runs = plan.device, {}
+    reset_peak(device)
+    v = Verifier(verifier, engine=engine)
+    first = v.prefill(prompt, prompt.shape[1] + NEW_TOKENS + GAMMA + 1)
+    base = v.length
+
+    def ar():
+        token = first
+        for _ in range(plan.steps):
+            hidden = v.hidden(ids_tensor([token], device)).last_hidden_state
+            token, *_ = v.greedy_top2(hidden)
+        v.rollback(base)
+
+    drafts = torch.randint(verifier.config.vocab_size, (GAMMA,), generator=torch.Generator().manual_seed(1))
+    drafts = drafts.to(device)  # a drafter leaves its drafts on the device
+
+    def verify():
+        for _ in range(plan.steps):
+            v.check(first, drafts, GAMMA, None, None, READS_NOTHING)
+            v.rollback(base)
+
+    runs["ar"] = timed(device, ar, plan.repeats, plan.steps)
+    runs["verify"] = timed(device, verify, plan.repeats, plan.steps)
+    if math.isnan(row.bound_ms):
+        step_bytes = weight_bytes(verifier) + kv_bytes_per_token(v.cache) * prompt.shape[1]
+        row.bound_ms = step_bytes / (device_bandwidth(device) * 1e9) * 1e3
+    drafts_per_repeat = max(1, plan.steps // GAMMA)
+    for budget, model in drafters.items():
+        d = SparseDrafter(model, budget, engine=engine)
+        d.prefill(prompt.to(d.device), NEW_TOKENS + GAMMA + 1)
+
+        def draft(d=d):
+            for _ in range(drafts_per_repeat):
+                d.draft([first], GAMMA)  # γ steps, the drafts left on the device as in `speculative`
+                d.rollback(0)
+
+        runs[f"draft B={budget}"] = timed(device, draft, plan.repeats, drafts_per_repeat * GAMMA)
+    row.ours[engine] = runs
+    row.peak_gb[engine] = peak_gb(device)
+    steps_for(verifier, engine, "verifier").cache = None  # the next context allocates its own; drop this one
+
+
+def hf(plan, verifier, prompt, cache: str, row: Row) -> None:
+    """transformers' greedy ``generate`` per step: (N tokens − 1 token) ÷ (N − 1), both timed in every repeat."""
+    from budgetdraft.metrics import Stopwatch
+
+    device, n = plan.device, plan.steps + 1
+    kwargs = {}
+    if cache == "static":
+        from transformers import CompileConfig
+
+        # transformers compiles the static cache's decode step itself (CUDA; mode reduce-overhead). dynamic=False:
+        # each context gets the fixed-shape graph a user decoding at that one length gets; the default (None)
+        # would switch to a dynamic-shape graph at this sweep's second context
+        kwargs = {"cache_implementation": "static", "compile_config": CompileConfig(dynamic=False)}
+
+    def generate(tokens: int) -> float:
+        with Stopwatch(device) as watch:
+            out = verifier.generate(input_ids=prompt, max_new_tokens=tokens, do_sample=False, pad_token_id=0, **kwargs)
+        if out.shape[1] != prompt.shape[1] + tokens:
+            raise RuntimeError(f"HF generate stopped after {out.shape[1] - prompt.shape[1]} of {tokens} tokens")
+        return watch.seconds
+
+    reset_peak(device)
+    with stock_attention(verifier):
+        start = time.perf_counter()
+        generate(n), generate(1)  # warm-up: the static cache's decode step is compiled and captured here
+        warm = time.perf_counter() - start
+        values = []
+        for _ in range(plan.repeats):
+            values.append((generate(n) - generate(1)) * 1e3 / (n - 1))
+    row.hf[cache] = Sample(values, n - 1, warm)
+    row.peak_gb[f"HF {cache}"] = peak_gb(device)
+
+
+# ------------------------------------------------------------------------------------------------------ report
+
+
+def fmt(x: float, digits: int = 2) -> str:
+    return "—" if x is None or math.isnan(x) else f"{x:.{digits}f}"
+
+
+COLUMNS = (
+    "context",
+    "AR eager ms",
+    "AR graphs ms",
+    "HF dynamic ms",
+    "HF static ms",
+    "bound ms",
+    "bound ÷ eager",
+    "bound ÷ graphs",
+    "bound ÷ HF static",
+    "verify(6) ÷ AR eager",
+    "verify(6) ÷ AR graphs",
+    "c eager B={b}",
+    "c graphs B={b}",
+    "peak GB eager / graphs / HF dyn / HF static",
+)
+
+
+def table(rows: list[Row], budgets) -> list[str]:
+    b = "/".join(f"{x:,}" for x in budgets)
+    head = [c.format(b=b) for c in COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        hf_ms = {k: s.ms for k, s in r.hf.items()}
+        cells = [
+            f"{label(r.context)} ({r.context:,})",
+            fmt(r.ar("eager")),
+            fmt(r.ar("graphs")),
+            fmt(hf_ms.get("dynamic", math.nan)),
+            fmt(hf_ms.get("static", math.nan)),
+            fmt(r.bound_ms),
+            fmt(r.bound_ms / r.ar("eager")),
+            fmt(r.bound_ms / r.ar("graphs")),
+            fmt(r.bound_ms / hf_ms.get("static", math.nan)),
+            fmt(r.verify_ratio("eager")),
+            fmt(r.verify_ratio("graphs")),
+            " / ".join(fmt(r.c("eager", x), 3) for x in budgets),
+            " / ".join(fmt(r.c("graphs", x), 3) for x in budgets),
+            " / ".join(fmt(r.peak_gb.get(k, math.nan), 1) for k in ("eager", "graphs", "HF dynamic", "HF static")),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def details(rows: list[Row]) -> list[str]:
+    lines = [
+        "| context | measurement | median ms a step | min–max | repeats x steps | warm-up s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        named = [(f"ours {engine}: {what}", s) for engine, runs in r.ours.items() for what, s in runs.items()]
+        named += [(f"HF generate {cache}", s) for cache, s in r.hf.items()]
+        for name, s in named:
+            lines.append(
+                f"| {label(r.context)} | {name} | {s.ms:.3f} | {s.spread()} | {len(s.values)} x {s.steps} | "
+                f"{s.warmup_s:.2f} |"
+            )
+    return lines
+
+
+def verdicts(rows: list[Row], budgets, device) -> list[str]:
+    """Each target of issue 28 against what was measured, on the engines that ran ("not measured" where none)."""
+    if device.type != "cuda":
+        return [f"- {target}: not judged (a CPU smoke test)" for target in TARGETS]
+
+    def verdict(values: list[float], ok) -> str:
+        values = [x for x in values if not math.isnan(x)]
+        if not values:
+            return "not measured"
+        return "met" if all(ok(x) for x in values) else "NOT met"
+
+    small = [b for b in budgets if b <= 1024]
+    four_k = [r for r in rows if label(r.context) == "4K"]
+    engines = ("eager", "graphs")
+    checks = [
+        ([r.bound_ms / r.ar("graphs") for r in four_k], lambda x: x >= 0.6),
+        ([r.ar("eager") / r.hf["dynamic"].ms for r in rows if "dynamic" in r.hf], lambda x: x <= 1),
+        ([r.verify_ratio(e) for r in rows for e in engines], lambda x: x <= 1.3),
+        ([r.c(e, b) for r in rows for e in engines for b in small], lambda x: x <= 0.05),
+    ]
+    return [f"- {target}: {verdict(values, ok)}" for target, (values, ok) in zip(TARGETS, checks)]
+
+
+def header(plan, verifier, drafter) -> list[str]:
+    import torch
+    import transformers
+
+    from budgetdraft.decoding import weight_bytes
+    from budgetdraft.metrics import device_bandwidth
+
+    device = plan.device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke test: no timing is meaningful)"
+    bandwidth = device_bandwidth(device)
+    params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    cuda = f", CUDA {torch.version.cuda}" if device.type == "cuda" else ""
+    return [
+        "# GPU decode engine (bench/gpu_decode.py)",
+        "",
+        f"- {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {name}; torch {torch.__version__}{cuda}, "
+        f"transformers {transformers.__version__}",
+        f"- memory bandwidth (best of 5 copies of 1 GiB, read + write): {fmt(bandwidth, 0)} GB/s",
+        f"- verifier: Yarn-Llama-2-7B-128K's config{' (cut: smoke)' if plan.smoke else ''}, random weights, "
+        f"{verifier.dtype}, {params(verifier) / 1e9:.3f} B parameters ({weight_bytes(verifier) / 1e9:.2f} GB); "
+        f"drafter: llama-68m's config{' (cut: smoke)' if plan.smoke else ''}, {drafter.dtype}, "
+        f"{params(drafter) / 1e6:.1f} M parameters, one per budget",
+        f"- engines: {', '.join(plan.engines)}; γ = {GAMMA}; caches of prompt + {NEW_TOKENS} + γ + 1 slots; "
+        f"each number the median of {plan.repeats} repeats of {plan.steps} steps ({max(1, plan.steps // GAMMA)} "
+        f"drafts of γ for c; HF: {plan.repeats} pairs of {plan.steps + 1}- and 1-token generates), min–max below",
+        "- HF generate: greedy, stock sdpa; static = cache_implementation='static'"
+        + (
+            ", its decode step compiled by transformers (reduce-overhead)"
+            if device.type == "cuda"
+            else ", not compiled (CPU)"
+        ),
+    ]
+
+
+# ------------------------------------------------------------------------------------------------------- main
+
+
+@dataclass
+class Plan:
+    device: object
+    smoke: bool
+    contexts: tuple
+    budgets: tuple
+    engines: tuple
+    steps: int
+    repeats: int
+    hf: bool
+
+
+def parse(argv=None) -> tuple[Plan, Path | None]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--contexts", type=int, nargs="+", help=f"prompt tokens (default {CONTEXTS})")
+    parser.add_argument("--budgets", type=int, nargs="+", help=f"drafter KV budgets B (default {BUDGETS})")
+    parser.add_argument("--engines", nargs="+", choices=("eager", "graphs"), help="default both (--smoke: eager)")
+    parser.add_argument("--steps", type=int, help="steps a timed repeat (default 32; --quick 16; --smoke 4)")
+    parser.add_argument("--repeats", type=int, help="timed repeats (default 5; --quick 3; --smoke 2)")
+    parser.add_argument("--quick", action="store_true", help="3 repeats of 16 steps")
+    parser.add_argument("--no-hf", action="store_true", help="skip transformers' generate")
+    parser.add_argument("--smoke", action="store_true", help="tiny models on the CPU, eager: the code path only")
+    parser.add_argument("--out", type=Path, help="also write the report to this file")
+    args = parser.parse_args(argv)
+    import torch
+
+    if not args.smoke and not torch.cuda.is_available():
+        sys.exit(NO_CUDA)
+    steps, repeats = (4, 2) if args.smoke else (16, 3) if args.quick else (32, 5)
+    plan = Plan(
+        device=torch.device("cpu" if args.smoke else "cuda"),
+        smoke=args.smoke,
+        # ascending: transformers sizes a static cache to the longest it has seen, so a shorter context after a
+        # longer one would read a cache longer than its own
+        contexts=tuple(sorted(args.contexts or (SMOKE_CONTEXTS if args.smoke else CONTEXTS))),
+        budgets=tuple(args.budgets or (SMOKE_BUDGETS if args.smoke else BUDGETS)),
+        engines=tuple(args.engines or (("eager",) if args.smoke else ("eager", "graphs"))),
+        steps=args.steps or steps,
+        repeats=args.repeats or repeats,
+        hf=not args.no_hf,
+    )
+    if plan.steps < 2 or plan.repeats < 1:
+        parser.error("--steps must be >= 2 and --repeats >= 1")
+    return plan, args.out
+
+
+def main(argv=None) -> None:
+    plan, out = parse(argv)
+    import torch
+
+    torch.set_grad_enabled(False)
+    if plan.smoke:
+        torch.set_num_threads(1)  # a shared CPU: more threads than free cores slows a tiny step a hundredfold
+    begun = time.perf_counter()
+    v_cfg, d_cfg = configs(plan.smoke)
+    verifier = build(v_cfg, torch.float16 if not plan.smoke else torch.float32, plan.device, seed=0)
+    drafters = {b: build(d_cfg, torch.float32, plan.device, seed=1) for b in plan.budgets}
+    limit = verifier.config.max_position_embeddings
+    if max(plan.contexts) + NEW_TOKENS + GAMMA + 1 > limit:
+        sys.exit(
+            f"--contexts: {max(plan.contexts)} + {NEW_TOKENS + GAMMA + 1} exceeds the verifier's {limit} positions"
+        )
+    lines = header(plan, verifier, next(iter(drafters.values())))
+    progress(f"models built in {time.perf_counter() - begun:.0f} s")
+    rows = []
+    for context in plan.contexts:
+        prompt = torch.randint(
+            verifier.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(context)
+        ).to(plan.device)
+        row = Row(context)
+        for engine in plan.engines:
+            ours(plan, verifier, drafters, prompt, engine, row)
+            progress(f"{label(context)} ours {engine} done at {time.perf_counter() - begun:.0f} s")
+        if plan.hf:
+            for cache in ("dynamic", "static"):
+                hf(plan, verifier, prompt, cache, row)
+                progress(f"{label(context)} HF {cache} done at {time.perf_counter() - begun:.0f} s")
+        rows.append(row)
+    lines += ["", *table(rows, plan.budgets), "", "Targets (issue 28):", *verdicts(rows, plan.budgets, plan.device), ""]
+    lines += ["Every measurement:", "", *details(rows), ""]
+    lines.append(f"Total {time.perf_counter() - begun:.0f} s (models built, warm-ups and compilation included).")
+    report = "\n".join(lines) + "\n"
+    print(report, end="")
+    if out:
+        out.write_text(report, encoding="utf-8")
+
+
+def progress(message: str) -> None:
+    print(f"[gpu_decode] {message}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""bench/gpu_decode.py, the GPU decode benchmark of issue 28: its code path runs on the CPU (``--smoke``: tiny
+models, eager engine, a few steps) and prints the table's columns; without CUDA and without ``--smoke`` it says in
+one line what it needs. Its numbers are measured only on a GPU."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "gpu_decode.py"
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_smoke_prints_every_column_for_every_context(tmp_path):
+    out = tmp_path / "report.md"
+    run = bench("--smoke", "--contexts", "48", "80", "--budgets", "16", "32", "--out", str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("| context | AR eager ms"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert columns == [
+        "context",
+        "AR eager ms",
+        "AR graphs ms",
+        "HF dynamic ms",
+        "HF static ms",
+        "bound ms",
+        "bound ÷ eager",
+        "bound ÷ graphs",
+        "bound ÷ HF static",
+        "verify(6) ÷ AR eager",
+        "verify(6) ÷ AR graphs",
+        "c eager B=16/32",
+        "c graphs B=16/32",
+        "peak GB eager / graphs / HF dyn / HF static",
+    ]
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in lines[lines.index(header) + 2 :][:2]}
+    assert set(rows) == {"48 (48)", "80 (80)"}
+    for cells in rows.values():
+        ar_eager, ar_graphs, hf_dynamic, hf_static = (float(c) if c.strip() != "—" else None for c in cells[:4])
+        assert ar_eager > 0 and hf_dynamic > 0 and hf_static > 0  # eager and both HF runs measured
+        assert ar_graphs is None  # the smoke test runs the eager engine only
+        assert all(float(c) > 0 for c in cells[10].split("/"))  # c at both budgets
+    # the header names the device and versions; every measurement has its repeats, steps and spread
+    assert "torch " in run.stdout and "transformers " in run.stdout and "UTC" in run.stdout
+    assert "| 48 | ours eager: verify |" in run.stdout and "| 80 | HF generate static |" in run.stdout
+    assert "2 x 4" in run.stdout and "not judged (a CPU smoke test)" in run.stdout
+    assert out.read_text(encoding="utf-8") == run.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present: the benchmark would run")
+def test_without_cuda_it_says_what_it_needs_in_one_line():
+    run = bench()
+    assert run.returncode != 0
+    assert run.stderr.strip().splitlines()[-1] == "needs a CUDA device; --smoke runs a CPU smoke test"
+    assert run.stdout == ""
