@@ -521,3 +521,72 @@ def test_comparison_drafter_sizes_are_counted_from_the_weights(cells, tmp_path):
     text = out.read_text()
     assert f"& {small_text}+{large_text} \\\\" in text and f"& {small_text} \\\\" in text
     assert paper.trace_file(out)  # the counted sizes are recorded in the settings the trace re-derives from
+
+
+# ------------------------------------------------------------------------------------ variants beyond the paper's
+
+
+def relabelled(cells, tmp_path, source: str, label: str) -> list[Path]:
+    """Copies of the cells of ``source`` as the cells of a variant ``label`` (same rows, their label changed)."""
+    out = []
+    for key, path in cells.items():
+        if key[0] != source:
+            continue
+        frame = pd.read_parquet(path).assign(label=label)
+        copy = tmp_path / "extra" / label / Path(*Path(path).parts[-3:])
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(copy)
+        out.append(copy)
+    return out
+
+
+def test_lambda_table_lists_every_lambda_variant_in_order_of_lambda(cells, tmp_path):
+    """Extra λ variants a config adds (here λ = 2.0 and 0.25, listed in that order) join the λ table, ordered by λ;
+    the paper's own two stay as they were (test_ablation_and_lambda_entries)."""
+    settings = {
+        **SETTINGS,
+        "variants": {**SETTINGS["variants"], "lambda2.0": {"lambda_c": 2.0}, "lambda0.25": {"lambda_c": 0.25}},
+    }
+    extra = relabelled(cells, tmp_path, "lambda1.0", "lambda2.0") + relabelled(cells, tmp_path, "la_only", "lambda0.25")
+    out = tmp_path / "lambda.tex"
+    paper.build("lambda", list(cells.values()) + extra, settings, out)
+    assert paper.trace_file(out)
+    text = out.read_text()
+    assert r"\begin{tabular}{ll ccccc ccccc}" in text and r"\multicolumn{5}{c}{DS-One}" in text
+    heads = [
+        r"$\mathcal{L}_A+0.25\mathcal{L}_C$",
+        r"$\mathcal{L}_A+0.5\mathcal{L}_C$",
+        r"$\mathcal{L}_A+\mathcal{L}_C$",
+    ]
+    heads.append(r"$\mathcal{L}_A+2\mathcal{L}_C$")
+    assert "Ctx & Bud & AR & " + " & ".join(heads) + " & AR & " in text
+    # λ = 0.25 (la_only's cells), 0.5, 1.0, 2.0 (lambda1.0's cells) at d1, 0.5K, B = 64
+    assert entries(data_rows(text, "& 64")[0])[3:7] == [
+        r"1.20$\times$/60.00",
+        r"1.52$\times$/90.00",
+        r"1.72$\times$/80.00",
+        r"1.72$\times$/80.00",
+    ]
+    assert r"\mathcal{L}_A + 0.25\,\mathcal{L}_C$ vs $\mathcal{L}_A + 0.5\,\mathcal{L}_C$ vs" in text
+    with pytest.raises(ValueError, match=re.escape("missing cell (label=lambda0.25")):
+        paper.build("lambda", list(cells.values()), settings, tmp_path / "missing.tex")
+
+
+def test_variants_table_shows_the_extra_variants_with_their_hyper_parameters(cells, tmp_path):
+    settings = {
+        **SETTINGS,
+        "variants": {**SETTINGS["variants"], "few_b": {"lambda_c": 0.5, "budgets": [32], "steps": 7}},
+    }
+    extra = relabelled(cells, tmp_path, "la_only", "few_b")
+    out = tmp_path / "variants.tex"
+    assert paper.build("variants", list(cells.values()) + extra, settings, out) == [out, paper.sources_path(out)]
+    assert paper.trace_file(out)
+    text = out.read_text()
+    assert r"\label{tab:extra_variants}" in text
+    assert r"Ctx & Bud & AR & BudgetDraft & \multicolumn{1}{c}{\texttt{few\_b}} & AR" in text
+    assert r"\texttt{few\_b}: $\mathcal{L}_A + 0.5\,\mathcal{L}_C$, trained at $B\in\{32\}$, 7 steps." in text
+    assert entries(data_rows(text, "& 64")[0])[3:5] == [r"1.52$\times$/90.00", r"1.20$\times$/60.00"]
+    none = tmp_path / "none.tex"
+    paper.build("variants", list(cells.values()), SETTINGS, none)
+    assert "No variants beyond the paper's in this configuration" in none.read_text()
+    assert paper.trace_file(none)

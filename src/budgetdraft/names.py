@@ -80,3 +80,50 @@ def ar_label(label: str) -> str:
     """The AR cell label a cell of ``label`` divides by: AR on the same engine."""
     _, sep, engine = label.partition(ENGINE_SEP)
     return AR + sep + engine
+
+
+# Variants beyond the paper's four (REQUIRED_VARIANTS): a config may add any trained variant (an override of
+# `training:`) under a name that is one folder of results/ (results/drafters/rR/NAME/, results/cells/NAME/) and one
+# cell label: letters, digits, '_', '.' and '-', starting with a letter or a digit (so never '.', '..', a hidden
+# folder or a command-line option), with neither cell-label separator (POLICY_SEP, ENGINE_SEP) and no method's name.
+# The schema's `variants` propertyNames pattern is this one (tests/test_configcheck.py keeps the two equal).
+VARIANT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# Tables beyond the paper's, each its own named target: artifact -> LaTeX label. `variants`: the extra variants that
+# are not λ variants (`lambda_variants`), beside BudgetDraft; in `all` only when the config has such a variant.
+EXTRA_TABLES = {"variants": "tab:extra_variants"}
+
+
+def variant_name_problem(name) -> str | None:
+    """Why ``name`` cannot be a trained variant's name (None: it can)."""
+    import re
+
+    name = str(name)
+    if name in METHODS:
+        return f"{name!r} is the label of method {METHOD_NAMES[name]!r}: its cells would be that method's"
+    if POLICY_SEP in name or ENGINE_SEP in name:
+        return (
+            f"{name!r} contains {POLICY_SEP!r} or {ENGINE_SEP!r}, which separate a cell label from its policy or engine"
+        )
+    if not re.fullmatch(VARIANT_NAME, name):
+        return (
+            f"{name!r} is not a safe name: use letters, digits, '_', '.' and '-', starting with a letter or digit "
+            "(it names a folder of results/ and a cell label)"
+        )
+    return None
+
+
+def extra_variants(variants) -> list[str]:
+    """The variants of a config (or settings) beyond the paper's four, in their order."""
+    return [v for v in variants if v not in REQUIRED_VARIANTS]
+
+
+def lambda_variants(hparams: dict) -> list[str]:
+    """The variants of the λ table, in order of λ (ties: by name), from {variant: its merged training hparams}:
+    BudgetDraft (`lambda0.5`), `lambda1.0`, and every extra variant whose hyper-parameters differ from BudgetDraft's
+    in `lambda_c` alone (a λ variant; `la_only` stays the L_C ablation's). The other extra variants are the
+    `variants` table's."""
+    bd = {k: v for k, v in hparams[BD].items() if k != "lambda_c"}
+    chosen = [BD, LAMBDA1] + [
+        v for v in extra_variants(hparams) if {k: x for k, x in hparams[v].items() if k != "lambda_c"} == bd
+    ]
+    return sorted(chosen, key=lambda v: (float(hparams[v]["lambda_c"]), v))

@@ -21,9 +21,12 @@ import pandas as pd
 from budgetdraft.atomic import atomic_write_text, file_sha256
 from budgetdraft.grid import Grid, Settings, load_cells, parse_settings, settings_dict
 from budgetdraft.jsonarg import json_object
-from budgetdraft.names import ARTIFACTS, TABLES
+from budgetdraft.names import ARTIFACTS as PAPER_ARTIFACTS
+from budgetdraft.names import EXTRA_TABLES, TABLES
 from budgetdraft.settings import with_drafter_sizes
 from budgetdraft.tables import TABLE_BUILDERS, add_to_caption, engine_text, evidence_text, timing_text
+
+ARTIFACTS = {**PAPER_ARTIFACTS, **EXTRA_TABLES}  # the paper's, and the tables beyond it (`variants`)
 
 
 def as_grid(cells, s: Settings) -> Grid:
@@ -93,7 +96,7 @@ def trace(table_path, cells, settings) -> list[tuple[str, str]]:
     line (header, caption, evidence) differs from what the cells and settings give."""
     text = Path(table_path).read_text()
     label = re.search(r"\\label\{([^}]*)\}", text)
-    artifact = {v: k for k, v in TABLES.items()}.get(label.group(1) if label else None)
+    artifact = {v: k for k, v in {**TABLES, **EXTRA_TABLES}.items()}.get(label.group(1) if label else None)
     if artifact is None:
         raise ValueError(f"{table_path}: no known table \\label")
     s = settings if isinstance(settings, Settings) else parse_settings(settings)

@@ -12,7 +12,21 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from budgetdraft.grid import Grid, Settings, cell_name
-from budgetdraft.names import AR, BD, EAGLE3, LA_ONLY, LAMBDA1, METHOD_NAMES, SD, SHARED, SINGLE, TABLES, TRIFORCE
+from budgetdraft.names import (
+    AR,
+    BD,
+    EAGLE3,
+    EXTRA_TABLES,
+    LA_ONLY,
+    LAMBDA1,
+    METHOD_NAMES,
+    SD,
+    SHARED,
+    SINGLE,
+    TABLES,
+    TRIFORCE,
+    extra_variants,
+)
 
 SD_NAME, BD_NAME = METHOD_NAMES[SD], METHOD_NAMES[BD]
 X = r"$\times$"
@@ -191,10 +205,12 @@ def table_main(grid: Grid, s: Settings) -> Table:
 def three_column_table(
     grid: Grid, s: Settings, labels, names, times: bool, caption: str, label: str, ctx_head: str, bud_head: str
 ) -> Table:
-    """AR tok/s + two drafters as speedup/acc at gamma_fixed, per context x budget x dataset."""
+    """AR tok/s + the drafters ``labels`` (two in the paper's tables) as speedup/acc at gamma_fixed, per context x
+    budget x dataset."""
     t, ds, g = Table(), s.datasets, s.gamma_fixed
-    t.add(r"\begin{tabular}{ll " + " ".join("ccc" for _ in ds) + "}", r"\toprule")
-    dataset_header(t, ds, 3, 3)
+    per = 1 + len(labels)
+    t.add(r"\begin{tabular}{ll " + " ".join("c" * per for _ in ds) + "}", r"\toprule")
+    dataset_header(t, ds, per, 3)
     t.row([ctx_head, bud_head] + ["AR", *names] * len(ds))
     t.add(r"\midrule")
 
@@ -223,23 +239,61 @@ def table_ablation_lc(grid: Grid, s: Settings) -> Table:
     )
 
 
+def lambda_of(s: Settings, label: str) -> float:
+    if s.variant(label).lambda_c is None:
+        raise ValueError(f"settings: variants has no lambda_c for {label!r}")
+    return float(s.variant(label).lambda_c)
+
+
+def lambda_labels(s: Settings) -> list[str]:
+    """The λ table's variants in order of λ (ties: by label): BudgetDraft, λ = 1.0, and every variant beyond the
+    paper's four that the settings list (the workflow lists the λ variants there: `names.lambda_variants`)."""
+    return sorted([BD, LAMBDA1] + extra_variants(s.variants), key=lambda label: (lambda_of(s, label), label))
+
+
 def table_lambda(grid: Grid, s: Settings) -> Table:
-    g = s.gamma_fixed
+    g, labels = s.gamma_fixed, lambda_labels(s)
     caption = (
-        rf"$\lambda$ sensitivity at $\gamma={g}$ ({objective(s, BD)} vs {objective(s, LAMBDA1)}). Entries "
+        rf"$\lambda$ sensitivity at $\gamma={g}$ ({' vs '.join(objective(s, label) for label in labels)}). Entries "
         r"report speedup vs AR / acceptance rate (\%) under the same $\gamma$, context length, and KV budget."
     )
     return three_column_table(
         grid,
         s,
-        [BD, LAMBDA1],
-        [objective(s, BD, True), objective(s, LAMBDA1, True)],
+        labels,
+        [objective(s, label, True) for label in labels],
         True,
         caption,
         TABLES["lambda"],
         "Ctx",
         "Bud",
     )
+
+
+def variant_text(s: Settings, label: str) -> str:
+    """A trained variant's hyper-parameters as the settings give them: its objective (λ), training budgets, steps."""
+    v = s.variant(label)
+    parts = [objective(s, label)] if v.lambda_c is not None else []
+    parts += [rf"trained at $B\in{set_text(v.budgets)}$"] if v.budgets else []
+    parts += [f"{int(v.steps)} steps"] if v.steps is not None else []
+    return ", ".join(parts) or "hyper-parameters not given"
+
+
+def table_variants(grid: Grid, s: Settings) -> Table:
+    """The variants beyond the paper's four that the settings list (the workflow lists those that are not λ
+    variants: they have the λ table), beside BudgetDraft, at gamma_fixed; their hyper-parameters in the caption."""
+    g, extra = s.gamma_fixed, extra_variants(s.variants)
+    heads = [BD_NAME] + [rf"\multicolumn{{1}}{{c}}{{\texttt{{{latex_text(label)}}}}}" for label in extra]
+    listed = "; ".join(rf"\texttt{{{latex_text(label)}}}: {variant_text(s, label)}" for label in extra)
+    caption = (
+        (
+            rf"Variants beyond the paper's (config \texttt{{variants}}) at $\gamma={g}$, each trained as BudgetDraft "
+            rf"({variant_text(s, BD)}) but for its own hyper-parameters: {listed}."
+        )
+        if extra
+        else rf"No variants beyond the paper's in this configuration (config \texttt{{variants}}): BudgetDraft alone at $\gamma={g}$."
+    ) + r" Entries report speedup vs AR / acceptance rate (\%) under the same $\gamma$, context length, and KV budget."
+    return three_column_table(grid, s, [BD] + extra, heads, True, caption, EXTRA_TABLES["variants"], "Ctx", "Bud")
 
 
 def comparison_key(grid: Grid, s: Settings, label, dataset, context, gamma, required: bool):
@@ -434,6 +488,7 @@ TABLE_BUILDERS = {
         "single_budget": table_single_budget,
         "vram_gamma": table_vram_gamma,
         "vram": table_vram,
+        "variants": table_variants,  # beyond the paper (names.EXTRA_TABLES)
     }.items()
 }
 
