@@ -495,3 +495,38 @@ def test_a_graphs_run_says_how_much_speedup_survives_a_fast_baseline(tmp_path, m
         assert "over the eager AR" in e1.detail and "SD 1.20× vs 2.00×" in e1.detail
     assert found["F7/1K"].verdict == "holds"  # the paper's findings read the graphs cells alone
     assert not any(fid.startswith("E1") for fid in by_id(write_grid(tmp_path / "eager").values()))
+
+
+def test_extra_variants_are_listed_with_their_acceptance_and_never_judged(grid, tmp_path, monkeypatch):
+    """Variants a config adds beyond the paper's four: claims.md lists each one's acceptance (per replicate, mean,
+    minus BudgetDraft's) in a section of its own; the findings and their verdicts are the paper's, unchanged."""
+    monkeypatch.setitem(SPEED, "lambda0.25", 1.9)
+    monkeypatch.setitem(SPEED, "few_b", 1.6)
+
+    def accept(label, *where):
+        return {"lambda0.25": 0.7, "few_b": 0.6}.get(label) or paper_like(label, *where)
+
+    paths = list(grid.values()) + list(write_grid(tmp_path / "extra", accept, ["lambda0.25", "few_b"]).values())
+    paths = [p for p in paths if "/ar/" not in str(p) or str(tmp_path) not in str(p)]  # one AR cell per place
+    settings = {
+        **SETTINGS,
+        "variants": {
+            "lambda0.5": {"lambda_c": 0.5},
+            "lambda1.0": {"lambda_c": 1.0},
+            "lambda0.25": {"lambda_c": 0.25},
+            "few_b": {"lambda_c": 0.5, "budgets": [32], "steps": 7},
+        },
+    }
+    out = tmp_path / "claims.md"
+    claims.build(paths, settings, out, resamples=100)
+    text = out.read_text()
+    section = text.split("## Variants beyond the paper (not judged)", 1)[1].split("\n## ", 1)[0]
+    assert "| lambda0.25 | 0.25 | ? | ? | 70.00 | 70.00 % | -10.00 pp |" in section
+    assert "| few_b | 0.5 | [32] | 7 | 60.00 | 60.00 % | -20.00 pp |" in section
+    data = json.loads((tmp_path / "claims.json").read_text())
+    assert data["extra_variants"]["few_b"]["mean"] == pytest.approx(60.0)
+    plain = claims.build(list(grid.values()), {**SETTINGS, "variants": {}}, tmp_path / "plain.md", resamples=100)
+    judged = json.loads(plain[1].read_text())["findings"]
+    assert [(f["id"], f["verdict"]) for f in data["findings"]] == [(f["id"], f["verdict"]) for f in judged]
+    assert "lambda0.25" not in text.split("## Findings", 1)[1].split("## Acceptance per training replicate")[0]
+    assert "None in this configuration." in (tmp_path / "plain.md").read_text()

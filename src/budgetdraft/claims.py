@@ -22,7 +22,7 @@ from budgetdraft.bootstrap import RESAMPLES, SEED
 from budgetdraft.evidence import Evidence, load_claim_cells
 from budgetdraft.findings import all_findings
 from budgetdraft.grid import KEY, Settings, acceptance_by_replicate, parse_settings
-from budgetdraft.names import AR, BD, SD, SHARED, ar_label
+from budgetdraft.names import AR, BD, SD, SHARED, ar_label, extra_variants
 from budgetdraft.plainjson import plain
 from budgetdraft.tables import timing_text
 from budgetdraft.verdicts import DIAGNOSTIC as DIAGNOSTIC  # re-exported: bench/verdict_stability.py reads it
@@ -108,6 +108,42 @@ def replicate_rows(ev: Evidence) -> list[str]:
     for label, values in replicate_acceptance(ev).items():
         sd = f"{np.std(values, ddof=1):.2f} pp" if len(values) > 1 else "-- (one run)"
         lines.append(f"| {label} | {', '.join(f'{v:.2f}' for v in values)} | {np.mean(values):.2f} % | {sd} |")
+    return lines
+
+
+EXTRA_VARIANTS_TEXT = (
+    "Variants this configuration adds to the paper's four (config `variants`): trained and measured like them, and "
+    "never judged, for no finding of the paper is about them. Each one's acceptance is pooled as above (γ_fixed, every "
+    "dataset, context and budget it was measured at), beside BudgetDraft's (`lambda0.5`)."
+)
+
+
+def extra_variant_acceptance(ev: Evidence) -> dict[str, dict]:
+    """{extra variant: its hyper-parameters as the settings give them, acceptance (%) per replicate and their mean,
+    and the mean minus BudgetDraft's}: what claims.md lists for the variants beyond the paper's, unjudged."""
+    by_label = replicate_acceptance(ev)
+    bd = float(np.mean(by_label[BD])) if by_label.get(BD) else float("nan")
+    out = {}
+    for label in extra_variants(ev.s.variants):
+        values = by_label.get(label, [])
+        mean = float(np.mean(values)) if values else float("nan")
+        out[label] = {**ev.s.variant(label).to_json(), "per_replicate": values, "mean": mean, "minus_bd_pp": mean - bd}
+    return out
+
+
+def extra_variant_rows(extra: dict[str, dict]) -> list[str]:
+    if not extra:
+        return ["None in this configuration."]
+    lines = [
+        "| variant | λ_C | training budgets | steps | acceptance per replicate (%) | mean | − BudgetDraft |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, v in extra.items():
+        per = ", ".join(f"{x:.2f}" for x in v["per_replicate"]) or "no cells"
+        lines.append(
+            f"| {label} | {v.get('lambda_c', '?')} | {v.get('budgets', '?')} | {v.get('steps', '?')} | {per} | "
+            f"{show(v['mean'], '')} % | {show(v['minus_bd_pp'], 'pp')} |"
+        )
     return lines
 
 
@@ -257,6 +293,8 @@ def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict]) 
     lines += ["", "## Decode engine and clock", "", CLOCK_TEXT, ""] + clock_rows(ev)
     lines += ["", "## Analytical speedup model", "", SPEEDUP_MODEL_TEXT, ""] + speedup_model_rows(model)
     lines += ["", "## Acceptance per training replicate", "", REPLICATE_TEXT, ""] + replicate_rows(ev)
+    lines += ["", "## Variants beyond the paper (not judged)", "", EXTRA_VARIANTS_TEXT, ""]
+    lines += extra_variant_rows(extra_variant_acceptance(ev))
     lines += ["", "## Evidence behind each number", ""] + evidence_rows(ev)
     return "\n".join(lines) + "\n"
 
@@ -322,6 +360,7 @@ def build(cells, settings, out, resamples: int = RESAMPLES, seed: int = SEED) ->
                     "findings": [asdict(f) for f in found],
                     "speedup_model": model,
                     "replicate_acceptance": replicate_acceptance(ev),
+                    "extra_variants": extra_variant_acceptance(ev),
                 },
                 strict=True,
             ),
