@@ -217,3 +217,58 @@ def test_a_config_file_with_a_duplicated_key_is_refused(tmp_path):
     flow.write_text('contexts: {"128": 128, "128": 256}\n')
     with pytest.raises(ValueError, match="line 1: key '128' is given twice"):
         check_config_files([flow])
+
+
+# ------------------------------------------------------------------------------------ variants beyond the paper's
+
+
+def test_a_config_may_add_variants_under_any_safe_name():
+    cfg = ci_config()
+    cfg["variants"].update(
+        {"lambda0.25": {"lambda_c": 0.25}, "lr-1e-3_v2": {"lr": 1.0e-3}, "2B": {"budgets": [32], "budget_weights": [1]}}
+    )
+    check_config(cfg)
+    assert not schema_problems(cfg, SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("ar", "variants: 'ar' is the label of method 'AR'"),
+        ("sd", "variants: 'sd' is the label of method 'SD (sparse/full)'"),
+        ("triforce", "variants: 'triforce' is the label of method 'TriForce'"),
+        ("eagle3", "variants: 'eagle3' is the label of method 'EAGLE-3'"),
+        ("lambda0.5@snapkv", "variants: 'lambda0.5@snapkv' contains '@' or '+', which separate a cell label"),
+        ("lambda0.5+eager", "variants: 'lambda0.5+eager' contains '@' or '+'"),
+        ("-x", "variants: '-x' is not a safe name: use letters, digits, '_', '.' and '-', starting with a letter"),
+        (".hidden", "variants: '.hidden' is not a safe name"),
+        ("a b", "variants: 'a b' is not a safe name"),
+        ("λ2", "variants: 'λ2' is not a safe name"),
+        ("..", "variants: '..' is not a folder name of its own"),
+        (".", "variants: '.' is not a folder name of its own"),
+    ],
+)
+def test_a_variant_name_that_is_unsafe_or_a_method_label_is_refused_naming_the_key(bad, message):
+    """check_config refuses each with the key named (whatever the schema says), and the schema refuses each too."""
+    cfg = ci_config()
+    cfg["variants"][bad] = {"lambda_c": 0.25}
+    with pytest.raises(ValueError) as err:
+        check_config(cfg)
+    assert str(err.value).startswith(message), str(err.value)
+    problems = schema_problems(cfg, SCHEMA)
+    assert problems and all(p.startswith(f"variants = {bad!r}: must") for p in problems), problems
+
+
+def test_two_variants_that_train_the_same_drafter_are_refused():
+    cfg = ci_config()
+    cfg["variants"]["b16"] = {"budget_weights": [1.0], "budgets": [16]}
+    with pytest.raises(ValueError, match=r"variants\.b16 trains exactly what variants\.single_budget trains"):
+        check_config(cfg)
+
+
+def test_the_schema_says_the_variant_name_rule_of_names():
+    from budgetdraft import names
+
+    names_schema = yaml.safe_load(SCHEMA.read_text())["properties"]["variants"]["propertyNames"]
+    assert names_schema["pattern"] == names.VARIANT_NAME
+    assert names_schema["not"]["enum"] == list(names.METHODS)

@@ -30,6 +30,7 @@ RULES = {  # jsonschema validator -> what it asks of the value
     "maxItems": "takes at most {} item(s)",
     "minProperties": "needs at least {} entry(ies)",
     "uniqueItems": "must not repeat an item",
+    "not": "must not be one of {}",  # a `not: {enum: [...]}` (a variant named like a method)
 }
 
 
@@ -49,6 +50,8 @@ def problem(error) -> str:
     if rule is None:  # required, additionalProperties, propertyNames ...: jsonschema's own sentence is plain
         return f"{where}: {error.message}, at {at}"
     value = error.validator_value if error.validator != "uniqueItems" else ""
+    if error.validator == "not":
+        value = error.validator_value.get("enum", error.validator_value)
     about = error.schema.get("description") if isinstance(error.schema, dict) else None
     return f"{where} = {error.instance!r}: {rule.format(value)}" + (f" ({about})" if about else "") + f", at {at}"
 
@@ -106,6 +109,7 @@ def check_config(config: dict) -> None:
     """Raise ValueError naming the key and value of the first inconsistency the schema cannot express (after
     `schema_problems` and Snakemake's `validate`, before any job is planned)."""
     check_path_names(config)
+    check_variant_names(config)
     check_models(config)
     check_engine(config)
     check_references(config)
@@ -139,6 +143,22 @@ def check_path_names(config: dict) -> None:
     for key, name in segments:
         if why := segment_problem(name):
             raise ValueError(f"{key}: {why}, but it names a folder of results/: use letters, digits, '.' and '_' only")
+
+
+def check_variant_names(config: dict) -> None:
+    """A variant's name is one folder of results/ and one cell label (``names.variant_name_problem``): never a
+    method's label (``ar``, ``sd``, ``triforce``, ``eagle3``), nor with a cell-label separator (``@``, ``+``); and
+    no two variants train the same hyper-parameters."""
+    for name in config["variants"]:
+        if why := names.variant_name_problem(name):
+            raise ValueError(f"variants: {why}")
+    same = {}  # merged hparams -> the first variant that trains them (two would be one drafter under two names)
+    for v, o in config["variants"].items():
+        first = same.setdefault(repr(sorted({**config["training"], **o}.items())), v)
+        if first != v:
+            raise ValueError(
+                f"variants.{v} trains exactly what variants.{first} trains: give it other hyper-parameters"
+            )
 
 
 def check_models(config: dict) -> None:
