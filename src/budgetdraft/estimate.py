@@ -6,8 +6,13 @@
 The jobs are the workflow's own: a forced dry run (`snakemake -n --forceall`) of the target lists every job and
 output, so the grid has one home (workflow/rules/common.smk). Each job is then costed from the models' shapes
 (`MODELS`, or a local directory's config.json) and the config: a forward pass takes the longer of its FLOPs at the
-device's throughput and its bytes (weights, KV cache read, and the cache rewritten by `DynamicCache`'s concatenation)
-at its memory bandwidth, plus a fixed cost per layer (Python and kernel launches); a job loads its models from disk
+device's throughput and its bytes (weights and KV cache read) at its memory bandwidth, plus a fixed cost per layer
+(Python and kernel launches). A decode step is what our engine runs (`budgetdraft.engine`): a fixed-shape step over
+the whole pre-allocated cache (prompt + new tokens + γ + 1, rounded up to 16 slots) with a mask, so it reads that
+capacity's KV once and copies nothing; under the `eager` engine it pays the per-layer cost, under `graphs` (one CUDA
+graph a step) none (`--engine`, default the config's `engine`). HF's `DynamicCache` traffic (the step reads the
+cache and `torch.cat` rewrites it: 3x its bytes), the decoding the paper's own timings come from, is kept as
+``Model(cache="dynamic")``: the per-layer cost is calibrated on it. A job loads its models from disk
 once, except grid cells on a GPU, which share the resident process's models (`--cells-per-process`: one process for
 the whole grid on one GPU, or a SLURM job group). Speculative cells assume one acceptance rate (`--alpha`). Every assumption is printed with the table. A
 context whose verifier weights + KV cache + the drafter's full prefix cache cannot fit the device is refused,
@@ -41,6 +46,7 @@ class Device:
     disk: float  # bytes/s a model is loaded at
     parallel: int  # jobs that run side by side
     basis: str  # where the numbers come from
+    cuda: bool = True  # a CUDA device: what the graphs engine needs
 
 
 DEVICES = {
@@ -50,11 +56,14 @@ DEVICES = {
         flops=0.5 * 312e12,
         flops32=0.5 * 19.5e12,
         bandwidth=0.8 * 2.04e12,
+        # efficiencies (50 %, 80 %) are guesses; 0.44 ms is fitted to the paper's AR under DynamicCache traffic and
+        # assumed, not measured, for our eager engine (bench/gpu_decode.py measures it)
         layer_overhead_s=0.44e-3,
-        disk=2e9,
+        disk=2e9,  # a guess
         parallel=1,
-        basis="fp16 312 and fp32 19.5 TFLOP/s at 50 %, 2.04 TB/s at 80 %; 0.44 ms per layer per forward reproduces "
-        "the paper's own AR throughput (38 / 30 / 19 tok/s at 4K / 8K / 16K on an A100) with HF eager decoding",
+        basis="fp16 312 and fp32 19.5 TFLOP/s at 50 %, 2.04 TB/s at 80 % (guessed efficiencies); 0.44 ms per layer "
+        "per forward reproduces the paper's own AR throughput (38 / 30 / 19 tok/s at 4K / 8K / 16K on an A100) with "
+        "HF eager decoding on DynamicCache, and is assumed for our eager engine (not yet measured on it)",
     ),
     "h100-80g": Device(
         name="NVIDIA H100 80GB SXM",
@@ -62,11 +71,14 @@ DEVICES = {
         flops=0.5 * 989e12,
         flops32=0.5 * 67e12,
         bandwidth=0.8 * 3.35e12,
+        # efficiencies are guesses; the A100's per-layer cost, which with DynamicCache traffic gives HF generate's
+        # dynamic-cache step measured on an H100 (24 / 28 / 36 ms at 4K / 8K / 16K, issue 28) within 25 %
         layer_overhead_s=0.44e-3,
-        disk=2e9,
+        disk=2e9,  # a guess
         parallel=1,
-        basis="fp16 989 and fp32 67 TFLOP/s at 50 %, 3.35 TB/s at 80 %; per-layer overhead as on the A100 (it is "
-        "host-bound)",
+        basis="fp16 989 and fp32 67 TFLOP/s at 50 %, 3.35 TB/s at 80 % (guessed efficiencies); per-layer overhead as "
+        "on the A100 (host-bound), which with DynamicCache traffic matches HF generate's dynamic-cache step measured "
+        "on an H100 (24 / 28 / 36 ms at 4K / 8K / 16K) within 25 %; our engines not yet measured there",
     ),
     "cpu": Device(
         name="this 2-core CPU (1 torch thread per job)",
@@ -77,11 +89,14 @@ DEVICES = {
         layer_overhead_s=0.15e-3,
         disk=1e9,
         parallel=2,
-        basis="calibrated on this machine (bench/README.md, 'Cost estimate'): fp32 training steps ~90 GFLOP/s, a "
+        basis="calibrated on this machine before the fixed-shape engine: fp32 training steps ~90 GFLOP/s, a "
         "SmolLM2-135M decode step 53 ms at 1K (~10 GB/s), 2 jobs side by side",
+        cuda=False,
     ),
 }
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+ENGINES = ("eager", "graphs")  # budgetdraft.engine.ENGINES (not imported: this module stays free of torch)
+SLOT_ROUNDING = 16  # budgetdraft.engine.SLOT_ROUNDING: a cache's capacity is rounded up to a multiple
 # Shapes of the models the shipped configs name (their config.json); a local directory's own config.json wins.
 MODELS = {
     "NousResearch/Yarn-Llama-2-7b-128k": dict(
@@ -151,23 +166,47 @@ def shape(spec: str) -> Shape:
 # ------------------------------------------------------------------------------------------------ the roofline
 
 
+def rounded_capacity(tokens: float) -> int:
+    """The slots a fixed-shape step attends over (``budgetdraft.engine.rounded_capacity``)."""
+    return -(-math.ceil(tokens) // SLOT_ROUNDING) * SLOT_ROUNDING
+
+
 @dataclass(frozen=True)
 class Model:
+    """A model on ``device``, decoding on our engine (``engine``: eager or graphs; ``cache="preallocated"``), or
+    with ``cache="dynamic"`` as HF decodes on a ``DynamicCache`` (the paper's own timings; calibration only)."""
+
     shape: Shape
     dtype_bytes: int
     device: Device
+    engine: str = "eager"
+    cache: str = "preallocated"
 
-    def forward(self, tokens: float, context: float, logits: float = 1, train: bool = False) -> float:
-        """Seconds of one forward over ``tokens`` new tokens after ``context`` cached ones (x3 with a backward)."""
+    def forward(
+        self, tokens: float, context: float, logits: float = 1, train: bool = False, overhead: bool = True
+    ) -> float:
+        """Seconds of one forward over ``tokens`` new tokens attending over ``context`` cached ones (x3 with a
+        backward), the per-layer cost included unless ``overhead`` is off. Its bytes: the weights and the KV of the
+        context, read once (a pre-allocated cache is written in place); a DynamicCache's ``torch.cat`` also copies
+        the cache every forward (3x its bytes)."""
         s = self.shape
         flops = 2 * s.body * tokens + 2 * s.vocab * s.hidden * logits + 4 * s.layers * s.hidden * tokens * context
         weights = s.read * self.dtype_bytes
-        cache = 3 * s.kv_bytes(context, self.dtype_bytes)  # read once, rewritten by the concatenation
+        cache = (3 if self.cache == "dynamic" else 1) * s.kv_bytes(context, self.dtype_bytes)
         rate = self.device.flops32 if self.dtype_bytes == 4 else self.device.flops
         seconds = max(flops / rate, (weights + cache) / self.device.bandwidth)
-        return (3 if train else 1) * seconds + s.layers * self.device.layer_overhead_s
+        return (3 if train else 1) * seconds + overhead * s.layers * self.device.layer_overhead_s
+
+    def step(self, tokens: int, cached: float, capacity: float) -> float:
+        """Seconds of one decode step of ``tokens`` queries with ``cached`` tokens in a cache allocated for
+        ``capacity``. Our engine: a fixed shape over all of the rounded capacity (masked), whatever ``cached``; the
+        per-layer cost under eager, none under graphs (the step is one CUDA graph). DynamicCache: over ``cached``."""
+        if self.cache == "dynamic":
+            return self.forward(tokens, cached)
+        return self.forward(tokens, rounded_capacity(capacity), overhead=self.engine == "eager")
 
     def prefill(self, tokens: float, logits: float = 1) -> float:
+        """A prompt's forward (runs eagerly under both engines: its shape is the prompt's)."""
         return self.forward(tokens, tokens / 2, logits)
 
     @property
@@ -215,10 +254,27 @@ class Cost:
 
 
 class Estimator:
-    def __init__(self, cfg: dict, device: Device, alpha: float, cells_per_process: int = 0):
-        self.cfg, self.device, self.alpha = cfg, device, alpha
-        self.verifier = Model(shape(cfg["verifier"]), BYTES[cfg["verifier_dtype"]], device)
-        self.drafter = Model(shape(cfg["drafter"]), BYTES[cfg["drafter_dtype"]], device)
+    def __init__(
+        self,
+        cfg: dict,
+        device: Device,
+        alpha: float,
+        cells_per_process: int = 0,
+        engine: str = "eager",
+        cache: str = "preallocated",
+    ):
+        """``engine``: how the cells' decode steps run (our engine); ``cache="dynamic"``: as HF's DynamicCache
+        decoding instead (the paper's own timings, what the per-layer cost is calibrated on)."""
+        if engine not in ENGINES:
+            raise ValueError(f"--engine {engine!r}: one of {', '.join(ENGINES)}")
+        if engine == "graphs" and not device.cuda:
+            raise ValueError(
+                f"--engine graphs: CUDA graphs need a GPU, and {device.name} is none (the pipeline refuses "
+                "engine: graphs off CUDA); estimate it with --engine eager"
+            )
+        self.cfg, self.device, self.alpha, self.engine = cfg, device, alpha, engine
+        self.verifier = Model(shape(cfg["verifier"]), BYTES[cfg["verifier_dtype"]], device, engine, cache)
+        self.drafter = Model(shape(cfg["drafter"]), BYTES[cfg["drafter_dtype"]], device, engine, cache)
         self.trainee = Model(self.drafter.shape, BYTES[cfg["training"].get("dtype", "float32")], device)
         # which process loads a cell's models (workflow/rules/warm.smk): on the CPU the forking warm process, once
         # for all cells; on a GPU the resident process, once per `cells_per_process` cells (0: all of them); with
@@ -231,11 +287,13 @@ class Estimator:
         """(seconds, tokens prefilled) of one generation of ``new`` tokens after a ``context``-token prompt."""
         v, d = self.verifier, self.drafter
         prefill = 0.0 if shared else v.prefill(context)
-        if label == "ar":
-            return prefill + new * v.forward(1, context + new / 2), context
+        if label == "ar":  # the verifier's cache holds prompt + new tokens (decoding.autoregressive)
+            return prefill + new * v.step(1, context + new / 2, context + new), context
         rounds = new / tokens_per_round(self.alpha, gamma)
-        draft = gamma * d.forward(1, min(budget, context)) if budget else gamma * d.forward(1, context)
-        verify = v.forward(gamma + 1, context + new / 2)
+        kept = min(budget, context) if budget else context  # the drafter's sparse prefix (B), or all of it
+        # each cache holds its prefix + new tokens + γ + 1 (decoding.speculative, drafters.SparseDrafter)
+        draft = gamma * d.step(1, kept + new / 2, kept + new + gamma + 1)
+        verify = v.step(gamma + 1, context + new / 2, context + new + gamma + 1)
         return prefill + d.prefill(context) + rounds * (draft + verify), 2 * context
 
     def samples(self, dataset: str) -> int:
@@ -361,7 +419,7 @@ def check_fits(cfg: dict, est: Estimator, gpu: str) -> None:
 def report(cfg: dict, stages: dict[str, Cost], est: Estimator, gpu: str) -> str:
     dev = est.device
     lines = [
-        f"Estimate for {gpu} ({dev.name}); acceptance α = {est.alpha} in every speculative cell",
+        f"Estimate for {gpu} ({dev.name}), engine {est.engine}; acceptance α = {est.alpha} in every speculative cell",
         "",
         "| stage | jobs | generations | tokens prefilled | tokens decoded | model loads | hours |",
         "|---|---|---|---|---|---|---|",
@@ -389,9 +447,18 @@ def report(cfg: dict, stages: dict[str, Cost], est: Estimator, gpu: str) -> str:
         f"- matmul {dev.flops / 1e12:.2f} TFLOP/s in fp16 / bf16, {dev.flops32 / 1e12:.2f} in fp32, memory {dev.bandwidth / 1e9:.0f} GB/s, "
         f"{dev.layer_overhead_s * 1e3:.2f} ms per layer per forward, models loaded at {dev.disk / 1e9:.1f} GB/s.",
         "- a forward takes max(FLOPs / throughput, bytes / bandwidth) + layers x overhead; its bytes are the weights "
-        "and 3x the KV cache (read, and rewritten by DynamicCache's concatenation); training steps cost 3x a forward.",
-        "- a speculative round: γ drafter steps on its sparse cache (B tokens) and one verifier forward of γ + 1 "
-        "tokens, (1 − α^(γ+1)) / (1 − α) tokens per round; TriForce and EAGLE-3 cells are costed as SD.",
+        "and the KV cache it attends over, read once (pre-allocated: written in place, never copied); training steps "
+        "cost 3x a forward.",
+        f"- engine {est.engine}: a decode step is one fixed shape over the whole pre-allocated cache (prompt + new "
+        f"tokens + γ + 1, rounded up to {SLOT_ROUNDING} slots, masked), "
+        + (
+            "with the per-layer overhead (eager: op by op)."
+            if est.engine == "eager"
+            else "without the per-layer overhead (graphs: one CUDA graph a step; compiling and capturing each "
+            "shape in a cell's warm-up is not costed); prefills and training run eagerly."
+        ),
+        "- a speculative round: γ drafter steps on its sparse cache (B kept + new tokens + γ + 1 slots) and one "
+        "verifier step of γ + 1 tokens, (1 − α^(γ+1)) / (1 − α) tokens per round; TriForce and EAGLE-3 cells are costed as SD.",
         (
             "- grid cells: on the CPU the forking warm process loads each model once; on a GPU each cell loads its "
             "drafter and the resident process loads the verifier once "
@@ -407,6 +474,12 @@ def configure_parser(parser) -> None:
     parser.add_argument("--configfile", required=True, help="the pipeline config to estimate (config/*.yaml)")
     parser.add_argument("--gpu", default="a100-80g", choices=DEVICES, help="device the run will use")
     parser.add_argument("--alpha", type=float, default=0.3, help="acceptance rate assumed in speculative cells")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="how decode steps run (budgetdraft.engine): eager (per-layer host overhead) or graphs (none); "
+        "default: the config's engine, eager if it names none",
+    )
     parser.add_argument("--target", default="all", help="the snakemake target to estimate")
     parser.add_argument(
         "--cells-per-process",
@@ -422,7 +495,8 @@ def run(args) -> None:
         raise ValueError(f"--alpha {args.alpha}: an acceptance rate is between 0 and 1")
     if args.cells_per_process < 0:
         raise ValueError(f"--cells-per-process {args.cells_per_process}: must be >= 0")
-    est = Estimator(cfg, DEVICES[args.gpu], args.alpha, args.cells_per_process)
+    engine = args.engine or cfg.get("engine", "eager")
+    est = Estimator(cfg, DEVICES[args.gpu], args.alpha, args.cells_per_process, engine)
     check_fits(cfg, est, args.gpu)
     stages = costs(cfg, planned_jobs(args.configfile, args.target), est)
     if math.isnan(sum(c.seconds for c in stages.values())):
