@@ -13,7 +13,7 @@ Stages (workflow/rules/): models -> data -> targets -> train -> eval (one job pe
 import sys
 from pathlib import Path
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version, update_config, validate
 
 min_version("9.0")
 
@@ -22,6 +22,25 @@ min_version("9.0")
 if not workflow.config_settings.configfiles:
 
     configfile: "config/config.yaml"
+
+
+# `--config KEY={...}`: Snakemake reads a nested value with YAML's BaseLoader, every scalar a string (variants=
+# {lambda0.25: {lambda_c: 0.25}} would give lambda_c '0.25'); its numbers and booleans are read as a config file's.
+def typed_scalars(value):
+    import yaml
+
+    if isinstance(value, dict):
+        return {k: typed_scalars(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed_scalars(v) for v in value]
+    try:
+        read = yaml.safe_load(value) if isinstance(value, str) else value
+    except yaml.YAMLError:
+        return value
+    return read if isinstance(read, (bool, int, float)) else value
+
+
+update_config(config, typed_scalars(workflow.config_settings.config or {}))
 
 
 # The workflow reads the names it shares with the library (budgetdraft.names: labels, artifacts) from src/.
@@ -67,7 +86,7 @@ include: "workflow/rules/warm.smk"
 rule all:
     default_target: True
     input:
-        artifact_files(TABLES + list(FIGURES.values())),
+        artifact_files(TABLES_IN_ALL + list(FIGURES.values())),
         "results/claims.md",
         REPORT_PAGES,
     localrule: True
@@ -94,6 +113,14 @@ rule ablation_lc:
 rule lambda:
     input:
         artifact_files(["lambda"]),
+    localrule: True
+
+
+rule variants:
+    """The variants a config adds beyond the paper's four that are not λ variants, beside BudgetDraft (results/tables/
+    variants.tex); in `all` when the config has one (λ variants are in the λ table)."""
+    input:
+        artifact_files(["variants"]),
     localrule: True
 
 

@@ -401,6 +401,7 @@ class Plan:
     steps: int
     repeats: int
     hf: bool
+    max_s: float = math.inf
 
 
 def parse(argv=None) -> tuple[Plan, Path | None]:
@@ -414,6 +415,13 @@ def parse(argv=None) -> tuple[Plan, Path | None]:
     parser.add_argument("--no-hf", action="store_true", help="skip transformers' generate")
     parser.add_argument("--smoke", action="store_true", help="tiny models on the CPU, eager: the code path only")
     parser.add_argument("--out", type=Path, help="also write the report to this file")
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=7.5,
+        help="a context is skipped (and said so) when the previous one's seconds would take the run past this "
+        "(0: no limit)",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -431,6 +439,7 @@ def parse(argv=None) -> tuple[Plan, Path | None]:
         steps=args.steps or steps,
         repeats=args.repeats or repeats,
         hf=not args.no_hf,
+        max_s=args.max_minutes * 60 if args.max_minutes > 0 else math.inf,
     )
     if plan.steps < 2 or plan.repeats < 1:
         parser.error("--steps must be >= 2 and --repeats >= 1")
@@ -455,8 +464,13 @@ def main(argv=None) -> None:
         )
     lines = header(plan, verifier, next(iter(drafters.values())))
     progress(f"models built in {time.perf_counter() - begun:.0f} s")
-    rows = []
+    rows, skipped, last_s = [], [], 0.0
     for context in plan.contexts:
+        started = time.perf_counter()
+        if rows and started - begun + last_s > plan.max_s:  # compilation dominates: as long as the last context
+            skipped.append(context)
+            progress(f"{label(context)} skipped: the last context took {last_s:.0f} s, past --max-minutes")
+            continue
         prompt = torch.randint(
             verifier.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(context)
         ).to(plan.device)
@@ -469,7 +483,12 @@ def main(argv=None) -> None:
                 hf(plan, verifier, prompt, cache, row)
                 progress(f"{label(context)} HF {cache} done at {time.perf_counter() - begun:.0f} s")
         rows.append(row)
-    lines += ["", *table(rows, plan.budgets), "", "Targets (issue 28):", *verdicts(rows, plan.budgets, plan.device), ""]
+        last_s = time.perf_counter() - started
+    lines += ["", *table(rows, plan.budgets)]
+    if skipped:
+        names = ", ".join(f"{label(c)} ({c:,})" for c in skipped)
+        lines.append(f"\nNot measured, to stay within --max-minutes {plan.max_s / 60:g}: {names} (run them alone).")
+    lines += ["", "Targets (issue 28):", *verdicts(rows, plan.budgets, plan.device), ""]
     lines += ["Every measurement:", "", *details(rows), ""]
     lines.append(f"Total {time.perf_counter() - begun:.0f} s (models built, warm-ups and compilation included).")
     report = "\n".join(lines) + "\n"

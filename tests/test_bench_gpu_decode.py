@@ -60,3 +60,11 @@ def test_without_cuda_it_says_what_it_needs_in_one_line():
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1] == "needs a CUDA device; --smoke runs a CPU smoke test"
     assert run.stdout == ""
+
+
+def test_a_context_past_the_time_budget_is_skipped_and_named():
+    """The first context always runs; a later one that would take the run past --max-minutes is named, not run."""
+    run = bench("--smoke", "--contexts", "32", "48", "--budgets", "16", "--no-hf", "--max-minutes", "0.01")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "| 32 (32) |" in run.stdout and "| 48 (48) |" not in run.stdout
+    assert "Not measured, to stay within --max-minutes 0.01: 48 (48) (run them alone)." in run.stdout

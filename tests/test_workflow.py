@@ -365,3 +365,56 @@ def test_a_graphs_run_plans_eager_companions_on_their_own_engine(workdir):
     assert all("--engine graphs" in c for c in commands if c not in eager)
     _, plain = snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml")
     assert "+eager" not in plain  # an eager run has no companions
+
+
+EXTRA_VARIANTS = {"lambda0.25": {"lambda_c": 0.25}, "budgets_mix": {"budgets": [16, 32], "budget_weights": [0.9, 0.1]}}
+
+
+def test_extra_variants_are_trained_and_evaluated_like_the_papers(workdir):
+    """`--config variants={...}` adds a λ variant (λ = 0.25) and another (a budget mix) to the paper's four: each is
+    trained per replicate and measured at γ_fixed over every dataset x context x budget (as lambda1.0); the λ table
+    reads the λ variant's cells, the `variants` table (in `all` because the config has such a variant) the other's."""
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    reps, g = cfg["replicates"], cfg["gamma_fixed"]
+    extra = f"variants={json.dumps(EXTRA_VARIANTS)}"
+    _, out = snakemake(workdir, "-n", "-p", "all", "--configfile", "config/ci.yaml", "--config", extra)
+    counts = job_counts(out)
+    assert counts["train"] == 6 * reps and counts["table"] == 7 + 1, counts
+    places = [(d, c, b) for d in cfg["datasets"] for c in cfg["contexts"] for b in cfg["budgets"]]
+    assert counts["eval_replicate_cell"] == 76 * reps + 2 * len(places) * reps, counts
+    for label in EXTRA_VARIANTS:
+        assert all(f"output: results/drafters/r{r}/{label}\n" in out for r in range(reps))
+        for r in range(reps):
+            assert all(f"results/cells/{label}/r{r}/{d}/{c}/B{b}_g{g}.parquet" in out for d, c, b in places)
+    commands = {
+        artifact: next(line for line in out.splitlines() if f"paper --artifact {artifact} " in line)
+        for artifact in ("lambda", "variants", "main")
+    }
+    assert "lambda0.25/r1/" in commands["lambda"] and "budgets_mix/" not in commands["lambda"]
+    assert "budgets_mix/r1/" in commands["variants"] and "lambda0.25/" not in commands["variants"]
+    assert '"lambda0.25": {"lambda_c": 0.25' in commands["lambda"] and '"budgets_mix"' not in commands["lambda"]
+    assert '"budgets_mix": {"lambda_c": 0.5, "budgets": [16, 32]' in commands["variants"]
+    assert "lambda0.25/" not in commands["main"] and "budgets_mix/" not in commands["main"]
+    trained = next(line for line in out.splitlines() if "train --init" in line and "r0/lambda0.25 " in line)
+    assert '"lambda_c": 0.25' in trained
+    # a λ variant alone: the λ table shows it, and `all` builds no `variants` table (`snakemake variants` would)
+    only = f"variants={json.dumps({'lambda0.25': {'lambda_c': 0.25}})}"
+    _, out = snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml", "--config", only)
+    assert job_counts(out)["table"] == 7 and "variants.tex" not in out
+    _, out = snakemake(workdir, "-n", "variants", "--configfile", "config/ci.yaml", "--config", only)
+    assert "results/tables/variants.tex" in out and "lambda0.25" not in out.split("rule table:", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("sd", "variants = 'sd': must not be one of ['ar', 'sd', 'triforce', 'eagle3']"),
+        ("bd@snapkv", "variants = 'bd@snapkv': must match"),
+        ("bd+eager", "variants = 'bd+eager': must match"),
+        ("..", "variants = '..': must match"),
+    ],
+)
+def test_a_variant_name_that_is_unsafe_or_a_method_label_fails_naming_the_key(workdir, name, message):
+    bad = f"variants={json.dumps({name: {'lambda_c': 0.25}})}"
+    code, out = snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml", "--config", bad, check=False)
+    assert code != 0 and message in out and "Job stats" not in out, out[-2000:]

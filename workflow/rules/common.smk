@@ -188,6 +188,18 @@ def cells_at(labels, datasets=None, contexts=None, gamma=None):
     ]
 
 
+# Variants beyond the paper's four (config `variants`) are trained and evaluated like them, at γ_fixed over every
+# dataset x context x budget (as lambda1.0): a λ variant (its training differs from BudgetDraft's in lambda_c alone,
+# budgetdraft.names.lambda_variants) joins the λ table, in order of λ; any other the `variants` table, which `all`
+# builds only when there is one. Each of the two tables is handed the variants it shows (artifact_settings).
+LAMBDA_VARIANTS = names.lambda_variants(
+    {v: {**config["training"], **o} for v, o in config["variants"].items()}
+)
+OTHER_VARIANTS = [v for v in names.extra_variants(VARIANTS) if v not in LAMBDA_VARIANTS]
+ALL_TABLES = TABLES + list(names.EXTRA_TABLES)  # every table the `table` rule builds
+TABLES_IN_ALL = TABLES + (["variants"] if OTHER_VARIANTS else [])
+
+
 def artifact_cells(artifact):
     """The cell files one table or figure reads (docs/artifacts.md, 'cells it needs')."""
     cmp, single, collapse = (
@@ -202,7 +214,8 @@ def artifact_cells(artifact):
         "vram_gamma": ar_cells() + sweeps,
         "vram": ar_cells() + cells_at([SD, BD]),
         "ablation_lc": ar_cells() + cells_at([names.LA_ONLY, BD]),
-        "lambda": ar_cells() + cells_at([BD, names.LAMBDA1]),
+        "lambda": ar_cells() + cells_at(LAMBDA_VARIANTS),
+        "variants": ar_cells() + cells_at([BD] + OTHER_VARIANTS),
         "comparison": ar_cells([cmp["dataset"]], cmp["contexts"])
         + cells_at([SD, BD], [cmp["dataset"]], cmp["contexts"], cmp["gamma"])
         + [
@@ -241,14 +254,18 @@ def all_cells():
     """Every cell the claims read: the artifacts' and, on graphs, the eager companions (engine_cells)."""
     return list(
         dict.fromkeys(
-            [c for a in TABLES + list(FIGURES.values()) for c in artifact_cells(a)]
+            [
+                c
+                for a in TABLES_IN_ALL + list(FIGURES.values())
+                for c in artifact_cells(a)
+            ]
             + engine_cells()
         )
     )
 
 
 def artifact_files(artifacts):
-    files = [f"results/tables/{a}.tex" for a in artifacts if a in TABLES]
+    files = [f"results/tables/{a}.tex" for a in artifacts if a in ALL_TABLES]
     files += [
         f"results/figures/{stem}.{ext}"
         for stem, a in ALL_FIGURES.items()
@@ -553,7 +570,18 @@ def samples(dataset):
 
 
 def artifact_settings(artifact):
-    """The settings JSON of one artifact: `paper_settings`, and for the policies figure its `policies:` too."""
+    """The settings JSON of one artifact: `paper_settings`, for the policies figure with its `policies:` too, for the
+    λ and `variants` tables with only the extra variants each shows (LAMBDA_VARIANTS, OTHER_VARIANTS).
+    """
+    shown = {"lambda": LAMBDA_VARIANTS, "variants": OTHER_VARIANTS}.get(artifact)
+    if shown is not None and set(names.extra_variants(VARIANTS)) - set(shown):
+        settings = json.loads(paper_settings())
+        settings["variants"] = {
+            v: x
+            for v, x in settings["variants"].items()
+            if v in names.REQUIRED_VARIANTS or v in shown
+        }
+        return json.dumps(settings)
     if artifact != "fig_policies":
         return paper_settings()
     settings = {

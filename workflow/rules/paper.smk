@@ -27,6 +27,13 @@ REPORT_PAGES = [
 REPORT_LABELS = {
     name: {"artifact": name, "paper": paper} for name, paper in PAPER_NAMES.items()
 }
+# tables beyond the paper (budgetdraft.names.EXTRA_TABLES: `variants`)
+REPORT_LABELS.update(
+    {
+        name: {"artifact": name, "paper": "not in the paper"}
+        for name in names.EXTRA_TABLES
+    }
+)
 # {stage: the benchmark files of the jobs `all` runs}, from each rule's own `benchmark:` pattern; read by the
 # runtimes page, and computed only when rule run_summary is planned
 STAGE_BENCHMARKS = {
@@ -89,13 +96,13 @@ rule table:
     log:
         "logs/tables/{artifact}.log",
     wildcard_constraints:
-        artifact="|".join(TABLES),
+        artifact="|".join(ALL_TABLES),
     conda:
         "../../envs/budgetdraft.yaml"
     params:
-        settings=paper_settings(),
+        settings=lambda wc: artifact_settings(wc.artifact),
         drafters=drafters_flag,
-        name=lambda wc: f"{PAPER_NAMES[wc.artifact]} ({wc.artifact})",
+        name=lambda wc: f"{REPORT_LABELS[wc.artifact]['paper']} ({wc.artifact})",
     shell:
         "python -m budgetdraft paper --artifact {wildcards.artifact} --out {output.tex}"
         " --settings {params.settings:q} {params.drafters} --cells {input.cells} > {log} 2>&1; "
