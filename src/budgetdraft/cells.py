@@ -32,6 +32,7 @@ from budgetdraft.models import load_model, preload
 from budgetdraft.names import EAGLE3, METHODS, SHARED
 from budgetdraft.prefill import check_covers, load_prefills
 from budgetdraft.sampling import add_sampling_flags, sampling_from_args
+from budgetdraft.settings import CHUNK_SIZE, SCORE_WINDOW, THREADS
 
 CELL_COLUMNS = [
     "label",
@@ -209,8 +210,8 @@ def configure_parser(parser) -> None:
     parser.add_argument("--budget", type=int, default=0, help="drafter KV budget B in tokens (0 for AR)")
     parser.add_argument("--gamma", type=int, default=0, help="draft length γ (0 for AR)")
     parser.add_argument("--policy", default="topk_chunks", choices=POLICIES, help="sparse policy of sd drafters")
-    parser.add_argument("--chunk-size", type=int, default=8)
-    parser.add_argument("--score-window", type=int, default=32)
+    parser.add_argument("--chunk-size", type=int, default=CHUNK_SIZE)
+    parser.add_argument("--score-window", type=int, default=SCORE_WINDOW)
     parser.add_argument("--draft-vocab", help="sd: .safetensors of the token ids the drafter may draft (draft-vocab)")
     parser.add_argument("--max-new-tokens", type=int, required=True, help="tokens generated per prompt and run")
     parser.add_argument("--warmup", type=int, default=1, help="discarded warm-up generations")
@@ -227,7 +228,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--verifier-dtype", default="float32")
     parser.add_argument("--drafter-dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=THREADS)
     parser.add_argument(
         "--engine", default="eager", choices=ENGINES, help="decode steps op by op (eager) or as CUDA graphs (graphs)"
     )

@@ -7,11 +7,12 @@ import json
 import torch
 
 from budgetdraft.decoding import autoregressive, speculative
-from budgetdraft.drafters import SCORE_WINDOW, SparseDrafter
+from budgetdraft.drafters import SparseDrafter
 from budgetdraft.draftvocab import load_vocab
 from budgetdraft.engine import ENGINES
 from budgetdraft.kvcache import POLICIES
 from budgetdraft.sampling import add_sampling_flags, sampling_from_args
+from budgetdraft.settings import CHUNK_SIZE, SCORE_WINDOW, THREADS
 
 
 def configure_parser(parser) -> None:
@@ -26,13 +27,13 @@ def configure_parser(parser) -> None:
     parser.add_argument("--gamma", type=int, default=5, help="draft length γ")
     parser.add_argument("--budget", type=int, default=256, help="drafter KV budget B (tokens of the prompt kept)")
     parser.add_argument("--policy", default="topk_chunks", choices=POLICIES, help="sparse policy of the drafter")
-    parser.add_argument("--chunk-size", type=int, default=8)
+    parser.add_argument("--chunk-size", type=int, default=CHUNK_SIZE)
     parser.add_argument("--score-window", type=int, default=SCORE_WINDOW, help="last prefill queries that score chunks")
     parser.add_argument("--draft-vocab", help=".safetensors of the token ids the drafter may draft (draft-vocab)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--verifier-dtype", default="float32")
     parser.add_argument("--drafter-dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--threads", type=int, default=THREADS, help="torch CPU threads (0 = torch's default)")
     parser.add_argument(
         "--engine", default="eager", choices=ENGINES, help="decode steps op by op (eager) or as CUDA graphs (graphs)"
     )

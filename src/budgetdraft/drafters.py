@@ -27,9 +27,7 @@ from budgetdraft.kvcache import (
 )
 from budgetdraft.metrics import cache_bytes, module_tensors
 from budgetdraft.sampling import Sampler
-from budgetdraft.settings import TrainingHparams
-
-SCORE_WINDOW = TrainingHparams.score_window  # last prefill queries that score the prefix (one home: settings)
+from budgetdraft.settings import CHUNK_SIZE, SCORE_WINDOW
 
 
 class SparseDrafter:
@@ -42,7 +40,7 @@ class SparseDrafter:
         model,
         budget: int,
         policy: str = "topk_chunks",
-        chunk_size: int = 8,
+        chunk_size: int = CHUNK_SIZE,
         score_window: int = SCORE_WINDOW,
         prefill_chunk: int | None = None,
         draft_vocab: torch.Tensor | None = None,

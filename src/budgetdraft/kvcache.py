@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
 
+from budgetdraft.settings import CHUNK_SIZE, SCORE_WINDOW
+
 
 class PreallocatedLayer(CacheLayerMixin):
     """One layer's keys/values in a buffer [B, H_kv, capacity, D]; ``length`` slots are valid.
@@ -389,9 +391,9 @@ class PolicyInputs:
 
     prefix_len: int
     budget: int
-    chunk_size: int = 8
+    chunk_size: int = CHUNK_SIZE
     num_layers: int = 1
-    window: int = 32  # score_window: the last prompt queries the scores come from (the observation window)
+    window: int = SCORE_WINDOW  # score_window: the last prompt queries the scores come from (the observation window)
     scores: list[torch.Tensor] | None = None
     head_scores: list[torch.Tensor] | None = None
     verifier_scores: torch.Tensor | None = None
@@ -430,10 +432,6 @@ def get_policy(name: str) -> SparsePolicy:
     if name not in REGISTRY:
         raise ValueError(f"unknown sparse policy {name!r}; choose one of {', '.join(REGISTRY)}")
     return REGISTRY[name]
-
-
-def policy_needs(name: str) -> frozenset[str]:
-    return get_policy(name).needs
 
 
 def check_budget(budget: int, chunk_size: int) -> None:

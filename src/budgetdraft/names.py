@@ -41,6 +41,21 @@ FIGURE_STEMS = {"fig_collapse": "collapse", "fig_gamma": "gamma_sensitivity", "f
 EXTRA_FIGURES = {"fig_policies": "fig:policies"}
 EXTRA_FIGURE_STEMS = {"fig_policies": "policies"}
 ARTIFACTS = {**TABLES, **FIGURES, **EXTRA_FIGURES}
+# artifact or figure stem -> its name in the paper (the labels of the report's entries)
+PAPER_NAMES = {
+    "main": "Table 1",
+    "comparison": "Table 2",
+    "ablation_lc": "Table 3",
+    "vram_gamma": "App. A (vs γ)",
+    "vram": "App. A",
+    "lambda": "App. C",
+    "single_budget": "App. E",
+    "collapse": "Fig. 1",
+    "gamma_sensitivity": "Fig. 3",
+    "errorbar": "App. B",
+    "policies": "not in the paper",
+    "claims": "findings F1-F8",
+}
 
 # A drafter decoded with a sparse policy other than the config's `policy` has its own cell label, LABEL@POLICY
 # (results/cells/sd@snapkv/...); under the config's policy it keeps its plain label, so the grid's paths stay put.

@@ -29,6 +29,7 @@ from budgetdraft.decoding import SharedPrefill, Verifier, ids_tensor, prompt_key
 from budgetdraft.kvcache import num_layers
 from budgetdraft.metrics import Stopwatch
 from budgetdraft.models import load_model
+from budgetdraft.settings import THREADS
 
 METADATA_KEY = "budgetdraft_prefill"
 TIMED_RUNS = 2  # timed prefills per prompt; their median (= mean) is charged
@@ -104,7 +105,7 @@ def configure_parser(parser) -> None:
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=THREADS)
     parser.add_argument("--out", required=True, help="output .safetensors")
 
 

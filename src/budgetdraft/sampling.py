@@ -17,7 +17,7 @@ exactly the drafts equal to the verifier's greedy token and resamples that token
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 
@@ -126,13 +126,23 @@ def sampling_from_flags(temperature: float, top_p: float = 1.0, top_k: int = 0, 
     return None if sampling.temperature == 0 else sampling
 
 
+GREEDY = 0.0  # the temperature of a decoding that samples nothing: the command line's and the config's default
+
+
 def add_sampling_flags(parser) -> None:
+    """--temperature (default greedy) and ``Sampling``'s other fields, with its defaults."""
+    default = {f.name: f.default for f in fields(Sampling)}
     parser.add_argument(
-        "--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy decoding, the paper's setting)"
+        "--temperature",
+        type=float,
+        default=GREEDY,
+        help="sampling temperature (0 = greedy decoding, the paper's setting)",
     )
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (1 = off)")
-    parser.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of each generation's random stream")
+    parser.add_argument(
+        "--top-p", type=float, default=default["top_p"], help="nucleus sampling mass in (0, 1] (1 = off)"
+    )
+    parser.add_argument("--top-k", type=int, default=default["top_k"], help="keep the k most likely tokens (0 = off)")
+    parser.add_argument("--seed", type=int, default=default["seed"], help="seed of each generation's random stream")
 
 
 def sampling_from_args(args) -> Sampling | None:

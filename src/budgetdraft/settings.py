@@ -234,6 +234,14 @@ class _Hparams(_Json):
         return getattr(self, key)
 
 
+# Defaults that several entry points share, each in one place: the config schema's defaults, the command-line
+# parsers (eval-cell, decode, prefill, targets) and the hparams below read these (tests/test_defaults.py checks
+# the schema against them).
+CHUNK_SIZE = 8  # s: prefix tokens per chunk of the sparse cache (the paper's)
+SCORE_WINDOW = 32  # last prefill queries whose attention scores the prefix chunks (TopKChunks)
+THREADS = 1  # torch CPU threads of one job: Snakemake runs jobs side by side, each its share of the cores
+
+
 @dataclass(frozen=True)
 class TrainingHparams(_Hparams):
     """`budgetdraft train --hparams`: the paper's §3.5, plus the machine knobs. A variant (L_A only, λ = 1,
@@ -246,14 +254,14 @@ class TrainingHparams(_Hparams):
     grad_clip: float = 1.0
     budgets: list = field(default_factory=lambda: [256, 512, 1024, 2048])
     budget_weights: list = field(default_factory=lambda: [0.4, 0.3, 0.2, 0.1])
-    chunk_size: int = 8
-    score_window: int = 32  # last prefill queries whose attention scores the prefix chunks (TopKChunks)
+    chunk_size: int = CHUNK_SIZE
+    score_window: int = SCORE_WINDOW
     lambda_c: float = 0.5
     seed: int = 0
     checkpoint_every: int = 250
     dtype: str = "float32"
     device: str = "cpu"
-    threads: int = 0  # torch CPU threads; 0 leaves torch's default
+    threads: int = THREADS  # torch CPU threads; 0 leaves torch's default
     prefill_chunk: int = 2048  # prefix tokens per prefill forward (no grad)
     heldout: int = 0  # the last `heldout` sequences are not trained on; L_A/L_C on them go to eval_log.csv
     freeze_embeddings: bool = False  # keep the token embedding and LM head fixed: on CPU they are 2/3 of a small
@@ -310,7 +318,7 @@ class Eagle3Hparams(_Hparams):
     dtype: str = "float32"
     verifier_dtype: str = "float32"
     device: str = "cpu"
-    threads: int = 1
+    threads: int = THREADS
     feature_cache_mb: int = 2048
     log_every: int = 10
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from budgetdraft.atomic import atomic_path
+from budgetdraft.settings import THREADS
 
 PARTIAL_SUFFIX = ".partial"
 IGNORE = -100  # a target position no loss reads (torch's cross-entropy default ignore_index)
@@ -157,7 +158,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--out", required=True, help="output .safetensors")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--threads", type=int, default=THREADS, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--prefill-chunk", type=int, default=2048, help="prefix tokens per prefill forward")
     parser.add_argument("--save-every", type=int, default=16, help="rewrite OUT.partial every k sequences (resume)")
 

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from budgetdraft.atomic import atomic_path, file_sha256, files_sha256
 from budgetdraft.jsonarg import json_object
-from budgetdraft.settings import TrainingHparams
+from budgetdraft.settings import CHUNK_SIZE, SCORE_WINDOW, TrainingHparams
 from budgetdraft.targets import IGNORE
 
 # Keys that may change between a killed run and its restart without changing the result.
@@ -95,8 +95,8 @@ def branch_logits(
     prefix_len: int,
     budget: int | None,
     *,
-    chunk_size: int = 8,
-    score_window: int = 32,
+    chunk_size: int = CHUNK_SIZE,
+    score_window: int = SCORE_WINDOW,
     prefill_chunk: int | None = None,
 ):
     """Continuation logits [C, V] of the full-cache branch and of the sparse branch (None when budget is None)
@@ -180,7 +180,13 @@ def train_step(drafter, optimizer, scheduler, data: dict, step: int, hp: Trainin
 
 @torch.no_grad()
 def evaluate(
-    drafter, data: dict, budget: int, *, chunk_size: int = 8, score_window: int = 32, prefill_chunk: int | None = None
+    drafter,
+    data: dict,
+    budget: int,
+    *,
+    chunk_size: int = CHUNK_SIZE,
+    score_window: int = SCORE_WINDOW,
+    prefill_chunk: int | None = None,
 ) -> dict:
     """Held-out check, no gradient: mean L_A and L_C(budget) over the sequences of `data`, and the top-1
     agreement with the teacher targets (the greedy acceptance proxy) under the full and the sparse cache.

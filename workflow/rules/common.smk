@@ -99,17 +99,6 @@ CELL_CODE = {
 # ---------------------------------------------------------------- checks beyond the schema
 
 
-def sampling():
-    """`sampling:` with the schema's defaults for the keys it leaves out (temperature 0 = greedy)."""
-    return {
-        "temperature": 0,
-        "top_p": 1.0,
-        "top_k": 0,
-        "seed": 0,
-        **config.get("sampling", {}),
-    }
-
-
 # What the schema cannot express (budgetdraft.configcheck): the first inconsistency, named, before any job.
 check_config(config)
 # A warning, not an error: pinning needs the hub once (budgetdraft.revisions).
@@ -498,7 +487,7 @@ PREFILL_RUNS = 2  # timed runs of a shared verifier prefill; their median is cha
 
 def cell_sampling_flags():
     """The sampling flags of `eval-cell`; none when greedy, so a greedy cell's command is what it always was."""
-    s = sampling()
+    s = config["sampling"]  # the schema's `validate` filled in the keys a config leaves out
     if s["temperature"] == 0:
         return ""
     return f" --temperature {s['temperature']} --top-p {s['top_p']} --top-k {s['top_k']} --seed {s['seed']}"

@@ -2,21 +2,6 @@
 # .tex, the cells behind each artifact, results/claims.md (also the report's first page), the configuration and
 # the runtimes. Pages are derived from the files the rules write (workflow/report/render.py), never typed in.
 RENDER = "workflow/report/render.py"
-# artifact or figure stem -> its name in the paper (labels of the report's entries)
-PAPER_NAMES = {
-    "main": "Table 1",
-    "comparison": "Table 2",
-    "ablation_lc": "Table 3",
-    "vram_gamma": "App. A (vs γ)",
-    "vram": "App. A",
-    "lambda": "App. C",
-    "single_budget": "App. E",
-    "collapse": "Fig. 1",
-    "gamma_sensitivity": "Fig. 3",
-    "errorbar": "App. B",
-    "policies": "not in the paper",
-    "claims": "findings F1-F8",
-}
 REPORT_PAGES = [
     "results/report/configuration.html",
     "results/report/runtimes.html",
@@ -25,7 +10,8 @@ REPORT_PAGES = [
 
 # the labels of an artifact's entries in the report (a table of them per category)
 REPORT_LABELS = {
-    name: {"artifact": name, "paper": paper} for name, paper in PAPER_NAMES.items()
+    name: {"artifact": name, "paper": paper}
+    for name, paper in names.PAPER_NAMES.items()
 }
 # tables beyond the paper (budgetdraft.names.EXTRA_TABLES: `variants`)
 REPORT_LABELS.update(
@@ -141,7 +127,7 @@ rule figure:
     params:
         artifact=lambda wc: ALL_FIGURES[wc.figure],
         settings=lambda wc: artifact_settings(ALL_FIGURES[wc.figure]),
-        name=lambda wc: f"{PAPER_NAMES.get(wc.figure, 'Figure')} ({wc.figure})",
+        name=lambda wc: f"{names.PAPER_NAMES.get(wc.figure, 'Figure')} ({wc.figure})",
     shell:
         "python -m budgetdraft paper --artifact {params.artifact} --out {output.pdf}"
         " --settings {params.settings:q} --cells {input.cells} > {log} 2>&1; "
