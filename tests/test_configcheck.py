@@ -35,8 +35,14 @@ def test_shipped_configs_pass(name):
         (lambda c: c["single_budget"].update(dataset="pg19"), "single_budget.dataset = 'pg19' is not a key"),
         (lambda c: c["comparison"].update(contexts=["1M"]), "context '1M' (comparison/single_budget) is not a key"),
         (lambda c: c["single_budget"].update(trained_budget=99), "single_budget.trained_budget = 99 is not in budgets"),
-        (lambda c: c["training"].update(budget_weights=[1.0]), "training: budgets and budget_weights differ"),
-        (lambda c: c["variants"]["la_only"].update(budgets=[16]), "variants.la_only: budgets and budget_weights"),
+        (
+            lambda c: c["training"].update(budget_weights=[1.0]),
+            "training: budgets [16, 32] and budget_weights [1.0] must pair up",
+        ),
+        (
+            lambda c: c["variants"]["la_only"].update(budgets=[16]),
+            "variants.la_only: budgets [16] and budget_weights [0.6, 0.4] must pair up",
+        ),
         (
             lambda c: c["single_budget"].update(trained_budget=32),
             "single_budget.trained_budget = 32 but the single_budget variant trains at budgets [16]",

@@ -102,6 +102,20 @@ def check_config_files(paths) -> None:
             raise ValueError(str(err)) from None  # one line, not PyYAML's stack
 
 
+def typed_scalars(value):
+    """A ``--config`` value with its numbers and booleans read as a config file reads them: Snakemake reads a nested
+    value (``variants={lambda0.25: {lambda_c: 0.25}}``) with YAML's BaseLoader, every scalar a string ('0.25')."""
+    if isinstance(value, dict):
+        return {k: typed_scalars(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed_scalars(v) for v in value]
+    try:
+        read = yaml.safe_load(value) if isinstance(value, str) else value
+    except yaml.YAMLError:
+        return value
+    return read if isinstance(read, (bool, int, float)) else value
+
+
 # ---------------------------------------------------------------- checks beyond the schema
 
 
@@ -215,12 +229,16 @@ def check_references(config: dict) -> None:
 
 
 def check_training(config: dict) -> None:
-    """One weight per training budget, and a single-budget variant trained at the budget its table names."""
+    """Hyper-parameters the trainer accepts (``settings.TrainingHparams``, the one home of their rules: one weight per
+    budget, ...) for `training` and every variant, and a single-budget variant trained at the budget its table
+    names."""
     for name, hp in [("training", config["training"])] + [
         (f"variants.{v}", {**config["training"], **o}) for v, o in config["variants"].items()
     ]:
-        if len(hp["budgets"]) != len(hp["budget_weights"]):
-            raise ValueError(f"{name}: budgets and budget_weights differ in length")
+        try:
+            TrainingHparams.from_json(hp)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{name}: {err}") from None
     trained = {**config["training"], **config["variants"].get(names.SINGLE, {})}["budgets"]
     if trained != [config["single_budget"]["trained_budget"]]:
         raise ValueError(
