@@ -24,28 +24,12 @@ if not workflow.config_settings.configfiles:
     configfile: "config/config.yaml"
 
 
-# `--config KEY={...}`: Snakemake reads a nested value with YAML's BaseLoader, every scalar a string (variants=
-# {lambda0.25: {lambda_c: 0.25}} would give lambda_c '0.25'); its numbers and booleans are read as a config file's.
-def typed_scalars(value):
-    import yaml
-
-    if isinstance(value, dict):
-        return {k: typed_scalars(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [typed_scalars(v) for v in value]
-    try:
-        read = yaml.safe_load(value) if isinstance(value, str) else value
-    except yaml.YAMLError:
-        return value
-    return read if isinstance(read, (bool, int, float)) else value
-
-
-update_config(config, typed_scalars(workflow.config_settings.config or {}))
-
-
 # The workflow reads the names it shares with the library (budgetdraft.names: labels, artifacts) from src/.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from budgetdraft.configcheck import check_config_files, schema_problems
+from budgetdraft.configcheck import check_config_files, schema_problems, typed_scalars
+
+# `--config KEY={...}`: its numbers and booleans read as a config file's (Snakemake leaves them strings).
+update_config(config, typed_scalars(workflow.config_settings.config or {}))
 
 # A key given twice in a config file: Snakemake's YAML loading keeps the last value; refuse it, naming file and line.
 check_config_files(workflow.configfiles)
