@@ -487,7 +487,8 @@ PREFILL_RUNS = 2  # timed runs of a shared verifier prefill; their median is cha
 
 def cell_sampling_flags():
     """The sampling flags of `eval-cell`; none when greedy, so a greedy cell's command is what it always was."""
-    s = config["sampling"]  # the schema's `validate` filled in the keys a config leaves out
+    # the schema's `validate` filled in the keys a config leaves out
+    s = config["sampling"]
     if s["temperature"] == 0:
         return ""
     return f" --temperature {s['temperature']} --top-p {s['top_p']} --top-k {s['top_k']} --seed {s['seed']}"
