@@ -27,10 +27,20 @@ its command (KeyboardInterrupt in the server's main thread); a model a command l
 registered, train mode) is dropped. On a cluster, where no ``onstart`` runs inside a job, a job's Snakemake sets
 ``BUDGETDRAFT_WARM_AUTOSTART`` to its own pid with the socket path, and the first cell of a job group that finds no
 server starts one (``autostart``) that lives as long as that Snakemake: the group's cells share its models.
+
+**Whom it trusts.** The socket lives in a directory of its own that only this user can enter (``rendezvous``:
+mode 0700, an unpredictable name, made by the Snakefile or the server); a client refuses a directory that is not a
+real directory of its user's with mode 0700 (``private_dir``, by ``lstat``: a symbolic link is refused, not
+followed). Both ends then read the other's credentials (``SO_PEERCRED``) and refuse a process of another uid: the
+client runs its command in its own process and says why in one line, the server closes the connection unread. A
+request carries the command's argv, cwd, standard streams and the few environment variables a command reads that
+a job may set (``SENT_ENV``: paths, thread counts, caches, offline flags); everything else, tokens included, the
+command takes from the server's own environment, which the same Snakemake (or the job's first cell) gave it.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import json
 import os
@@ -38,8 +48,10 @@ import runpy
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
+import tempfile
 import threading
 import time
 
@@ -52,6 +64,21 @@ RESIDENT_COMMANDS = ("eval-cell", "prefill")  # what a resident server runs itse
 NOT_SERVED = -(1 << 30)  # a resident server's answer to any other command: the client runs it in its own process
 # what the commands import besides budgetdraft's own modules, which come from the import graph (`preload_modules`)
 LIBRARIES = ("torch", "pandas", "pyarrow.parquet", "transformers", "transformers.models.llama.modeling_llama")
+# The environment a request carries: what the commands (and the libraries they call) read that differs from job to
+# job or from the server's start. Nothing else travels: no token, no credential (the server has its own, from
+# the same Snakemake). A name here that the client has unset is unset in the command too.
+SENT_ENV = (
+    *("PATH", "PYTHONPATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE", "TZ"),
+    "CUDA_VISIBLE_DEVICES",
+    # Snakemake sets these to a job's threads
+    *("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"),
+    "NUMEXPR_NUM_THREADS",
+    # caches and offline switches (the Snakefile's shell prefix exports the offline ones)
+    *("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_CACHE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"),
+    *("XDG_CACHE_HOME", "BUDGETDRAFT_CACHE"),
+)
+SOCKET_NAME = "warm.sock"
+AUTOSTART_PATIENCE_S = 600  # how long a cell waits for the server it started to listen (it runs cold after)
 
 
 def preload_modules() -> list[str]:
@@ -63,6 +90,56 @@ def preload_modules() -> list[str]:
     baselines = tuple(f"budgetdraft.baselines.{method}" for method in names.BASELINES)
     ours = {module for command in commands() if command != "warm" for module in command_imports(command)}
     return [*LIBRARIES, *sorted(ours | set(command_imports("eval-cell", baselines)) - {__name__})]
+
+
+def rendezvous(tag: str) -> str:
+    """A socket path for a warm process in a new private directory under ``$TMPDIR``: mode 0700 and a name no
+    other user can guess or take first (``tempfile.mkdtemp``). Whoever calls this removes the directory."""
+    return os.path.join(tempfile.mkdtemp(prefix=f"budgetdraft-{tag}-"), SOCKET_NAME)
+
+
+def private_dir(path: str, create: bool = False) -> str | None:
+    """Why directory ``path`` is no place for a warm socket, or None when it is one: a directory (not a symbolic
+    link: ``lstat``, nothing followed) owned by this user with mode 0700. ``create``: make it so if it is missing."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o700)  # whatever the umask
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link (not followed)"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{path} is not a directory"
+    if info.st_uid != os.geteuid():
+        return f"{path} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        return f"{path} has mode {stat.S_IMODE(info.st_mode):04o}, not 0700: other users can enter it"
+    return None
+
+
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a connected Unix socket (``SO_PEERCRED``: for a listening
+    server, the credentials it had when it called listen)."""
+    size = struct.calcsize("3i")
+    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, size))
+
+
+def foreign_peer(conn: socket.socket, who: str) -> str | None:
+    """Why the process at the other end of ``conn`` is not to be trusted (another uid), or None."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return "this platform cannot tell who is at the other end of a socket (no SO_PEERCRED)"
+    pid, uid, _ = peer_credentials(conn)
+    if uid != os.geteuid():
+        return f"the {who} (pid {pid}) runs as uid {uid}, not as this user (uid {os.geteuid()})"
+    return None
+
+
+def sent_env() -> dict[str, str | None]:
+    """The environment a request carries (``SENT_ENV``): each name's value here, None where it is unset."""
+    return {name: os.environ.get(name) for name in SENT_ENV}
 
 
 def _connect(path: str) -> socket.socket | None:
@@ -96,41 +173,70 @@ def autostart(path: str, owner: int) -> socket.socket | None:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # not killed with the cell that started it
             )
-        for _ in range(1200):  # its imports take seconds
-            if os.path.exists(path) or server.poll() is not None:
-                break
-            time.sleep(0.1)
+        deadline = time.monotonic() + AUTOSTART_PATIENCE_S
+        while not os.path.exists(path) and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # its imports take seconds (minutes on a loaded node, where 120 s ran a cell cold)
         return _connect(path)
 
 
 def delegate(argv: list[str]) -> int | None:
-    """Run ``budgetdraft argv`` in the warm process; its exit status, or None when no warm process answers or a
-    resident one does not serve this command."""
+    """Run ``budgetdraft argv`` in the warm process; its exit status, or None when no warm process answers, a
+    resident one does not serve this command, or the socket is not to be trusted (then one line says why)."""
     path = os.environ.get(ENV)
     if not path:
         return None
-    client = _connect(path) if os.path.exists(path) else None
-    if client is None and os.environ.get(AUTOSTART) and argv[0] in RESIDENT_COMMANDS:
-        client = autostart(path, int(os.environ[AUTOSTART]))
-    if client is None:
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    autostarts = bool(os.environ.get(AUTOSTART)) and argv[0] in RESIDENT_COMMANDS
+    if not autostarts and not os.path.lexists(folder):
+        return None  # nothing there: no server to trust or distrust
+    why = private_dir(folder, create=autostarts)
+    client = None
+    if why is None:
+        client = _connect(path) if os.path.lexists(path) else None
+        if client is None and autostarts:
+            client = autostart(path, int(os.environ[AUTOSTART]))
+        if client is None:
+            return None
+        if why := foreign_peer(client, "process listening there"):
+            client.close()
+    if why:
+        print(f"budgetdraft: not using the warm process at {path}: {why}; running {argv[0]} here", file=sys.stderr)
         return None
-    request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
-    socket.send_fds(client, [struct.pack("!I", len(request)) + request], [0, 1, 2])
-    status = client.recv(4)
+    with client:
+        request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": sent_env()}).encode()
+        socket.send_fds(client, [struct.pack("!I", len(request)) + request], [0, 1, 2])
+        status = client.recv(4)
     code = struct.unpack("!i", status)[0] if len(status) == 4 else 1
     return None if code == NOT_SERVED else code
 
 
-def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
-    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
-    size = struct.unpack("!I", data[:4])[0]
+def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
+    """The request on ``conn`` and the client's standard streams; None when the client left before it had sent
+    them all (killed between connect and send), its descriptors closed."""
+    try:
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    except OSError:  # reset by a client killed as it sent
+        return None
     body = data[4:]
-    while len(body) < size:
-        body += conn.recv(size - len(body))
+    size = struct.unpack("!I", data[:4])[0] if len(data) >= 4 else None
+    while size is not None and len(body) < size:
+        try:
+            more = conn.recv(size - len(body))
+        except OSError:
+            more = b""
+        if not more:
+            break
+        body += more
+    if size is None or len(body) < size or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return None
     return json.loads(body), fds
 
 
 def _child(request: dict, fds: list[int]) -> int:
+    global _command_running
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -140,9 +246,15 @@ def _child(request: dict, fds: list[int]) -> int:
         os.fdopen(2, "w", buffering=1, closefd=False),
     )
     os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    os.environ.pop(ENV, None)
+    for name in SENT_ENV:  # the rest of the environment is the server's own
+        value = request["env"].get(name)
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    for name in (ENV, AUTOSTART):  # a command in the warm process does not delegate again
+        os.environ.pop(name, None)
+    tempfile.tempdir = None  # read $TMPDIR again: the job's, not the one the server first saw
     os.environ[ASYNC_LOAD_OFF] = "1"  # a fork must not start transformers' loader threads (torch's OpenMP pool)
     sys.argv = ["budgetdraft", *request["argv"]]
     try:  # the program's entry point, as `python -m budgetdraft ARGV` runs it (not the cli module's API)
@@ -153,6 +265,12 @@ def _child(request: dict, fds: list[int]) -> int:
             return exit_.code or 0
         print(exit_.code, file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # its client left (resident server) or a Ctrl-C: the command has unwound
+        _command_running = False  # first, before any call: the watcher's next interrupt is dropped
+        import traceback
+
+        traceback.print_exc()
+        return 130
     except BaseException:
         import traceback
 
@@ -204,29 +322,47 @@ def _preload(request: dict) -> None:
         print(f"budgetdraft warm: nothing preloaded for {request['argv']}: {err!r}", flush=True)
 
 
-def _watch(conn: socket.socket, done: int) -> None:
-    """In a thread of the resident server: interrupt the main thread's command when the client's end of ``conn``
-    closes before ``done`` becomes readable (the command finished)."""
-    ready, _, _ = select.select([conn, done], [], [])
-    if done not in ready:
-        import _thread
+CLIENT_GONE = signal.SIGUSR2  # what a resident server's watcher raises in its main thread (never sent for real)
+REINTERRUPT_S = 1.0  # how often the watcher interrupts a command that goes on after its client left
+_command_running = False  # in the resident server: whether a command runs (the CLIENT_GONE handler interrupts it)
 
-        _thread.interrupt_main()
+
+def _interrupt_command(signum, frame) -> None:
+    """The resident server's CLIENT_GONE handler: a KeyboardInterrupt in the command that runs; nothing between
+    commands, where an interrupt the watcher raised as its command ended must not cut the server's own restoring
+    of its streams, environment and working directory."""
+    if _command_running:
+        raise KeyboardInterrupt
+
+
+def _watch(conn: socket.socket, done: int) -> None:
+    """In a thread of the resident server: once the client's end of ``conn`` closes before ``done`` becomes
+    readable (the command finished), interrupt the main thread's command, and again every REINTERRUPT_S until it
+    has stopped: an interrupt can be lost where the command runs (a finaliser or a library that catches
+    everything prints and drops it), and a lost one left the server decoding a killed client's 1,000 repeats."""
+    ready, _, _ = select.select([conn, done], [], [])
+    while done not in ready:
+        _thread.interrupt_main(CLIENT_GONE)
+        ready, _, _ = select.select([done], [], [], REINTERRUPT_S)
 
 
 def _run_here(conn: socket.socket, request: dict, fds: list[int]) -> int:
     """Run the command in this process (the resident server), then restore the server's own standard streams,
-    environment, working directory and argv. Returns the command's exit status (1 when interrupted)."""
+    environment, working directory and argv. Returns the command's exit status (130 when its client left)."""
+    global _command_running
     saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
     saved = (sys.stdin, sys.stdout, sys.stderr, dict(os.environ), os.getcwd(), sys.argv)
     done, done_w = os.pipe()
     watcher = threading.Thread(target=_watch, args=(conn, done), daemon=True)
-    watcher.start()
     try:
+        _command_running = True  # before the watcher starts: a client already gone interrupts the command
+        watcher.start()
         return _child(request, fds)
     finally:
+        _command_running = False  # from here on an interrupt is dropped (no call before this: nothing handles one)
         os.write(done_w, b"x")
-        watcher.join()
+        if watcher.ident is not None:
+            watcher.join()
         for target, fd in zip((0, 1, 2), saved_fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -273,9 +409,13 @@ POLL_S = 5.0  # how often an idle server checks that its parent is still there
 def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None = None) -> None:
     """Serve on ``path`` until the process ``owner`` (default: the parent) exits, or ``idle`` seconds pass without
     a request (0: never). (A fixed idle limit alone killed the server while the training chain kept every cell
-    waiting.) ``resident``: run the resident commands here and keep their models, instead of forking."""
+    waiting.) ``resident``: run the resident commands here and keep their models, instead of forking. The
+    socket's directory is made private (mode 0700) if it is missing and refused if it is not private."""
     import importlib
 
+    parent = os.getppid()  # before the imports: a parent that dies meanwhile must still be seen gone
+    if why := private_dir(os.path.dirname(os.path.abspath(path)), create=True):
+        raise SystemExit(f"budgetdraft warm: not serving on {path}: {why}")
     for module in preload_modules():
         importlib.import_module(module)
     import torch
@@ -287,10 +427,12 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
     torch.set_num_threads(1)  # no OpenMP pool for a fork to inherit; each command sets its own --threads
     os.environ[ASYNC_LOAD_OFF] = "1"  # transformers loads weights in a thread pool otherwise
     hf_logging.disable_progress_bar()  # tqdm's monitor thread
-    if not resident:
+    if resident:
+        signal.signal(CLIENT_GONE, _interrupt_command)
+    else:
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the keepers are reaped by the kernel
     server = _listen(path)
-    parent, last_request = os.getppid(), time.monotonic()
+    last_request = time.monotonic()
     mode = "resident" if resident else "forking"
     print(f"budgetdraft warm: serving on {path} ({mode}, pid {os.getpid()}, owner {owner or parent})", flush=True)
     try:
@@ -302,7 +444,14 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
                 if gone or (idle and time.monotonic() - last_request > idle):
                     return
                 continue
-            request, fds = _recv_request(conn)
+            if why := foreign_peer(conn, "client"):
+                print(f"budgetdraft warm: refused a connection: {why}", flush=True)
+                conn.close()  # nothing read from it, nothing run
+                continue
+            if (received := _recv_request(conn)) is None:
+                conn.close()  # the client left before its request was complete
+                continue
+            request, fds = received
             if resident:
                 _serve_here(conn, request, fds)
             else:
@@ -316,7 +465,7 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
 
 
 def _listen(path: str) -> socket.socket:
-    if os.path.exists(path):
+    if os.path.lexists(path):
         os.unlink(path)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)

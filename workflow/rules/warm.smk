@@ -3,14 +3,19 @@
 # itself and keeps their models loaded (no fork after CUDA), locally and inside cluster job groups. Jobs find it
 # through BUDGETDRAFT_WARM and run in their own process when it is absent (dry runs, warm_start: false, other
 # cluster jobs, and --sdm conda / apptainer: the warm process runs in Snakemake's environment, not the rule's).
+# Its socket lives in a private directory (mode 0700, a name no other user can guess or take first) that this
+# Snakemake makes and removes; both ends refuse a peer of another uid (budgetdraft.warm, "Whom it trusts").
+import atexit
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-WARM_SOCKET = os.path.abspath(".snakemake/budgetdraft-warm.sock")
+from budgetdraft.warm import rendezvous
+
 WARM = {}
 
 
@@ -25,13 +30,16 @@ def warm_mode():
 if workflow.remote_exec and warm_mode() == "resident":
     # a cluster job (no onstart runs there): its first cell starts a resident server that its job group's other
     # cells share, with the cell's own Python (a conda environment's too). The job's outermost Snakemake sets
-    # these; each cell of a group runs in a Snakemake of its own below it (srun), which keeps them. The server
-    # exits with that outermost Snakemake.
-    job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
-    tmp = tempfile.gettempdir()  # $TMPDIR: a job's own on most clusters
-    os.environ.setdefault(
-        "BUDGETDRAFT_WARM", os.path.join(tmp, f"budgetdraft-{job}.sock")
-    )
+    # these, with the socket in a private directory of its own under $TMPDIR (never a predictable name in a
+    # shared /tmp) that it removes when it exits; each cell of a group runs in a Snakemake of its own below it
+    # (srun), which keeps them. The server exits with that outermost Snakemake.
+    if "BUDGETDRAFT_WARM" not in os.environ:
+        job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
+        os.environ["BUDGETDRAFT_WARM"] = rendezvous(f"job{job}")
+        os.environ["BUDGETDRAFT_WARM_AUTOSTART"] = str(os.getpid())
+        atexit.register(
+            shutil.rmtree, os.path.dirname(os.environ["BUDGETDRAFT_WARM"]), True
+        )
     os.environ.setdefault("BUDGETDRAFT_WARM_AUTOSTART", str(os.getpid()))
 
 
@@ -45,6 +53,7 @@ onstart:
         path = os.pathsep.join(["src", os.environ.get("PYTHONPATH", "")])
         env = dict(os.environ, PYTHONPATH=path)
         resident = ["--resident"] if warm_mode() == "resident" else []
+        WARM["socket"] = rendezvous("warm")
         WARM["process"] = subprocess.Popen(
             [
                 sys.executable,
@@ -52,7 +61,9 @@ onstart:
                 "budgetdraft",
                 "warm",
                 "--socket",
-                WARM_SOCKET,
+                WARM["socket"],
+                "--owner",
+                str(os.getpid()),
                 *resident,
             ],
             env=env,
@@ -62,16 +73,19 @@ onstart:
         )
         # wait for its imports (a few seconds), or jobs would start before it listens and run cold
         for _ in range(600):
-            if os.path.exists(WARM_SOCKET) or WARM["process"].poll() is not None:
+            if os.path.exists(WARM["socket"]) or WARM["process"].poll() is not None:
                 break
             time.sleep(0.1)
         # read by the jobs' budgetdraft command line, not by this Snakefile
-        os.environ.update(BUDGETDRAFT_WARM=WARM_SOCKET)
+        os.environ.update(BUDGETDRAFT_WARM=WARM["socket"])
 
 
 def stop_warm():
     if "process" in WARM:
         WARM["process"].send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            WARM["process"].wait(30)
+        shutil.rmtree(os.path.dirname(WARM["socket"]), ignore_errors=True)
 
 
 onsuccess:
