@@ -290,6 +290,11 @@ class Grid:
         times = self.rows[tuple(key)].groupby(["replicate", "sample"])["total_s"].mean()
         return ar.reindex(times.index.get_level_values("sample")).to_numpy() / times
 
+    def replicate_speedup(self, key) -> pd.Series:
+        """A cell's speedup (mean over samples of AR per-sample time / per-sample time) in each training replicate
+        (figures.py reads it as ``replicate_{metric}``, beside ``replicate_acceptance``)."""
+        return self.replicate_sample_speedups(key).groupby("replicate").mean()
+
     def replicates(self, key) -> list[int]:
         return sorted(int(r) for r in self.rows[self.need(*key)]["replicate"].unique())
 
