@@ -1,0 +1,82 @@
+"""The embedded default's decoding speed on the CPU, to compare two checkouts of the library (before / after a change
+of the decode loop): run it once per checkout, alternating, with that checkout's ``src`` first on PYTHONPATH.
+
+    for i in 1 2 3; do for src in /tmp/before/src src; do
+        PYTHONPATH=$src python bench/cpu_decode_before_after.py --label $src; done; done
+
+One process loads the embedded verifier (SmolLM2-135M) and the untrained 4-layer drafter, then decodes a
+``--prompt-tokens`` prompt of Hamlet ``--repeats`` times with AR and with SD (B = ``--budget``, γ = ``--gamma``),
+after one warm-up each, and prints one JSON line: per method the median and min/max of the decode seconds per new
+token (the prefill excluded) and of the whole generation, the thread's CPU seconds (a loaded machine's wall clock
+cannot resolve a few per cent), the tokens (identical across checkouts: the loop is lossless) and the acceptance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from budgetdraft.data import shakespeare_texts
+from budgetdraft.decoding import autoregressive, speculative
+from budgetdraft.models import load_model, load_tokenizer
+
+try:  # the paper's drafter moved from decoding.py to drafters.py with the fixed-shape engine
+    from budgetdraft.drafters import SparseDrafter
+except ImportError:
+    from budgetdraft.decoding import SparseDrafter
+
+
+def summary(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def measure(decode, repeats: int) -> dict:
+    decode()  # warm-up
+    wall, cpu, per_token, gen = [], [], [], None
+    for _ in range(repeats):
+        c0, t0 = time.thread_time(), time.perf_counter()
+        gen = decode()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - c0)
+        per_token.append(gen.stats.decode_s / (gen.stats.new_tokens - 1))
+    return {
+        "decode_s_per_token": summary(per_token),
+        "total_wall_s": summary(wall),
+        "total_cpu_s": summary(cpu),
+        "acceptance": gen.stats.acceptance,
+        "tokens": gen.tokens,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--label", default="")
+    parser.add_argument("--prompt-tokens", type=int, default=1024)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--budget", type=int, default=64)
+    parser.add_argument("--gamma", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    verifier, drafter = load_model("embedded:smollm2"), load_model("embedded:smollm2:layers=4")
+    text = shakespeare_texts()["shakespeare:hamlet_gut"]
+    ids = load_tokenizer("embedded:smollm2")(text)["input_ids"][: args.prompt_tokens]
+    n = args.new_tokens
+    out = {
+        "label": args.label,
+        "ar": measure(lambda: autoregressive(verifier, ids, n, eos_token_id=[]), args.repeats),
+        "sd": measure(
+            lambda: speculative(SparseDrafter(drafter, args.budget), verifier, ids, n, args.gamma, eos_token_id=[]),
+            args.repeats,
+        ),
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
