@@ -34,7 +34,7 @@ def workdir(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
     # what the workflow itself imports at plan time (importgraph reads cli.py's COMMANDS)
-    for module in ("names", "configcheck", "models", "atomic", "importgraph", "cli", "revisions", "settings"):
+    for module in ("names", "configcheck", "models", "atomic", "importgraph", "cli", "revisions", "settings", "warm"):
         shutil.copy(ROOT / f"src/budgetdraft/{module}.py", tmp_path / f"src/budgetdraft/{module}.py")
     return tmp_path
 
