@@ -51,7 +51,7 @@ def record_prefills(verifier_model, prompts: list[list[int]], repeats: int, warm
         key = prompt_key(ids)
         for layer in range(num_layers(verifier_model)):
             k, v = verifier.cache.kv(layer)
-            tensors[f"{key}.{layer}.k"], tensors[f"{key}.{layer}.v"] = k.contiguous(), v.contiguous()
+            tensors[f"{key}.{layer}.k"], tensors[f"{key}.{layer}.v"] = k.clone(), v.clone()  # the buffers are reused
         tensors[f"{key}.logits"] = verifier.last_logits.contiguous()
         meta[key] = {
             "first_token": first,
