@@ -322,7 +322,10 @@ def _preload(request: dict) -> None:
         print(f"budgetdraft warm: nothing preloaded for {request['argv']}: {err!r}", flush=True)
 
 
-CLIENT_GONE = signal.SIGUSR2  # what a resident server's watcher raises in its main thread (never sent for real)
+# What a resident server's watcher raises in its main thread, with a handler of the server's own. (It was SIGINT:
+# a process started from a background job, `snakemake ... &`, nohup, a CI script, inherits SIGINT ignored, Python
+# then installs no handler for it, interrupt_main does nothing, and a killed client's command ran to its end.)
+CLIENT_GONE = signal.SIGUSR2
 REINTERRUPT_S = 1.0  # how often the watcher interrupts a command that goes on after its client left
 _command_running = False  # in the resident server: whether a command runs (the CLIENT_GONE handler interrupts it)
 
@@ -338,8 +341,8 @@ def _interrupt_command(signum, frame) -> None:
 def _watch(conn: socket.socket, done: int) -> None:
     """In a thread of the resident server: once the client's end of ``conn`` closes before ``done`` becomes
     readable (the command finished), interrupt the main thread's command, and again every REINTERRUPT_S until it
-    has stopped: an interrupt can be lost where the command runs (a finaliser or a library that catches
-    everything prints and drops it), and a lost one left the server decoding a killed client's 1,000 repeats."""
+    has stopped: an interrupt that lands where Python drops exceptions (a finaliser prints "Exception ignored")
+    or in code that catches everything must not leave the server decoding a killed client's 1,000 repeats."""
     ready, _, _ = select.select([conn, done], [], [])
     while done not in ready:
         _thread.interrupt_main(CLIENT_GONE)
