@@ -87,7 +87,6 @@ def test_dry_run_plans_every_cell(workdir, name, cells, files):
     grid = expected_cells(cfg)
     assert len(grid) == cells
     assert sum(cfg["replicates"] if replicated(cfg, c[0]) else 1 for c in grid) == files
-    start = time.time()
     _, out = snakemake(workdir, "-n", "all", "--configfile", f"config/{name}.yaml")
     counts = job_counts(out)
     assert counts.get("eval_cell", 0) + counts.get("eval_replicate_cell", 0) == files, counts
@@ -99,7 +98,6 @@ def test_dry_run_plans_every_cell(workdir, name, cells, files):
     shared = cfg.get("share_verifier_prefill", False)  # one prefill job per prompts file, or none
     assert counts.get("verifier_prefill", 0) == shared * counts["prepare_prompts"]
     assert counts.get("train_eagle3", 0) == ("eagle3" in cfg["baselines"]["enabled"])
-    assert time.time() - start < 60
 
 
 @pytest.mark.parametrize("name", ["config", "ci", "paper"])
