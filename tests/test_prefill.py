@@ -14,7 +14,8 @@ from budgetdraft.prefill import check_covers, load_prefills, record_prefills, sa
 @pytest.fixture(scope="module")
 def prompts():
     torch.manual_seed(3)
-    return [torch.randint(0, 96, (n,)).tolist() for n in (48, 64, 57)]  # 48, 64: whole multiples of the 16-slot rounding
+    # 48 and 64 fill the 16-slot rounding of the verifier's cache exactly
+    return [torch.randint(0, 96, (n,)).tolist() for n in (48, 64, 57)]
 
 
 @pytest.fixture(scope="module")

@@ -35,11 +35,11 @@ if workflow.remote_exec and warm_mode() == "resident":
     # (srun), which keeps them. The server exits with that outermost Snakemake.
     if "BUDGETDRAFT_WARM" not in os.environ:
         job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
-        os.environ["BUDGETDRAFT_WARM"] = rendezvous(f"job{job}")
-        os.environ["BUDGETDRAFT_WARM_AUTOSTART"] = str(os.getpid())
-        atexit.register(
-            shutil.rmtree, os.path.dirname(os.environ["BUDGETDRAFT_WARM"]), True
+        job_socket = rendezvous(f"job{job}")
+        os.environ.update(
+            BUDGETDRAFT_WARM=job_socket, BUDGETDRAFT_WARM_AUTOSTART=str(os.getpid())
         )
+        atexit.register(shutil.rmtree, os.path.dirname(job_socket), True)
     os.environ.setdefault("BUDGETDRAFT_WARM_AUTOSTART", str(os.getpid()))
 
 
