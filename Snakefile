@@ -13,6 +13,8 @@ Stages (workflow/rules/): models -> data -> targets -> train -> eval (one job pe
 import sys
 from pathlib import Path
 
+import yaml
+
 from snakemake.utils import min_version, update_config, validate
 
 min_version("9.0")
@@ -29,7 +31,15 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from budgetdraft.configcheck import check_config_files, schema_problems, typed_scalars
 
 # `--config KEY={...}`: its numbers and booleans read as a config file's (Snakemake leaves them strings).
-update_config(config, typed_scalars(workflow.config_settings.config or {}))
+update_config(
+    config,
+    typed_scalars(
+        workflow.config_settings.config or {},
+        yaml.safe_load(
+            (Path(workflow.basedir) / "workflow/schemas/config.schema.yaml").read_text()
+        ),
+    ),
+)
 
 # A key given twice in a config file: Snakemake's YAML loading keeps the last value; refuse it, naming file and line.
 check_config_files(workflow.configfiles)

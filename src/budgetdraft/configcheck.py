@@ -102,15 +102,21 @@ def check_config_files(paths) -> None:
             raise ValueError(str(err)) from None  # one line, not PyYAML's stack
 
 
-def typed_scalars(value):
+def typed_scalars(value, schema: dict | None = None):
     """A ``--config`` value with its numbers and booleans read as a config file reads them: Snakemake reads a nested
-    value (``variants={lambda0.25: {lambda_c: 0.25}}``) with YAML's BaseLoader, every scalar a string ('0.25')."""
+    value (``variants={lambda0.25: {lambda_c: 0.25}}``) with YAML's BaseLoader, every scalar a string ('0.25'). Only
+    where ``schema`` (the config schema, walked along the value) wants no string: a string key, such as a commit id
+    of `revisions` made of digits, stays a string."""
+    schema = schema or {}
     if isinstance(value, dict):
-        return {k: typed_scalars(v) for k, v in value.items()}
+        props, extra = schema.get("properties", {}), schema.get("additionalProperties", {})
+        return {k: typed_scalars(v, props.get(k, extra if isinstance(extra, dict) else {})) for k, v in value.items()}
     if isinstance(value, list):
-        return [typed_scalars(v) for v in value]
+        return [typed_scalars(v, schema.get("items", {})) for v in value]
+    if not isinstance(value, str) or schema.get("type") == "string" or "pattern" in schema:
+        return value
     try:
-        read = yaml.safe_load(value) if isinstance(value, str) else value
+        read = yaml.safe_load(value)
     except yaml.YAMLError:
         return value
     return read if isinstance(read, (bool, int, float)) else value
