@@ -278,3 +278,14 @@ def test_the_schema_says_the_variant_name_rule_of_names():
     names_schema = yaml.safe_load(SCHEMA.read_text())["properties"]["variants"]["propertyNames"]
     assert names_schema["pattern"] == names.VARIANT_NAME
     assert names_schema["not"]["enum"] == list(names.METHODS)
+
+
+def test_config_values_are_typed_only_where_the_schema_wants_a_number():
+    """`--config` nested values arrive as strings: λ becomes a number, a commit id of digits stays a string."""
+    from budgetdraft.configcheck import typed_scalars
+
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    given = {"variants": {"lambda0.25": {"lambda_c": "0.25"}}, "revisions": {"a/b": "1" * 40}, "budgets": ["16"]}
+    typed = typed_scalars(given, schema)
+    assert typed["variants"]["lambda0.25"]["lambda_c"] == 0.25 and typed["budgets"] == [16]
+    assert typed["revisions"]["a/b"] == "1" * 40
