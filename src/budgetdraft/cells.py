@@ -21,10 +21,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from budgetdraft import drafters
 from budgetdraft.cellfile import write_cell
 from budgetdraft.decoding import autoregressive, speculative
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.draftvocab import load_vocab
 from budgetdraft.engine import ENGINES
 from budgetdraft.jsonarg import json_object
 from budgetdraft.kvcache import POLICIES
@@ -99,24 +98,9 @@ def make_decoder(args, verifier, prefilled=None):
     if not args.drafter:
         raise ValueError(f"method {args.method!r} needs --drafter")
     extra = json_object(args.extra, "--extra")
-    if args.method == "sd":
-        drafter_model = load_model(args.drafter, args.device, args.drafter_dtype)
-        vocab = load_vocab(args.draft_vocab) if args.draft_vocab else None
-
-        def new_drafter():
-            return SparseDrafter(
-                drafter_model,
-                args.budget,
-                args.policy,
-                args.chunk_size,
-                args.score_window,
-                draft_vocab=vocab,
-                engine=args.engine,
-            )
-    else:
-        # A baseline module provides drafter_factory(verifier, args, extra) -> () -> a fresh drafter per run.
-        baseline = importlib.import_module(f"budgetdraft.baselines.{args.method}")
-        new_drafter = baseline.drafter_factory(verifier, args, extra)
+    # drafters (the paper's) or a baseline module: drafter_factory(verifier, args, extra) -> () -> a fresh drafter
+    module = drafters if args.method == "sd" else importlib.import_module(f"budgetdraft.baselines.{args.method}")
+    new_drafter = module.drafter_factory(verifier, args, extra)
     return lambda ids, n: speculative(
         new_drafter(),
         verifier,

@@ -7,8 +7,7 @@ import json
 import torch
 
 from budgetdraft.decoding import autoregressive, speculative
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.draftvocab import load_vocab
+from budgetdraft.drafters import drafter_factory
 from budgetdraft.engine import ENGINES
 from budgetdraft.kvcache import POLICIES
 from budgetdraft.sampling import add_sampling_flags, sampling_from_args
@@ -61,17 +60,7 @@ def run(args) -> None:
     if args.method == "ar":
         gen = autoregressive(verifier, ids, args.max_new_tokens, sampling=sampling, engine=args.engine)
     else:
-        drafter_model = load_model(args.drafter, args.device, args.drafter_dtype)
-        vocab = load_vocab(args.draft_vocab) if args.draft_vocab else None
-        drafter = SparseDrafter(
-            drafter_model,
-            args.budget,
-            args.policy,
-            args.chunk_size,
-            args.score_window,
-            draft_vocab=vocab,
-            engine=args.engine,
-        )
+        drafter = drafter_factory(verifier, args, {})()
         gen = speculative(
             drafter, verifier, ids, args.max_new_tokens, args.gamma, sampling=sampling, engine=args.engine
         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from budgetdraft.drafter import Reads, VerifierPrefill
-from budgetdraft.draftvocab import ReducedHead
+from budgetdraft.draftvocab import ReducedHead, load_vocab
 from budgetdraft.engine import steps_for
 from budgetdraft.kvcache import (
     PolicyInputs,
@@ -141,3 +141,18 @@ class SparseDrafter:
     def weight_tensors(self):
         head = [self.head.weight] if isinstance(self.head, ReducedHead) else []
         return [*module_tensors(self.model), *head]
+
+
+def drafter_factory(verifier, args, extra: dict):
+    """``eval-cell`` / ``decode`` method sd: the drafter model of ``args`` (its budget, policy, chunk size, score
+    window, draft vocabulary and engine), loaded once; returns () -> a fresh drafter per run, as a baseline
+    module's ``drafter_factory`` does (``extra``: no settings of its own)."""
+    from budgetdraft.models import load_model
+
+    if extra:
+        raise ValueError(f"method sd takes no --extra settings, got {sorted(extra)}")
+    model = load_model(args.drafter, args.device, args.drafter_dtype)
+    vocab = load_vocab(args.draft_vocab) if args.draft_vocab else None
+    return lambda: SparseDrafter(
+        model, args.budget, args.policy, args.chunk_size, args.score_window, draft_vocab=vocab, engine=args.engine
+    )
