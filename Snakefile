@@ -13,9 +13,7 @@ Stages (workflow/rules/): models -> data -> targets -> train -> eval (one job pe
 import sys
 from pathlib import Path
 
-import yaml
-
-from snakemake.utils import min_version, update_config, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -28,30 +26,18 @@ if not workflow.config_settings.configfiles:
 
 # The workflow reads the names it shares with the library (budgetdraft.names: labels, artifacts) from src/.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from budgetdraft.configcheck import check_config_files, schema_problems, typed_scalars
+from budgetdraft.configcheck import check_config
 
-# `--config KEY={...}`: its numbers and booleans read as a config file's (Snakemake leaves them strings).
-update_config(
+# Every check of the config, once, before any job is planned (budgetdraft.configcheck): a key given twice in a config
+# file or in --config, --config's nested numbers typed, names and numbers a run can use, the schema (every problem
+# one plain line; its defaults filled in), then what a schema cannot express.
+check_config(
     config,
-    typed_scalars(
-        workflow.config_settings.config or {},
-        yaml.safe_load(
-            (Path(workflow.basedir) / "workflow/schemas/config.schema.yaml").read_text()
-        ),
-    ),
+    schema=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml",
+    files=workflow.configfiles,
+    argv=sys.argv,
+    overrides=workflow.config_settings.config,
 )
-
-# A key given twice in a config file: Snakemake's YAML loading keeps the last value; refuse it, naming file and line.
-check_config_files(workflow.configfiles)
-# Every schema problem in one plain line each (key, value, rule), before Snakemake's own check fills defaults.
-PROBLEMS = schema_problems(
-    config, Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"
-)
-if PROBLEMS:
-    raise ValueError(
-        f"the config has {len(PROBLEMS)} problem(s):\n  " + "\n  ".join(PROBLEMS)
-    )
-validate(config, "workflow/schemas/config.schema.yaml")
 
 
 # Rules run the library in src/ (the same code that their `code` inputs declare), installed or not. With only

@@ -1,5 +1,6 @@
 """Settings that would silently mean something else are refused before any job is planned, by a real dry run: a
-config file that gives one key twice (YAML keeps the last value; Snakemake loads the file itself)."""
+config file or a command line that gives one key twice (YAML and Snakemake keep the last value), a number that is
+not finite; and a whole-number float is planned as the integer it is."""
 
 import os
 import shutil
@@ -13,14 +14,18 @@ SNAKEMAKE = shutil.which("snakemake")
 pytestmark = [pytest.mark.workflow, pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")]
 
 
-def dry_run(tmp_path, config_text: str) -> tuple[int, str]:
+def dry_run(tmp_path, config_text: str, *args: str) -> tuple[int, str]:
     for name in ("Snakefile", "workflow", "config", "profiles", "envs", "src"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     (tmp_path / "bad.yaml").write_text(config_text)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.run(
-        [SNAKEMAKE, "-n", "all", "--configfile", "bad.yaml"], cwd=tmp_path, capture_output=True, text=True, env=env
+        [SNAKEMAKE, "-n", "all", "--configfile", "bad.yaml", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -33,3 +38,26 @@ def test_a_duplicated_key_in_the_configfile_is_refused_naming_file_key_and_line(
     assert code != 0
     assert f"bad.yaml, line {last}: key 'max_new_tokens' is given twice (first at line {first})" in out, out[-2000:]
     assert "Job stats" not in out
+
+
+def test_a_key_given_twice_in_config_is_refused(tmp_path):
+    code, out = dry_run(tmp_path, (ROOT / "config" / "ci.yaml").read_text(), "--config", "samples=1", "samples=2")
+    assert code != 0 and "--config gives 'samples' twice (samples=1 and samples=2)" in out, out[-2000:]
+    assert "Job stats" not in out
+
+
+def test_a_nan_lambda_is_refused_before_any_job(tmp_path):
+    text = (
+        (ROOT / "config" / "ci.yaml").read_text().replace("lambda1.0: {lambda_c: 1.0}", "lambda1.0: {lambda_c: .nan}")
+    )
+    code, out = dry_run(tmp_path, text)
+    assert code != 0 and "variants.lambda1.0.lambda_c = nan: must be a finite number" in out, out[-2000:]
+    assert "Job stats" not in out
+
+
+def test_whole_number_floats_plan_as_integers(tmp_path):
+    text = (ROOT / "config" / "ci.yaml").read_text()
+    text = text.replace("replicates: 2 ", "replicates: 2.0 ").replace("budgets: [16, 32]\n", "budgets: [16.0, 32.0]\n")
+    assert "replicates: 2.0" in text and "budgets: [16.0, 32.0]" in text
+    code, out = dry_run(tmp_path, text)
+    assert code == 0 and "results/cells/lambda0.5/r1/gs/128/B16_g5.parquet" in out, out[-2000:]

@@ -289,3 +289,129 @@ def test_config_values_are_typed_only_where_the_schema_wants_a_number():
     typed = typed_scalars(given, schema)
     assert typed["variants"]["lambda0.25"]["lambda_c"] == 0.25 and typed["budgets"] == [16]
     assert typed["revisions"]["a/b"] == "1" * 40
+
+
+# ------------------------------------------------------------------ values that would fail late, or mean something else
+
+
+def refusal(edit, **where) -> str:
+    """The message of check_config (the Snakefile's one entry point, schema included) on config/ci.yaml edited."""
+    cfg = ci_config()
+    edit(cfg)
+    with pytest.raises(ValueError) as err:
+        check_config(cfg, schema=SCHEMA, **where)
+    return str(err.value)
+
+
+@pytest.mark.parametrize(
+    "edit, line",
+    [
+        (lambda c: c["variants"]["lambda1.0"].update(lambda_c=float("inf")), "variants.lambda1.0.lambda_c = inf"),
+        (lambda c: c["variants"]["lambda1.0"].update(lambda_c=float("nan")), "variants.lambda1.0.lambda_c = nan"),
+        (lambda c: c["training"].update(budget_weights=[float("nan"), 0.4]), "training.budget_weights[0] = nan"),
+        (lambda c: c.update(near_tie_margin=float("-inf")), "near_tie_margin = -inf"),
+    ],
+    ids=["lambda-inf", "lambda-nan", "weights-nan", "margin-inf"],
+)
+def test_a_number_that_is_not_finite_is_refused_naming_the_key(edit, line):
+    """`.nan` and `.inf` pass every bound of the schema (comparisons with NaN are False; λ NaN made `lambda_c > 0`
+    False: L_A only, while every record said λ = NaN)."""
+    assert f"{line}: must be a finite number" in refusal(edit)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda c: c["variants"].update({"Lambda1.0": {"lambda_c": 0.7}}),
+            "variants: 'Lambda1.0' differs only by case from variants 'lambda1.0': on macOS, Windows",
+        ),
+        (
+            lambda c: c["variants"].update({"SD": {"lambda_c": 0.7}}),
+            "variants: 'SD' differs only by case from the method label 'sd'",
+        ),
+        (
+            lambda c: c["datasets"].update({"LWM": {"source": "kjv_lwm", "name": "LWM 2"}}),
+            "datasets: 'LWM' differs only by case from datasets 'lwm'",
+        ),
+        (
+            lambda c: (c["contexts"].update({"1k": 100, "1K": 100}), c["gammas"].update({"1k": [3], "1K": [3]})),
+            "contexts: '1K' differs only by case from contexts '1k'",
+        ),
+    ],
+    ids=["variants", "variant-and-method", "datasets", "contexts"],
+)
+def test_names_that_differ_only_by_case_are_refused(edit, message):
+    """Each becomes a folder of results/: on case-insensitive file systems the two would overwrite each other."""
+    assert message in refusal(edit)
+
+
+def test_a_gamma_longer_than_a_run_is_refused():
+    message = refusal(lambda c: c["gammas"]["128"].append(100000))
+    assert message.startswith("gammas.128[2] = 100000 is more than max_new_tokens = 8"), message
+    assert refusal(lambda c: c["comparison"].update(gamma=9)).startswith("comparison.gamma = 9 is more than")
+
+
+def test_a_seed_beyond_32_bits_is_refused_naming_the_key():
+    assert "seed = 10000000000000000000000000000000000000000: must be <= 4294967295" in refusal(
+        lambda c: c.update(seed=10**40)
+    )
+    assert "training.seed = -1: must be >= 0" in refusal(lambda c: c["training"].update(seed=-1))
+
+
+def test_a_name_too_long_for_a_folder_is_refused():
+    message = refusal(lambda c: c["variants"].update({"v" * 300: {"lambda_c": 0.7}}))
+    assert message.startswith("variants: 'vvvvvvvvvvvvvvvvvvvv'... has 300 characters, more than the 64"), message
+
+
+@pytest.mark.parametrize(
+    "edit, line",
+    [
+        (lambda c: c["variants"].update({"lam\n": {"lambda_c": 0.7}}), "variants: the key 'lam\\n' has a control"),
+        (lambda c: c["datasets"].update({"gs\n": c["datasets"].pop("gs")}), "datasets: the key 'gs\\n' has a control"),
+        (lambda c: c["variants"].update({" lam": {"lambda_c": 0.7}}), "variants: the key ' lam' has a control"),
+    ],
+)
+def test_a_key_with_a_newline_is_refused_naming_it(edit, line):
+    """Python's `$` matches before a trailing newline, so `gs\\n` passes the schema's `^[A-Za-z0-9_]+$`."""
+    assert line in refusal(edit)
+
+
+@pytest.mark.parametrize("name", ["</script><img src=x onerror=alert(1)>", "A & B", 'say "hi"', "tab\there"])
+def test_markup_in_a_display_name_is_refused(name):
+    """A dataset's name is a column title of every table, HTML page and the report."""
+    assert f"datasets.gs.name = {name!r}: a column title may not hold" in refusal(
+        lambda c: c["datasets"]["gs"].update(name=name)
+    )
+
+
+def test_whole_number_floats_are_read_as_the_integers_they_are():
+    cfg = ci_config()
+    cfg.update(replicates=2.0, budgets=[16.0, 32.0], max_new_tokens=8.0)
+    cfg["training"]["steps"] = 10.0
+    check_config(cfg, schema=SCHEMA)
+    assert (cfg["replicates"], cfg["budgets"], cfg["training"]["steps"]) == (2, [16, 32], 10)
+    assert all(type(x) is int for x in (cfg["replicates"], *cfg["budgets"], cfg["max_new_tokens"]))
+    assert type(cfg["training"]["lr"]) is float  # a number the schema does not want whole stays a float
+    assert "replicates = 2.5: must be of type integer" in refusal(lambda c: c.update(replicates=2.5))
+
+
+def test_the_schema_defaults_are_filled_in_once_validated():
+    cfg = ci_config()
+    cfg.pop("engine", None), cfg.pop("sampling", None)
+    check_config(cfg, schema=SCHEMA)
+    assert cfg["engine"] == "eager" and cfg["sampling"] == {"temperature": 0, "top_p": 1.0, "top_k": 0, "seed": 0}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["snakemake", "-n", "--config", "samples=1", "samples=2"],
+        ["snakemake", "--config", "samples=1", "-n", "-C", "samples=2"],
+        ["snakemake", "--config=samples=1", "--config", "repeats=2", "samples=2"],
+    ],
+)
+def test_a_key_given_twice_on_the_command_line_is_refused(argv):
+    message = refusal(lambda c: None, argv=argv)
+    assert message.startswith("--config gives 'samples' twice (samples=1 and samples=2)"), message
+    check_config(ci_config(), schema=SCHEMA, argv=["snakemake", "--config", "samples=1", "repeats=2", "-n", "all"])

@@ -1,18 +1,23 @@
-"""A config's problems in plain language, before any job is planned: the schema's, then the ones it cannot express.
+"""A config's problems in plain language, before any job is planned: one entry point, `check_config`.
 
-Snakemake's `validate` reports the first error with the whole sub-schema dumped; the Snakefile calls
-`schema_problems` first, so that a user reads e.g. ``budgets[0] = 0: must be >= 1 (drafter KV budget B in
-tokens), at config['budgets'][0]`` for every problem at once. `check_config` (called by
-workflow/rules/common.smk) then checks what a schema cannot: that the sections agree with each other and with
-the verifier, raising ValueError at the first inconsistency, naming its key and value.
+In order: a key given twice (in a config file, `check_config_files`, or on the command line, `check_config_args`);
+text a folder or a page cannot hold (a key with a newline, markup in a display name) and numbers that are not
+finite (`.nan`, `.inf`: every JSON-schema bound compares False with NaN, so the schema lets them through); then the
+schema, validated once, with every problem one plain line (``budgets[0] = 0: must be >= 1 (drafter KV budget B in
+tokens), at config['budgets'][0]``) and its defaults filled in, a whole-number float read as the integer it is
+(``replicates: 2.0``); then what a schema cannot express (`check_consistency`): that the sections agree with each
+other and with the verifier, a ValueError at the first inconsistency, naming its key and value.
 """
 
 from __future__ import annotations
 
+import copy
+import math
+import re
 from pathlib import Path
 
 import yaml
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 
 from budgetdraft import names
 from budgetdraft.models import check_spec, max_positions
@@ -57,10 +62,104 @@ def problem(error) -> str:
 
 
 def schema_problems(config: dict, schema_path: str | Path) -> list[str]:
-    """Every problem of ``config`` against the YAML JSON-schema at ``schema_path``, one line each, in key order."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    errors = Draft202012Validator(schema).iter_errors(config)
+    """Every problem of ``config`` against the YAML JSON-schema at ``schema_path``, one line each, in key order
+    (``config`` is left as it is)."""
+    return _validate(copy.deepcopy(config), yaml.safe_load(Path(schema_path).read_text()))
+
+
+def _validate(config: dict, schema: dict) -> list[str]:
+    """The schema's problems of ``config``, one line each, its defaults filled in as it is validated (jsonschema's
+    recipe, as Snakemake's ``validate(set_default=True)``: a missing property takes its ``default``)."""
+    base = Draft202012Validator
+    properties = base.VALIDATORS["properties"]
+
+    def fill(validator, props, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in props.items():
+                if isinstance(sub, dict) and "default" in sub:
+                    instance.setdefault(name, copy.deepcopy(sub["default"]))
+        yield from properties(validator, props, instance, schema)
+
+    filling = validators.extend(base, {"properties": fill})
+    errors = filling(schema).iter_errors(config)
     return [problem(e) for e in sorted(errors, key=lambda e: [str(p) for p in e.absolute_path])]
+
+
+def whole_numbers(value, schema: dict, root: dict):
+    """``value`` with every whole-number float that the schema wants an integer read as that integer (YAML reads
+    ``replicates: 2.0`` as a float, which JSON-schema counts as an integer and ``range()`` refuses)."""
+    while isinstance(schema, dict) and "$ref" in schema:  # local references only: "#/definitions/NAME"
+        schema = root["definitions"][schema["$ref"].rsplit("/", 1)[1]]
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(value, dict):
+        props, extra = schema.get("properties", {}), schema.get("additionalProperties", {})
+        return {k: whole_numbers(v, props.get(k, extra), root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v, schema.get("items", {}), root) for v in value]
+    wants_integer = "integer" in (schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")])
+    if wants_integer and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def walk(value, path=()):
+    """(path, key or value) of every mapping key and every scalar of a config, depth first."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield (*path, k), k
+            yield from walk(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from walk(v, (*path, i))
+    else:
+        yield path, value
+
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MARKUP = set("<>&\"'`")  # HTML's: a display name is written into LaTeX, HTML pages and the report
+
+
+def text_problems(config: dict) -> list[str]:
+    """Keys that are no name (a control character, a newline, spaces around: `gs\\n` passes the schema's ``^...$``
+    and then names no file), numbers that are not finite, and markup in a dataset's display name (`datasets.*.name`,
+    a column title of every table and page)."""
+    problems = []
+    for path, item in walk(config):
+        if isinstance(item, str) and path and item == path[-1] and (CONTROL.search(item) or item != item.strip()):
+            problems.append(
+                f"{dotted(path[:-1])}: the key {item!r} has a control character or surrounding spaces: remove them"
+            )
+        elif isinstance(item, float) and not math.isfinite(item):
+            problems.append(f"{dotted(path)} = {item!r}: must be a finite number")
+    for key, dataset in config.get("datasets", {}).items():
+        name = dataset.get("name") if isinstance(dataset, dict) else None
+        if isinstance(name, str) and (MARKUP & set(name) or CONTROL.search(name)):
+            problems.append(
+                f"datasets.{key}.name = {name!r}: a column title may not hold {' '.join(sorted(MARKUP))} or a control "
+                "character (it is written into LaTeX tables and HTML pages)"
+            )
+    return problems
+
+
+def check_config_args(argv) -> None:
+    """Raise ValueError when ``--config`` (or ``-C``) on a Snakemake command line gives one key twice: Snakemake keeps
+    the last silently."""
+    seen, taking = {}, False
+    for arg in map(str, argv or ()):
+        if arg in ("--config", "-C"):
+            taking = True
+            continue
+        if arg.startswith("--config="):
+            arg, taking = arg.split("=", 1)[1], False
+        elif arg.startswith("-") or not taking:
+            taking = False
+            continue
+        key = arg.split("=", 1)[0]
+        if key in seen:
+            raise ValueError(
+                f"--config gives {key!r} twice ({seen[key]} and {arg}): Snakemake would keep only the last; give it once"
+            )
+        seen[key] = arg
 
 
 # ---------------------------------------------------------------- the config files themselves
@@ -125,17 +224,51 @@ def typed_scalars(value, schema: dict | None = None):
 # ---------------------------------------------------------------- checks beyond the schema
 
 
-def check_config(config: dict) -> None:
-    """Raise ValueError naming the key and value of the first inconsistency the schema cannot express (after
-    `schema_problems` and Snakemake's `validate`, before any job is planned)."""
+def check_config(config: dict, schema: str | Path | None = None, files=(), argv=(), overrides=None) -> None:
+    """Every check of a config before any job is planned, the one entry point (the Snakefile calls it once): the
+    config files (``files``) and the command line (``argv``) give no key twice; ``overrides`` (Snakemake's
+    ``--config``, every nested scalar a string) are merged in typed as a config file's; names and numbers are ones a
+    run can use; the ``schema`` (a path) holds, validated once, its defaults filled in and whole-number floats read as
+    integers; the sections agree (`check_consistency`). ``config`` is updated in place, as Snakemake's own
+    ``validate`` does. A ValueError lists every problem up to the schema, one line each, or names the first
+    inconsistency."""
+    check_config_files(files)
+    check_config_args(argv)
+    tree = yaml.safe_load(Path(schema).read_text()) if schema else None
+    merge(config, typed_scalars(overrides or {}, tree))
+    problems = text_problems(config)
+    if tree is not None:
+        problems += _validate(config, tree)
+    if problems:
+        raise ValueError(f"the config has {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+    if tree is not None:
+        config.update(whole_numbers(config, tree, tree))
+    check_consistency(config)
+
+
+def merge(config: dict, overrides: dict) -> None:
+    """``overrides`` merged into ``config`` key by key at every depth (as Snakemake merges ``--config``)."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            merge(config[key], value)
+        else:
+            config[key] = value
+
+
+def check_consistency(config: dict) -> None:
+    """Raise ValueError naming the key and value of the first inconsistency the schema cannot express."""
     check_path_names(config)
     check_variant_names(config)
     check_models(config)
     check_engine(config)
     check_references(config)
+    check_gammas(config)
     check_training(config)
     check_chunks(config)
     check_targets(config)
+
+
+SEGMENT_LENGTH = 64  # characters of a name that becomes a folder: far below a file system's 255 bytes per name
 
 
 def segment_problem(name) -> str | None:
@@ -145,24 +278,44 @@ def segment_problem(name) -> str | None:
         return f"{name!r} is not a folder name of its own"
     if any(sep in name for sep in ("/", "\\", "\0")):
         return f"{name!r} contains a path separator"
+    if len(name) > SEGMENT_LENGTH:
+        return f"{name[:20]!r}... has {len(name)} characters, more than the {SEGMENT_LENGTH} a folder name may have"
     return None
 
 
 def check_path_names(config: dict) -> None:
     """Every key that becomes a path segment (results/cells/LABEL[@POLICY]/DATASET/CONTEXT/..., results/drafters/
     rR/VARIANT, results/data/prompts/DATASET/CONTEXT.parquet) is one folder name: never '.', '..' or with a '/'
-    (a context '..' would write every dataset's cells into one folder, overwriting each other)."""
+    (a context '..' would write every dataset's cells into one folder, overwriting each other), nor one that
+    differs from another of its folder only by case (on macOS, Windows and many network shares `LWM` and `lwm` are
+    one folder: their prompts, drafters and cells would overwrite each other)."""
+    policies = config.get("policies", {}).get("names", [])
+    baselines = config.get("baselines", {}).get("enabled", [])
+    folders = {  # names that share a folder: cell labels (methods and variants) / datasets / contexts
+        "labels": [*(("the method label", m) for m in names.METHODS), *(("variants", k) for k in config["variants"])],
+        "datasets": [("datasets", k) for k in config["datasets"]],
+        "contexts": [("contexts", k) for k in config["contexts"]],
+    }
     segments = [
-        *(("datasets", k) for k in config["datasets"]),
-        *(("contexts", k) for k in config["contexts"]),
+        *folders["datasets"],
+        *folders["contexts"],
         *(("variants", k) for k in config["variants"]),
-        *(("policies.names", p) for p in config.get("policies", {}).get("names", [])),
+        *(("policies.names", p) for p in policies),
         ("policy", config.get("policy", "topk_chunks")),
-        *(("baselines.enabled", b) for b in config.get("baselines", {}).get("enabled", [])),
+        *(("baselines.enabled", b) for b in baselines),
     ]
     for key, name in segments:
         if why := segment_problem(name):
             raise ValueError(f"{key}: {why}, but it names a folder of results/: use letters, digits, '.' and '_' only")
+    for group in folders.values():
+        seen = {}
+        for key, name in group:
+            first_key, first = seen.setdefault(str(name).casefold(), (key, name))
+            if first != name:
+                raise ValueError(
+                    f"{key}: {name!r} differs only by case from {first_key} {first!r}: on macOS, Windows and many "
+                    "network shares the two are one folder of results/ and would overwrite each other; rename one"
+                )
 
 
 def check_variant_names(config: dict) -> None:
@@ -232,6 +385,22 @@ def check_references(config: dict) -> None:
         raise ValueError(
             f"single_budget.trained_budget = {config['single_budget']['trained_budget']} is not in budgets"
         )
+
+
+def check_gammas(config: dict) -> None:
+    """Every γ at most ``max_new_tokens``: a run generates that many tokens, so a longer draft cannot be accepted
+    whole, and the engine's fixed shapes would still hold γ + 1 slots of every cache for it (γ = 100000 asked for
+    30 GB of a 24 GB machine)."""
+    new = config["max_new_tokens"]
+    gammas = [(f"gammas.{c}[{i}]", g) for c, gs in config["gammas"].items() for i, g in enumerate(gs)]
+    gammas += [(f"{key}.gamma", config[key]["gamma"]) for key in ("collapse", "comparison", "single_budget")]
+    gammas += [("gamma_fixed", config.get("gamma_fixed")), ("policies.gamma", config.get("policies", {}).get("gamma"))]
+    for key, gamma in gammas:
+        if gamma is not None and gamma > new:
+            raise ValueError(
+                f"{key} = {gamma} is more than max_new_tokens = {new}: a run generates {new} tokens, so no longer "
+                "draft can be accepted whole; lower it, or raise max_new_tokens"
+            )
 
 
 def check_training(config: dict) -> None:

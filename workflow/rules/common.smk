@@ -9,7 +9,6 @@ from pathlib import Path
 
 # Labels and artifacts have one home, shared with the library (src/ is on sys.path: Snakefile).
 from budgetdraft import names, revisions
-from budgetdraft.configcheck import check_config
 from budgetdraft.importgraph import code_files
 from budgetdraft.settings import Eagle3Hparams, PaperSettings, TrainingHparams, Variant
 
@@ -99,8 +98,6 @@ CELL_CODE = {
 # ---------------------------------------------------------------- checks beyond the schema
 
 
-# What the schema cannot express (budgetdraft.configcheck): the first inconsistency, named, before any job.
-check_config(config)
 # A warning, not an error: pinning needs the hub once (budgetdraft.revisions).
 if unpinned := revisions.unpinned(config):
     print(
