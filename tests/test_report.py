@@ -212,3 +212,55 @@ def test_every_table_is_rendered_with_the_numbers_of_its_tex(browser, pipeline_r
         assert expected and NUMBER.findall(text) == expected, (artifact, text[:2000])
         browser.call("Page.reload")
         browser.wait_for("document.querySelector('.budgetdraft-claims') !== null")
+
+
+HOSTILE = "</script><img src=x onerror=\"document.title='ran'\"><script>window.ran = 1</script>"
+
+
+@pytest.fixture(scope="module")
+def hostile_report(chromium, pipeline_run, tmp_path_factory):
+    """The session's ci run, reported with a dataset whose display name is a script, and the plan-time refusal of
+    markup in names (the second wall) lifted in this copy: what the report does with the name is the first wall."""
+    work = tmp_path_factory.mktemp("hostile")
+
+    def link_or_copy(src, dst):  # results are only read: linked; Snakemake's own folder is copied (it writes there)
+        return shutil.copy2(src, dst) if "/.snakemake/" in src else os.link(src, dst)
+
+    shutil.copytree(pipeline_run, work, dirs_exist_ok=True, copy_function=link_or_copy, symlinks=True)
+    for name in ("src", "workflow", "Snakefile"):  # our code, replaced by real copies before it is edited
+        target = work / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+        (shutil.copytree if (pipeline_run / name).is_dir() else shutil.copy)(pipeline_run / name, target)
+    check = work / "src/budgetdraft/configcheck.py"
+    check.write_text(re.sub(r"(?m)^MARKUP = .*$", "MARKUP = set()", check.read_text()))
+    config = (work / "config/ci.yaml").read_text().replace('name: "GS"', f"name: {json.dumps(HOSTILE)}")
+    (work / "hostile.yaml").write_text(config)
+    out = work / "report.html"
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--report", str(out), "--configfile", "hostile.yaml"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return out
+
+
+@pytest.mark.pipeline
+def test_a_name_holding_a_script_runs_nothing_in_the_report(chromium, hostile_report, tmp_path):
+    """Snakemake embeds each report item's job params verbatim inside an inline <script>: no free text may be there
+    (settings reach their jobs as files). The page loads, no element carries an on* handler, no script of the name
+    ran; and the name is shown as text where tables show it."""
+    page = Browser(chromium, tmp_path / "profile")
+    try:
+        page.call("Page.navigate", url=hostile_report.as_uri())
+        page.wait_for("document.querySelector('.budgetdraft-claims') !== null")
+        handlers = page.js(
+            "[...document.querySelectorAll('*')].flatMap(e => [...e.attributes].filter(a => a.name.startsWith('on'))"
+            ".map(a => e.tagName + ' ' + a.name))"
+        )
+        assert handlers == [], handlers
+        assert page.js("window.ran === undefined && document.title !== 'ran'"), page.js("document.title")
+        assert HOSTILE not in page.js("document.documentElement.innerHTML").replace("\\/", "/")
+    finally:
+        page.close()

@@ -392,9 +392,9 @@ def main(argv=None) -> None:
     c.add_argument("--sources", help="an artifact's .sources.json (its cells with their sha256)")
     c.add_argument("--files", nargs="*", default=[], help="cell files")
     r = sub.add_parser("runtimes", help="benchmark files -> HTML")
-    r.add_argument("out"), r.add_argument("--benchmarks", required=True, help='JSON {"stage": [tsv files]}')
+    r.add_argument("out"), r.add_argument("--run", required=True, help="results/report/run.json (its benchmarks)")
     g = sub.add_parser("config", help="the run's configuration -> HTML")
-    g.add_argument("out"), g.add_argument("--config", required=True), g.add_argument("--configfiles", nargs="*")
+    g.add_argument("out"), g.add_argument("--run", required=True, help="results/report/run.json (config, files)")
     a = p.parse_args(argv)
     if a.kind == "table":
         write(a.out, table_page(Path(a.tex).read_text(encoding="utf-8"), a.name))
@@ -405,9 +405,10 @@ def main(argv=None) -> None:
         cells += [{"path": f, "sha256": sha256(f)} for f in a.files]
         write(a.out, cells_page(a.title, cells))
     elif a.kind == "runtimes":
-        write(a.out, runtimes_page(json.loads(a.benchmarks)))
+        write(a.out, runtimes_page(json.loads(Path(a.run).read_text(encoding="utf-8"))["benchmarks"]))
     else:
-        write(a.out, config_page(json.loads(a.config), a.configfiles or []))
+        run = json.loads(Path(a.run).read_text(encoding="utf-8"))
+        write(a.out, config_page(run["config"], run["configfiles"]))
 
 
 if __name__ == "__main__":

@@ -50,10 +50,29 @@ STAGE_BENCHMARKS = {
 }
 
 
+rule settings:
+    """What one artifact (or the claims) lays out where, as a file its job reads: never in a report item's params,
+    which Snakemake's report embeds verbatim inside an inline <script> (a name holding </script> would run there).
+    Here in params, so that a change of the settings reruns this job and so the artifact's.
+    """
+    output:
+        "results/settings/{name}.json",
+    log:
+        "logs/settings/{name}.log",
+    wildcard_constraints:
+        name="|".join([*ALL_TABLES, *ALL_FIGURES.values(), "claims"]),
+    localrule: True
+    params:
+        settings=lambda wc: artifact_settings(wc.name),
+    run:
+        Path(output[0]).write_text(params.settings, encoding="utf-8")
+
+
 rule table:
     """One LaTeX table of the paper from its cells (formatting changes rerun only this rule, never the grid)."""
     input:
         cells=lambda wc: artifact_cells(wc.artifact),
+        settings="results/settings/{artifact}.json",
         drafters=artifact_drafter_dirs,
         code=SRC["paper"],
         render=RENDER,
@@ -86,12 +105,11 @@ rule table:
     conda:
         "../../envs/budgetdraft.yaml"
     params:
-        settings=lambda wc: artifact_settings(wc.artifact),
         drafters=drafters_flag,
         name=lambda wc: f"{REPORT_LABELS[wc.artifact]['paper']} ({wc.artifact})",
     shell:
         "python -m budgetdraft paper --artifact {wildcards.artifact} --out {output.tex}"
-        " --settings {params.settings:q} {params.drafters} --cells {input.cells} > {log} 2>&1; "
+        " --settings {input.settings} {params.drafters} --cells {input.cells} > {log} 2>&1; "
         "python {input.render} table {output.tex} {output.html} --name {params.name:q} >> {log} 2>&1; "
         "python {input.render} cells {output.cells} --title {params.name:q} --sources {output.sources} >> {log} 2>&1"
 
@@ -101,6 +119,7 @@ rule figure:
     extra ones of their own targets (`policies`)."""
     input:
         cells=lambda wc: artifact_cells(ALL_FIGURES[wc.figure]),
+        settings=lambda wc: f"results/settings/{ALL_FIGURES[wc.figure]}.json",
         code=SRC["paper"],
         render=RENDER,
     output:
@@ -126,11 +145,10 @@ rule figure:
         "../../envs/budgetdraft.yaml"
     params:
         artifact=lambda wc: ALL_FIGURES[wc.figure],
-        settings=lambda wc: artifact_settings(ALL_FIGURES[wc.figure]),
         name=lambda wc: f"{names.PAPER_NAMES.get(wc.figure, 'Figure')} ({wc.figure})",
     shell:
         "python -m budgetdraft paper --artifact {params.artifact} --out {output.pdf}"
-        " --settings {params.settings:q} --cells {input.cells} > {log} 2>&1; "
+        " --settings {input.settings} --cells {input.cells} > {log} 2>&1; "
         "python {input.render} cells {output.cells} --title {params.name:q} --sources {output.sources} >> {log} 2>&1"
 
 
@@ -139,6 +157,7 @@ rule claims:
     a verdict per finding (results/claims.md and .json), from every cell of the grid."""
     input:
         cells=all_cells(),
+        settings="results/settings/claims.json",
         code=SRC["claims"],
         render=RENDER,
     output:
@@ -160,13 +179,34 @@ rule claims:
         "logs/claims.log",
     conda:
         "../../envs/budgetdraft.yaml"
-    params:
-        settings=paper_settings(),
     shell:
-        "python -m budgetdraft claims --out {output.md} --settings {params.settings:q}"
+        "python -m budgetdraft claims --out {output.md} --settings {input.settings}"
         " --cells {input.cells} > {log} 2>&1; "
         "python {input.render} markdown {output.md} {output.html} >> {log} 2>&1; "
         "python {input.render} cells {output.cells} --title 'Findings F1-F8 (claims)' --files {input.cells} >> {log} 2>&1"
+
+
+rule run_record:
+    """What the report's pages about the run show (the configuration, its files, the benchmark files of every job),
+    as a file rule run_summary reads: its params would be embedded in the report's <script> (see rule settings).
+    """
+    input:
+        cells=all_cells(),
+    output:
+        "results/report/run.json",
+    log:
+        "logs/report/run_record.log",
+    localrule: True
+    params:
+        run=lambda wc: json.dumps(
+            {
+                "config": config,
+                "configfiles": [str(f) for f in workflow.configfiles],
+                "benchmarks": {k: f() for k, f in STAGE_BENCHMARKS.items()},
+            }
+        ),
+    run:
+        Path(output[0]).write_text(params.run, encoding="utf-8")
 
 
 rule run_summary:
@@ -174,7 +214,7 @@ rule run_summary:
     every job per stage, from their benchmark files (every such job is upstream of the cells).
     """
     input:
-        cells=all_cells(),
+        run="results/report/run.json",
         render=RENDER,
     output:
         config=report(
@@ -188,11 +228,6 @@ rule run_summary:
     localrule: True
     conda:
         "../../envs/budgetdraft.yaml"
-    params:
-        config=json.dumps(config),
-        configfiles=" ".join(shlex.quote(str(f)) for f in workflow.configfiles),
-        benchmarks=lambda wc: json.dumps({k: f() for k, f in STAGE_BENCHMARKS.items()}),
     shell:
-        "python {input.render} config {output.config} --config {params.config:q}"
-        " --configfiles {params.configfiles} > {log} 2>&1; "
-        "python {input.render} runtimes {output.runtimes} --benchmarks {params.benchmarks:q} >> {log} 2>&1"
+        "python {input.render} config {output.config} --run {input.run} > {log} 2>&1; "
+        "python {input.render} runtimes {output.runtimes} --run {input.run} >> {log} 2>&1"
