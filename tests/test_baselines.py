@@ -179,6 +179,25 @@ def test_train_eagle3_cli_writes_a_loadable_head(tiny_targets, tmp_path):
         train_eagle3_cli(tiny_targets, out, '{"stepz": 1}')
 
 
+def test_train_eagle3_stops_on_a_nan_loss_and_writes_no_head(tiny_targets, tmp_path, monkeypatch):
+    calls, ttt_loss = [], eagle3.ttt_loss
+
+    def nan_from_step_2(*args):
+        calls.append(1)
+        loss, accs = ttt_loss(*args)
+        return (loss * float("nan") if len(calls) > 1 else loss), accs
+
+    monkeypatch.setattr(eagle3, "ttt_loss", nan_from_step_2)
+    out = tmp_path / "eagle3"
+    with pytest.raises(SystemExit) as stop:
+        train_eagle3_cli(tiny_targets, out, json.dumps({"steps": 3, "ttt_steps": 2, "threads": 1}))
+    assert str(stop.value) == (
+        "budgetdraft train-eagle3: error: EAGLE-3 head: the loss is not finite at step 2 of 3 (loss nan, "
+        f"gradient norm nan); training stopped, nothing written to {out}"
+    )
+    assert not out.exists()
+
+
 def train_eagle3_cli(tiny_targets, out, hparams: str) -> None:
     verifier, targets = tiny_targets / "verifier", tiny_targets / "targets.safetensors"
     cli(

@@ -572,6 +572,31 @@ def test_lambda_table_lists_every_lambda_variant_in_order_of_lambda(cells, tmp_p
         paper.build("lambda", list(cells.values()), settings, tmp_path / "missing.tex")
 
 
+def test_lambda_columns_whose_lambda_prints_alike_name_their_variants(cells, tmp_path):
+    """λ = 0.5 (BudgetDraft) and 0.5000001 both print 0.5: those two headers also name their variant (the others
+    stay the paper's), and the trace still re-derives every line."""
+    settings = {**SETTINGS, "variants": {**SETTINGS["variants"], "lam05b": {"lambda_c": 0.5000001}}}
+    extra = relabelled(cells, tmp_path, "la_only", "lam05b")
+    out = tmp_path / "lambda.tex"
+    paper.build("lambda", list(cells.values()) + extra, settings, out)
+    assert paper.trace_file(out)
+    text = out.read_text()
+    heads = [
+        r"$\mathcal{L}_A+0.5\mathcal{L}_C$ (\texttt{lambda0.5})",
+        r"$\mathcal{L}_A+0.5\mathcal{L}_C$ (\texttt{lam05b})",
+        r"$\mathcal{L}_A+\mathcal{L}_C$",
+    ]
+    assert "Ctx & Bud & AR & " + " & ".join(heads) + r" & AR & " in text
+    assert entries(data_rows(text, "& 64")[0])[3:6] == [
+        r"1.52$\times$/90.00",
+        r"1.20$\times$/60.00",
+        r"1.72$\times$/80.00",
+    ]
+    assert (
+        r"0.5\,\mathcal{L}_C$ (\texttt{lambda0.5}) vs $\mathcal{L}_A + 0.5\,\mathcal{L}_C$ (\texttt{lam05b}) vs" in text
+    )
+
+
 def test_variants_table_shows_the_extra_variants_with_their_hyper_parameters(cells, tmp_path):
     settings = {
         **SETTINGS,

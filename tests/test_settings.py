@@ -61,3 +61,30 @@ def test_the_contract_imports_nothing_from_budgetdraft():
     imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert not [m for m in imported if m and m.startswith("budgetdraft")]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), "nan"])
+@pytest.mark.parametrize(
+    "parse, key, value",
+    [
+        (TrainingHparams.from_json, "lambda_c", None),  # NaN must not read as "L_A only" (NaN > 0 is False)
+        (TrainingHparams.from_json, "lr", None),
+        (TrainingHparams.from_json, "steps", None),  # int(inf) would be an OverflowError, not a named key
+        (TrainingHparams.from_json, "budget_weights", lambda bad: [bad, 1.0]),
+        (Eagle3Hparams.from_json, "grad_clip", None),
+        (Eagle3Hparams.from_json, "step_decay", None),
+    ],
+)
+def test_hparams_refuse_non_finite_numbers_naming_the_key(parse, key, value, bad):
+    data = {key: value(bad) if value else bad}
+    if key == "budget_weights":
+        data["budgets"] = [128, 256]
+    with pytest.raises(ValueError, match=f"hparams key '{key}' must be a finite number"):
+        parse(data)
+
+
+def test_nan_lambda_or_weights_fail_the_checks_without_from_json():
+    with pytest.raises(ValueError, match="lambda_c must be >= 0, got nan"):
+        TrainingHparams(lambda_c=float("nan"))
+    with pytest.raises(ValueError, match="budget_weights must be non-negative"):
+        TrainingHparams(budgets=[128], budget_weights=[float("nan")])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -399,6 +400,67 @@ def test_frozen_embeddings_stay_the_initial_ones_and_the_layers_train(pair, tmp_
     assert not torch.equal(before["model.layers.0.mlp.up_proj.weight"], after["model.layers.0.mlp.up_proj.weight"])
     with pytest.raises(ValueError, match="freeze_embeddings"):
         training.resolve_hparams({"freeze_embeddings": "yes"})
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Divergence: a non-finite loss, gradient or weight stops the run before anything is saved
+
+
+def test_an_infinite_lambda_stops_at_the_first_step_and_writes_nothing(pair, tmp_path):
+    _, drafter_dir, targets = pair
+    hp = training.TrainingHparams(**{**HP, "lambda_c": math.inf})  # from_json refuses it: the library bypassed
+    out = tmp_path / "lam"
+    message = re.escape("training: the loss is not finite at step 1 of 6 (loss ")
+    with pytest.raises(ValueError, match=message + r".* \+ inf \* L_C .*nothing written to .*lam$"):
+        training.train(str(drafter_dir), targets, out, hp, progress=False)
+    assert not out.exists() and not (tmp_path / "lam.tmp" / "checkpoints").exists()
+
+
+def test_a_nan_loss_stops_the_cli_in_one_line_and_a_restart_resumes_only_finite_checkpoints(
+    pair, tmp_path, monkeypatch
+):
+    _, drafter_dir, targets = pair
+    calls, top1_ce = [], training.top1_ce
+
+    def nan_from_step_5(logits, target):  # two losses a step: calls 9 and on are steps 5 and 6
+        calls.append(1)
+        loss = top1_ce(logits, target)
+        return loss * math.nan if len(calls) > 8 else loss
+
+    monkeypatch.setattr(training, "top1_ce", nan_from_step_5)
+    out = tmp_path / "r1" / "lambda0.5"
+    args = ["train", "--init", str(drafter_dir), "--targets", str(targets), "--out", str(out)]
+    args += ["--hparams", json.dumps(HP), "--variant", "lambda0.5", "--replicate", "1"]
+    with pytest.raises(SystemExit) as stop:
+        cli(args)
+    assert str(stop.value) == (
+        "budgetdraft train: error: variant lambda0.5, replicate 1: the loss is not finite at step 5 of 6 "
+        f"(loss nan = L_A nan + 0.5 * L_C nan, gradient norm nan); training stopped, nothing written to {out}"
+    )
+    assert not out.exists()
+    checkpoints = out.with_name("lambda0.5.tmp") / "checkpoints"
+    assert [p.name for p in checkpoints.iterdir()] == ["step_3"]  # of finite steps; none after the NaN
+    monkeypatch.setattr(training, "top1_ce", top1_ce)
+    cli(args)  # the same run, resumed from step 3, equals an uninterrupted one
+    assert_same_weights(out, training.train(str(drafter_dir), targets, tmp_path / "whole", HP, progress=False))
+
+
+def test_an_overflowing_update_is_caught_before_any_checkpoint(pair, tmp_path, monkeypatch):
+    """A finite loss and gradient, but an update that leaves a weight infinite (as an overflow would)."""
+    _, drafter_dir, targets = pair
+    optimizer_and_schedule = training.optimizer_and_schedule
+
+    def overflowing(drafter, hp):
+        optimizer, scheduler = optimizer_and_schedule(drafter, hp)
+        weight = optimizer.param_groups[0]["params"][0]
+        optimizer.register_step_post_hook(lambda *_: weight.data.view(-1)[0].fill_(math.inf))
+        return optimizer, scheduler
+
+    monkeypatch.setattr(training, "optimizer_and_schedule", overflowing)
+    hp = {**HP, "steps": 2, "checkpoint_every": 1}
+    with pytest.raises(ValueError, match=r"^training: a weight is not finite after step 1 of 2; training stopped"):
+        training.train(str(drafter_dir), targets, tmp_path / "big", hp, progress=False)
+    assert not (tmp_path / "big").exists() and not (tmp_path / "big.tmp" / "checkpoints").exists()
 
 
 # ------------------------------------------------------------------------------------------------------------

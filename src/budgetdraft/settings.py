@@ -16,6 +16,7 @@ imports nothing from budgetdraft.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import MISSING, dataclass, field, fields
 
 
@@ -234,6 +235,23 @@ class _Hparams(_Json):
         return getattr(self, key)
 
 
+def _non_finite(value) -> bool:
+    """NaN or ±inf, or text that ``float`` reads as one ("nan", "inf"); never a name or a boolean."""
+    try:
+        return not math.isfinite(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _refuse_non_finite(data: dict, what: str) -> None:
+    """An error naming the first key whose number (or a number in its list) is NaN or infinite: NaN passes every
+    bound check (``lambda_c > 0`` and ``< 0`` are both False: "L_A only" without a word), and an infinite lr or
+    lambda_c makes the training loss NaN from its first step."""
+    for key, value in data.items():
+        if any(_non_finite(v) for v in (value if isinstance(value, (list, tuple)) else [value])):
+            raise ValueError(f"{what} key '{key}' must be a finite number, got {value!r}")
+
+
 # Defaults that several entry points share, each in one place: the config schema's defaults, the command-line
 # parsers (eval-cell, decode, prefill, targets) and the hparams below read these (tests/test_defaults.py checks
 # the schema against them).
@@ -270,6 +288,7 @@ class TrainingHparams(_Hparams):
     @classmethod
     def from_json(cls, data: dict | None = None) -> TrainingHparams:
         d = _checked_keys(cls, dict(data or {}), "hparams")
+        _refuse_non_finite(d, "hparams")
         hp = {**TrainingHparams().to_json(), **d}
         counts = ("steps", "warmup_steps", "chunk_size", "score_window", "seed", "checkpoint_every", "threads")
         for name in (*counts, "prefill_chunk", "heldout"):
@@ -286,7 +305,7 @@ class TrainingHparams(_Hparams):
         b, w = self.budgets, self.budget_weights
         if len(b) != len(w) or not b:
             raise ValueError(f"budgets {b} and budget_weights {w} must pair up")
-        if any(x < 0 for x in w) or sum(w) <= 0:
+        if not all(x >= 0 for x in w) or not sum(w) > 0:  # so that NaN fails too
             raise ValueError(f"budget_weights must be non-negative with a positive sum: {w}")
         if any(x < 1 for x in b):
             raise ValueError(f"budgets must be positive: {b}")
@@ -294,7 +313,7 @@ class TrainingHparams(_Hparams):
             raise ValueError(f"freeze_embeddings must be true or false, got {self.freeze_embeddings!r}")
         if self.steps < 1 or self.checkpoint_every < 1 or self.chunk_size < 1 or self.prefill_chunk < 1:
             raise ValueError("steps, checkpoint_every, chunk_size and prefill_chunk must be >= 1")
-        if self.lambda_c < 0:
+        if not self.lambda_c >= 0:  # NaN too: it must not read as lambda_c == 0
             raise ValueError(f"lambda_c must be >= 0, got {self.lambda_c}")
         if self.lambda_c > 0 and self.score_window < 1:
             raise ValueError("TopKChunks needs attention scores: score_window must be >= 1 when lambda_c > 0")
@@ -324,7 +343,9 @@ class Eagle3Hparams(_Hparams):
 
     @classmethod
     def from_json(cls, data: dict | None = None) -> Eagle3Hparams:
-        return cls(**_checked_keys(cls, dict(data or {}), "train-eagle3 hparams"))
+        d = _checked_keys(cls, dict(data or {}), "train-eagle3 hparams")
+        _refuse_non_finite(d, "train-eagle3 hparams")
+        return cls(**d)
 
     def __post_init__(self):
         for name in ("steps", "ttt_steps", "ttt_window", "step0_positions"):

@@ -251,17 +251,27 @@ def lambda_labels(s: Settings) -> list[str]:
     return sorted([BD, LAMBDA1] + extra_variants(s.variants), key=lambda label: (lambda_of(s, label), label))
 
 
+def lambda_names(s: Settings, labels, compact: bool = False) -> list[str]:
+    """Each variant's objective; one that prints like another's (λ = 0.5 and 0.5000001 both print 0.5) also names
+    its variant, so that no two columns of different numbers read alike."""
+    texts = [objective(s, label, compact) for label in labels]
+    return [
+        text + rf" (\texttt{{{latex_text(label)}}})" if texts.count(text) > 1 else text
+        for text, label in zip(texts, labels)
+    ]
+
+
 def table_lambda(grid: Grid, s: Settings) -> Table:
     g, labels = s.gamma_fixed, lambda_labels(s)
     caption = (
-        rf"$\lambda$ sensitivity at $\gamma={g}$ ({' vs '.join(objective(s, label) for label in labels)}). Entries "
+        rf"$\lambda$ sensitivity at $\gamma={g}$ ({' vs '.join(lambda_names(s, labels))}). Entries "
         r"report speedup vs AR / acceptance rate (\%) under the same $\gamma$, context length, and KV budget."
     )
     return three_column_table(
         grid,
         s,
         labels,
-        [objective(s, label, True) for label in labels],
+        lambda_names(s, labels, True),
         True,
         caption,
         TABLES["lambda"],

@@ -162,20 +162,50 @@ def train_step(drafter, optimizer, scheduler, data: dict, step: int, hp: Trainin
     lr = optimizer.param_groups[0]["lr"]
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(drafter.parameters(), hp.grad_clip)
+    grad_norm = torch.nn.utils.clip_grad_norm_(drafter.parameters(), hp.grad_clip)
     optimizer.step()
     scheduler.step()
 
+    # The one host sync of a step (the log row needs the losses anyway) also reads what check_finite needs.
+    nan = torch.tensor(float("nan"), device=loss.device)
+    parts = [loss_a, loss_c if use_c else nan, loss, grad_norm]
+    l_a, l_c, total, norm = torch.stack([t.detach().float() for t in parts]).tolist()
+    weighted = f" = L_A {l_a:.4g} + {hp.lambda_c:g} * L_C {l_c:.4g}" if use_c else ""
+    check_finite(step, hp.steps, total, norm, weighted)
     seconds = time.perf_counter() - start
     return {
         "step": step,
-        "L_A": loss_a.item(),
-        "L_C": loss_c.item() if use_c else float("nan"),
+        "L_A": l_a,
+        "L_C": l_c,
         "budget": budget if use_c else 0,
         "lr": lr,
         "tokens_per_s": data["input_ids"].shape[1] / seconds,
         "seconds": seconds,
     }
+
+
+class Diverged(ValueError):
+    """Training reached a non-finite loss, gradient or weight. The run stops and saves nothing from then on: a NaN
+    drafter would otherwise be measured and published as if it were trained."""
+
+
+def check_finite(step: int, steps: int, loss: float, grad_norm: float, detail: str = "") -> None:
+    """Raise Diverged unless step ``step``'s loss and total gradient norm (the one clipping computes) are finite."""
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        values = f"loss {loss:.4g}{detail}, gradient norm {grad_norm:.4g}"
+        raise Diverged(f"the loss is not finite at step {step + 1} of {steps} ({values})")
+
+
+def check_weights(model, done: int, steps: int) -> None:
+    """Raise Diverged when a weight is not finite (an update can overflow after a finite loss): checked before every
+    checkpoint and the final save, so that neither a resumed run nor the published model starts from one."""
+    if not torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all():
+        raise Diverged(f"a weight is not finite after step {done} of {steps}")
+
+
+def stopped(label: str, err: Diverged, out) -> ValueError:
+    """The one error line of a run that diverged: which run, where, and that ``out`` was not written."""
+    return ValueError(f"{label}: {err}; training stopped, nothing written to {out}")
 
 
 @torch.no_grad()
@@ -451,22 +481,31 @@ def train(
     *,
     stop_after: int | None = None,
     progress: bool = True,
+    label: str = "training",
 ) -> Path | None:
     """Train the drafter `init` on `targets_file`, writing the Hugging Face checkpoint `out`.
 
     Restarting the same call after a kill resumes from the last checkpoint in `out`.tmp/checkpoints if the run
     identity (``_run_identity``: hparams, contents of targets and init, the ``step_code``) is unchanged; otherwise
     the stale work directory is discarded, with a line on stderr naming what changed, and training starts over.
+    A non-finite loss, gradient norm or weight stops the run with a ValueError starting with `label` (which names
+    the run in messages only): `out` is not written, `out`.tmp keeps the checkpoints of the steps before (all
+    finite), so a restart with the same identity fails again at the same step and one with new hparams starts over.
     `stop_after=k` returns (None) after step k without finishing, like a kill (tests)."""
+    try:
+        return _train(init, targets_file, Path(out), resolve_hparams(hparams), stop_after, progress)
+    except Diverged as err:
+        raise stopped(label, err, out) from None
+
+
+def _train(init: str, targets_file, out: Path, hp: TrainingHparams, stop_after, progress: bool) -> Path | None:
     from tqdm import tqdm
 
     from budgetdraft.models import load_model
     from budgetdraft.targets import load_targets
 
-    hp = resolve_hparams(hparams)
     if hp.threads > 0:
         torch.set_num_threads(hp.threads)
-    out = Path(out)
     work = out.with_name(out.name + ".tmp")
     data = load_targets(targets_file)
     num_train, heldout = split_heldout(data, hp)
@@ -484,23 +523,25 @@ def train(
         _log_heldout(drafter, heldout, hp, 0, eval_log, eval_file)
 
     bar = tqdm(range(start, hp.steps), initial=start, total=hp.steps, desc="train", disable=not progress)
-    for step in bar:
-        row = train_step(drafter, optimizer, scheduler, data, step, hp, num_train)
-        log.writerow(row)
-        log_file.flush()
-        bar.set_postfix(L_A=f"{row['L_A']:.3f}", L_C=f"{row['L_C']:.3f}", B=row["budget"])
-        done = step + 1
-        if done % hp.checkpoint_every == 0 and done < hp.steps:
-            save_checkpoint(work, done, drafter, optimizer, scheduler, identity)
-            _log_heldout(drafter, heldout, hp, done, eval_log, eval_file)
-        if stop_after is not None and done >= stop_after and done < hp.steps:
-            for f in (log_file, eval_file):
-                f and f.close()
-            return None
-    bar.close()
-    _log_heldout(drafter, heldout, hp, hp.steps, eval_log, eval_file)
-    for f in (log_file, eval_file):
-        f and f.close()
+    try:
+        for step in bar:
+            row = train_step(drafter, optimizer, scheduler, data, step, hp, num_train)
+            log.writerow(row)
+            log_file.flush()
+            bar.set_postfix(L_A=f"{row['L_A']:.3f}", L_C=f"{row['L_C']:.3f}", B=row["budget"])
+            done = step + 1
+            if done % hp.checkpoint_every == 0 and done < hp.steps:
+                check_weights(drafter, done, hp.steps)
+                save_checkpoint(work, done, drafter, optimizer, scheduler, identity)
+                _log_heldout(drafter, heldout, hp, done, eval_log, eval_file)
+            if stop_after is not None and done >= stop_after and done < hp.steps:
+                return None
+        check_weights(drafter, hp.steps, hp.steps)
+        _log_heldout(drafter, heldout, hp, hp.steps, eval_log, eval_file)
+    finally:
+        bar.close()
+        for f in (log_file, eval_file):
+            f and f.close()
     return publish(work, out, drafter, init)
 
 
@@ -520,8 +561,18 @@ def configure_parser(parser) -> None:
     parser.add_argument(
         "--hparams", default=None, help=f"JSON object or file with any of: {', '.join(TrainingHparams().keys())}"
     )
+    parser.add_argument("--variant", default=None, help="the variant trained, named in error lines only")
+    parser.add_argument("--replicate", default=None, help="the training replicate, named in error lines only")
+
+
+def run_label(args) -> str:
+    """What error lines call this run: its --variant and --replicate (the pipeline's names; labels only, no part of
+    the run identity), else "training"."""
+    parts = [f"variant {args.variant}"] if args.variant else []
+    parts += [f"replicate {args.replicate}"] if args.replicate is not None else []
+    return ", ".join(parts) or "training"
 
 
 def run(args) -> None:
-    out = train(args.init, args.targets, args.out, read_hparams(args.hparams))
+    out = train(args.init, args.targets, args.out, read_hparams(args.hparams), label=run_label(args))
     print(out)

@@ -29,7 +29,7 @@ if BASE:
             hparams=lambda wc: base_hparams(wc.replicate),
         shell:
             "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {output}"
-            " --hparams {params.hparams:q} > {log} 2>&1"
+            " --hparams {params.hparams:q} --variant drafter_base --replicate {wildcards.replicate} > {log} 2>&1"
 
 
 rule train:
@@ -63,7 +63,7 @@ rule train:
         hparams=lambda wc: variant_hparams(wc.variant, wc.replicate),
     shell:
         "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {output}"
-        " --hparams {params.hparams:q} > {log} 2>&1"
+        " --hparams {params.hparams:q} --variant {wildcards.variant} --replicate {wildcards.replicate} > {log} 2>&1"
 
 
 rule train_eagle3:

@@ -266,12 +266,24 @@ def save_head(out, head: Eagle3Head, config: dict, log_rows: list[dict]) -> None
 
 
 def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *, verbose: bool = True) -> dict:
-    """Train an EAGLE-3 head and write ``out/head.safetensors`` + ``out/eagle3.json`` + ``out/loss_log.csv``."""
-    from budgetdraft.models import torch_dtype
-    from budgetdraft.targets import load_targets
-    from budgetdraft.training import lr_factor  # the drafter's schedule: linear warm-up, then cosine
+    """Train an EAGLE-3 head and write ``out/head.safetensors`` + ``out/eagle3.json`` + ``out/loss_log.csv``.
+
+    A non-finite loss, gradient norm or weight stops it with one ValueError naming the step (the drafter's rule,
+    ``budgetdraft.training.check_finite``), and ``out`` is not written."""
+    from budgetdraft.training import Diverged, stopped
 
     hp = resolve_hparams(hparams)
+    try:
+        return _train(verifier_spec, targets_file, out, hp, verbose)
+    except Diverged as err:
+        raise stopped("EAGLE-3 head", err, out) from None
+
+
+def _train(verifier_spec: str, targets_file, out, hp: Eagle3Hparams, verbose: bool) -> dict:
+    from budgetdraft.models import torch_dtype
+    from budgetdraft.targets import load_targets
+    from budgetdraft.training import check_finite, check_weights, lr_factor  # the drafter's schedule and checks
+
     if hp.threads:
         torch.set_num_threads(int(hp.threads))
     torch.manual_seed(int(hp.seed))
@@ -294,13 +306,15 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
         loss, accs = ttt_loss(head, verifier, feats, input_ids[i : i + 1], greedy, hp, generator)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), hp.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(head.parameters(), hp.grad_clip)
         opt.step()
         sched.step()
+        loss_value, norm = torch.stack([loss.detach().float(), grad_norm.float()]).tolist()  # one host sync, as before
+        check_finite(step, hp.steps, loss_value, norm)
         log_rows.append(
             {
                 "step": step,
-                "loss": float(loss.detach()),
+                "loss": loss_value,
                 "acc_step0": accs[0] if accs else math.nan,
                 "acc_mean": sum(accs) / len(accs) if accs else math.nan,
                 "lr": sched.get_last_lr()[0],
@@ -313,6 +327,7 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
                 f"acc {log_rows[-1]['acc_mean']:.3f} ({time.time() - t0:.1f} s)",
                 flush=True,
             )
+    check_weights(head, hp.steps, hp.steps)
     save_head(
         out, head, {**cfg, "verifier": verifier_spec, "targets": str(targets_file), "hparams": hp.to_json()}, log_rows
     )
