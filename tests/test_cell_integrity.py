@@ -1,6 +1,7 @@
 """A cell file proves its integrity and its identity (budgetdraft.cellfile): bytes changed after it was written, rows
 that no decoder writes, or rows of another cell than its path names are refused with the file named; the workflow
-sets such a file aside at plan time (tests/test_unreadable_cells.py). Small synthetic cells, no model."""
+sets such a file aside at plan time (tests/test_unreadable_cells.py). Small synthetic cells; one tiny model decodes
+the cell that accepts the most drafts a cell can."""
 
 import json
 import re
@@ -11,10 +12,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import tiny_cell_args, tiny_cell_inputs
 
-from budgetdraft import cellfile, grid
+from budgetdraft import cellfile, cli, grid, warm
 from budgetdraft.cells import CELL_COLUMNS, write_atomically
 from budgetdraft.names import SHARED
+
+SETTINGS = {  # the least `paper` and `claims` need to get as far as reading their cells
+    "datasets": {"d1": "DS-One"},
+    "contexts": ["1K"],
+    "budgets": [32],
+    "gamma_fixed": 5,
+    "collapse": {"dataset": "d1", "gamma": 5},
+    "comparison": {"dataset": "d1", "contexts": ["1K"], "gamma": 5, "drafter_sizes": {}},
+    "single_budget": {"dataset": "d1", "context": "1K", "gamma": 5, "trained_budget": 32},
+}
 
 
 def rows(label="sd", dataset="d1", context="1K", budget=32, gamma=5, replicate=SHARED, samples=3, repeats=2, new=16):
@@ -103,9 +115,8 @@ def test_a_written_cell_reads_back_sealed(tmp_path):
 def test_every_flipped_bit_is_caught_or_changes_nothing(tmp_path):
     """One bit flipped at positions spread over the whole file (magic, data pages, page headers, footer, the
     digest itself): the cell is refused as a `BadCell` naming it, or it reads exactly as written."""
-    path, original = cell_path(tmp_path), cell_path(tmp_path / "original")
+    path = cell_path(tmp_path)
     write_atomically(rows(), path)
-    write_atomically(rows(), original)
     data, good = path.read_bytes(), cellfile.read_frame(path)
     outcomes = {"refused": 0, "unchanged": 0}
     positions = sorted({*range(0, len(data), max(1, len(data) // 600)), *range(len(data) - 64, len(data))})
@@ -118,13 +129,9 @@ def test_every_flipped_bit_is_caught_or_changes_nothing(tmp_path):
         except cellfile.BadCell as e:
             assert str(e).startswith(f"{path}: ") and "\n" not in str(e), str(e)
             outcomes["refused"] += 1
-            try:  # the tables' reader refuses it too, or (its digest's key flipped: unsealed) reads the same rows
-                read = grid.read_cell(path)
-            except ValueError as again:
-                assert str(again).startswith(f"{path}: "), str(again)
-                continue
-            assert e.reason.startswith("no integrity digest"), e.reason
-            pd.testing.assert_frame_equal(read, grid.read_cell(original))
+            with pytest.raises(ValueError) as again:  # the tables' reader refuses it too (unsealed included)
+                grid.read_cell(path)
+            assert str(again.value) == str(e)
             continue
         pd.testing.assert_frame_equal(df, good, obj=f"cell with bit {pos % 8} of byte {pos} flipped")
         assert cellfile.problem(path) is None
@@ -137,6 +144,14 @@ def test_every_flipped_bit_is_caught_or_changes_nothing(tmp_path):
     [
         (lambda df: df.assign(accepted=-7, acceptance=-7 / df["drafted"]), "row 0: accepted = -7 is negative"),
         (lambda df: df.assign(accepted=df["drafted"] + 1, acceptance=1.05), "row 0: accepted 21 > drafted 20"),
+        (
+            lambda df: df.assign(accepted=15, acceptance=15 / df["drafted"], new_tokens=8, tok_per_s=8 / df["total_s"]),
+            "row 0: accepted 15 >= new_tokens 8",
+        ),
+        (  # the first new token is the prefill's: no cell accepts as many drafts as it has new tokens
+            lambda df: df.assign(new_tokens=df["accepted"], tok_per_s=df["accepted"] / df["total_s"]),
+            "row 0: accepted 10 >= new_tokens 10",
+        ),
         (lambda df: df.assign(accepted=df["accepted"] + 1), "row 0: acceptance = 0.5 but accepted / drafted give"),
         (lambda df: df.assign(repeat=df["repeat"] - 1), "row 0: repeat = -1 is negative"),
         (lambda df: df.assign(drafted=-df["drafted"], accepted=-30), "row 0: drafted = -20 is negative"),
@@ -149,6 +164,8 @@ def test_every_flipped_bit_is_caught_or_changes_nothing(tmp_path):
     ids=[
         "accepted-negative",
         "accepted-beyond-drafted",
+        "accepted-beyond-new-tokens",
+        "accepted-every-new-token",
         "acceptance-not-derived",
         "repeat-negative",
         "drafted-negative",
@@ -224,17 +241,40 @@ def test_a_sealed_cell_edited_afterwards_is_refused(tmp_path):
     assert cellfile.problem(path).startswith(reason)
 
 
-def test_a_cell_without_a_digest_is_read_by_the_library_and_refused_by_the_workflow(tmp_path):
-    """A file written by hand (or before cells were sealed): its rows are checked as any cell's, but it cannot prove
-    its integrity, so the workflow's plan-time check (`problem`) measures it again."""
+def test_a_cell_without_a_digest_is_refused_by_every_reader(tmp_path, monkeypatch):
+    """A file written by hand (or before cells were sealed), its rows plausible: it cannot prove its integrity, so
+    `paper` and `claims` refuse it, naming it, as the workflow's plan-time check (`problem`) does."""
     path = cell_path(tmp_path)
     path.parent.mkdir(parents=True)
     rows().to_parquet(path)
-    assert len(grid.read_cell(path)) == 6
-    assert cellfile.problem(path).startswith("no integrity digest")
-    rows().assign(accepted=-7, acceptance=-7 / 20).to_parquet(path)
-    with refused(path, "accepted = -7 is negative"):
+    reason = "no integrity digest (written before cells were sealed, or not by eval-cell)"
+    with refused(path, reason):
         grid.read_cell(path)
+    with refused(path, reason):
+        grid.load_cells([path])
+    assert cellfile.problem(path) == reason
+    monkeypatch.delenv(warm.ENV, raising=False)
+    for command in (["paper", "--artifact", "main"], ["claims"]):
+        argv = [*command, "--settings", json.dumps(SETTINGS), "--cells", str(path), "--out", str(tmp_path / "o.md")]
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        assert exit_.value.code == f"budgetdraft {command[0]}: error: {path}: {reason}: {cellfile.FIX}"
+    assert not (tmp_path / "o.md").exists()
+
+
+def test_a_cell_accepts_fewer_drafts_than_it_has_new_tokens(tmp_path, monkeypatch):
+    """The bound is what decoding gives: the first new token is the prefill's and every round ends with the verifier's
+    own token, so a drafter that agrees with the verifier every time (the verifier itself, its whole cache kept)
+    accepts new_tokens - verifier_forwards drafts, fewer than its new tokens; eval-cell writes that cell."""
+    tiny_cell_inputs(tmp_path, list(range(3, 40)))
+    out = cell_path(tmp_path, label="x", dataset="d", context="c", budget=16, gamma=3)
+    argv = tiny_cell_args(tmp_path, out, new_tokens=13, extra=("--policy", "full", "--warmup", "0"))
+    argv[argv.index("--drafter") + 1] = str(tmp_path / "v")
+    monkeypatch.delenv(warm.ENV, raising=False)
+    cli.main(["eval-cell", *argv])
+    row = cellfile.read_frame(out).iloc[0]
+    assert row.accepted == row.drafted > 0  # every draft accepted
+    assert row.accepted == row.new_tokens - row.verifier_forwards and row.accepted < row.new_tokens == 13
 
 
 def test_the_digest_covers_every_column_and_its_type():

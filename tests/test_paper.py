@@ -14,9 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from budgetdraft import paper
+from budgetdraft import cellfile, paper
 from budgetdraft.grid import Grid, load_cells
 from budgetdraft.names import TABLES
 
@@ -43,7 +45,7 @@ SETTINGS = {
     },
 }
 SWEEP = {"0.5K": [2, 4, 6], "1K": [2, 4]}
-SAMPLES, REPEATS, NEW_TOKENS = [0, 1, 2], [0, 1], 16
+SAMPLES, REPEATS, NEW_TOKENS = [0, 1, 2], [0, 1], 32  # more new tokens than any cell accepts drafts
 SAMPLE_FACTOR = {0: 0.9, 1: 1.0, 2: 1.1}  # per-sample speedup = cell speedup * factor (mean over samples = 1)
 REPEAT_JITTER = {0: 0.95, 1: 1.05}  # total_s of repeat r = per-sample time * jitter (mean over repeats = 1)
 
@@ -144,8 +146,7 @@ def write_cell(root: Path, label, dataset, context, budget, gamma, method=None, 
                 )
             )
     path = root / label / dataset / context / f"B{budget}_g{gamma}.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_parquet(path)
+    cellfile.write_cell(pd.DataFrame(rows), path)
     return path
 
 
@@ -341,8 +342,8 @@ def test_trace_file_checks_cells_outputs_and_plotted_values_by_content(cells, tm
 
     sd = next(p for p, k in zip(paths, cells) if k[0] == "sd")
     frame = pd.read_parquet(sd)
-    frame.loc[0, "accepted"] += 1  # a cell changed after the artifacts were built
-    frame.to_parquet(sd)
+    frame.loc[0, "accepted"] += 1  # a cell changed after the artifacts were built (measured again)
+    cellfile.write_cell(frame.assign(acceptance=frame["accepted"] / frame["drafted"]), sd)
     for artifact in (table, figure):
         with pytest.raises(ValueError, match="changed since the artifact was built"):
             paper.trace_file(artifact)
@@ -394,10 +395,11 @@ def test_a_truncated_cell_file_is_named_with_its_fix(cells, tmp_path):
     ids=["accepted-raised", "accepted-beyond-drafted", "speed-doubled"],
 )
 def test_a_cell_whose_columns_disagree_is_refused(cells, tmp_path, edit, message):
-    """A cell edited by hand (or mixed from two runs) so that a derived column no longer follows its inputs."""
+    """A cell edited by hand (or mixed from two runs) so that a derived column no longer follows its inputs, and
+    sealed again with a digest of its edited rows (no checks): only its rows can tell."""
     df = pd.read_parquet(cells[("sd", "d1", "1K", 32, 2)])
     edited = tmp_path / "edited.parquet"
-    edit(df).to_parquet(edited)
+    pq.write_table(cellfile.seal(pa.Table.from_pandas(edit(df), preserve_index=False)), edited)
     with pytest.raises(ValueError, match=re.escape(f"{edited}: ") + ".*" + re.escape(message)):
         load_cells([edited])
 
@@ -534,8 +536,7 @@ def relabelled(cells, tmp_path, source: str, label: str) -> list[Path]:
             continue
         frame = pd.read_parquet(path).assign(label=label)
         copy = tmp_path / "extra" / label / Path(*Path(path).parts[-3:])
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(copy)
+        cellfile.write_cell(frame, copy)
         out.append(copy)
     return out
 

@@ -1,17 +1,21 @@
 """Run-time failures that used to end in a traceback are one line naming the setting or the file and the fix:
 a CUDA device on a torch without CUDA, a hub model offline, a model directory whose weights were deleted, a prompt
-file that is not UTF-8."""
+file that is not UTF-8, a full disk while a cell is written, decode's flags that cannot be meant."""
 
+import errno
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import tiny_cell_args, tiny_cell_inputs
 from transformers import LlamaConfig
 
-from budgetdraft import models
+from budgetdraft import cellfile, cli, models, warm
 from budgetdraft.data import decode_text, read_text_file
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -90,3 +94,75 @@ def test_a_prompt_file_that_is_not_utf8_is_named(tmp_path):
     assert read_text_file(path) == "café"
     with pytest.raises(ValueError, match="dataset file data.zip:qmsum.jsonl is not UTF-8"):
         decode_text(b"\xff", "data.zip:qmsum.jsonl", "dataset file")
+
+
+def failing_write(error: OSError):
+    """A parquet writer that leaves half a file where it writes, then fails with ``error`` (a disk filling up)."""
+
+    def write(table, where, **kwargs):
+        Path(where).write_bytes(b"PAR1 half a cell")
+        raise error
+
+    return write
+
+
+def test_a_full_disk_while_a_cell_is_written_is_one_line_naming_the_file(tmp_path, monkeypatch):
+    tiny_cell_inputs(tmp_path, list(range(3, 20)))
+    out = tmp_path / "results" / "cells" / "x" / "d" / "c" / "B16_g3.parquet"
+    full = OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+    monkeypatch.setattr(pq, "write_table", failing_write(full))
+    monkeypatch.delenv(warm.ENV, raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["eval-cell", *tiny_cell_args(tmp_path, out, new_tokens=4, extra=("--warmup", "0"))])
+    said = f"budgetdraft eval-cell: error: no space left on device writing {out}: nothing was written"
+    assert exit_.value.code == said  # one line, non-zero exit (SystemExit with a message)
+    assert list(out.parent.iterdir()) == []  # no cell, no temporary beside it
+
+
+@pytest.mark.parametrize(
+    "error, said",
+    [
+        (PermissionError(errno.EACCES, "Permission denied"), "permission denied"),
+        (OSError(errno.EROFS, "Read-only file system"), "read-only file system"),
+        (OSError("Error writing bytes to file"), "Error writing bytes to file"),  # no errno: pyarrow's first line
+    ],
+    ids=["permission", "read-only", "no-errno"],
+)
+def test_any_failed_write_of_a_cell_is_one_line_naming_the_file(tmp_path, monkeypatch, error, said):
+    out = tmp_path / "cell.parquet"
+    out.write_bytes(b"the cell measured before")
+    monkeypatch.setattr(pq, "write_table", failing_write(error))
+    frame = pd.DataFrame({"sample": [0], "new_tokens": [4], "drafted": [3], "accepted": [2]})
+    with pytest.raises(ValueError) as err:
+        cellfile.write_cell(frame, out)
+    assert str(err.value) == f"{said} writing {out}: nothing was written"
+    assert [p.name for p in tmp_path.iterdir()] == [out.name] and out.read_bytes() == b"the cell measured before"
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--threads", "-4"], "argument --threads: '-4' is not a positive number of threads"),
+        (["--threads", "0"], "argument --threads: '0' is not a positive number of threads"),
+        (["--prompt", ""], "argument --prompt: the prompt is empty: give the text to decode"),
+        (["--prompt", " \n\t"], "argument --prompt: the prompt is empty: give the text to decode"),
+    ],
+    ids=["threads-negative", "threads-zero", "prompt-empty", "prompt-blank"],
+)
+def test_decode_refuses_a_flag_it_cannot_mean_in_one_line(argv, said, monkeypatch, capsys):
+    monkeypatch.delenv(warm.ENV, raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["decode", *argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.splitlines()[-1] == f"budgetdraft decode: error: {said}", err
+    assert "Traceback" not in err
+
+
+def test_decode_refuses_an_empty_prompt_file_naming_it(tmp_path, monkeypatch):
+    path = tmp_path / "prompt.txt"
+    path.write_text("\n  \n")
+    monkeypatch.delenv(warm.ENV, raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["decode", "--prompt-file", str(path)])
+    said = f"budgetdraft decode: error: --prompt-file {path}: the file holds no prompt (empty or blank)"
+    assert exit_.value.code == said

@@ -6,16 +6,22 @@ the schema's metadata; `table_digest`) is stored in the parquet footer's key-val
 every data page carries its CRC (`write_page_checksum`), verified on read. A file whose bytes changed after it was
 written (a flipped bit, a hand edit, a half-finished copy) no longer gives its digest, or no longer parses, and is
 refused. Identity: its rows hold one cell, the one its path names (results/cells/LABEL[/rR]/DATASET/CONTEXT/
-B{B}_g{γ}.parquet, `cell_parts`). Invariants: counts are non-negative, `accepted` ≤ `drafted`, `new_tokens` ≥ 1,
-times are non-negative, and the derived columns (`REDUNDANT`) are what their inputs give.
+B{B}_g{γ}.parquet, `cell_parts`). Invariants: counts are non-negative, `accepted` ≤ `drafted` and `accepted` <
+`new_tokens` (`check_rows`), `new_tokens` ≥ 1, times are non-negative, and the derived columns (`REDUNDANT`) are what
+their inputs give. Every reader verifies all of it (`read_checked`): a file without a digest is refused.
 
-Every refusal is a `BadCell` (a ValueError) naming the file and the reason in one line. Only the standard library,
-numpy, pandas and pyarrow: the workflow imports this module at plan time.
+The seal is an integrity check, not a signature: the digest is an unkeyed sha256 that anyone can recompute, so it
+proves that a file is whole and unchanged since it was sealed, not who wrote it.
+
+Every refusal is a `BadCell` (a ValueError) naming the file and the reason in one line; a write that fails (a full
+disk) is a ValueError naming the file, with nothing left behind (`write_cell`). Only the standard library, numpy,
+pandas and pyarrow: the workflow imports this module at plan time.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -118,13 +124,24 @@ def write_cell(frame: pd.DataFrame, out: str | Path) -> None:
     check_rows(table, out)
     check_identity(table, out)
     table = seal(table)
-    with atomic_path(out) as tmp:
-        pq.write_table(table, tmp, write_page_checksum=True)
+    try:
+        with atomic_path(out) as tmp:
+            pq.write_table(table, tmp, write_page_checksum=True)
+    except OSError as e:  # a full disk, a read-only directory: one line, not pyarrow's traceback
+        raise ValueError(f"{os_reason(e)} writing {out}: nothing was written") from None
 
 
-def read_table(path: str | Path, *, sealed: bool = True) -> pa.Table:
+def os_reason(error: OSError) -> str:
+    """What went wrong, in the system's words ("no space left on device"), or the error's first line when it
+    carries no errno (pyarrow words its errors "Error writing bytes to file. Detail: [errno 28] ...")."""
+    if error.errno:
+        return os.strerror(error.errno).lower()
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def read_table(path: str | Path) -> pa.Table:
     """A cell file's whole table, its page checksums verified and its digest recomputed and compared; a file
-    without a digest (written before cells were sealed, or by hand) is refused when ``sealed``, read otherwise."""
+    without a digest (written before cells were sealed, or by hand) is refused."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"cell file not found: {path}")
@@ -137,9 +154,7 @@ def read_table(path: str | Path, *, sealed: bool = True) -> pa.Table:
         raise BadCell(path, f"not a readable parquet file ({type(e).__name__}: {first[:200]})") from None
     stored = (table.schema.metadata or {}).get(DIGEST_KEY)
     if stored is None:
-        if sealed:
-            raise BadCell(path, "no integrity digest (written before cells were sealed, or not by eval-cell)")
-        return table
+        raise BadCell(path, "no integrity digest (written before cells were sealed, or not by eval-cell)")
     try:
         digest = table_digest(table)
     except Exception as e:  # values a flipped type cannot hold
@@ -162,8 +177,9 @@ def _numbers(table: pa.Table, column: str) -> np.ndarray:
 
 def check_rows(table: pa.Table, path) -> None:
     """Refuse rows that no decoder writes: no rows, a count that is negative or no number, a negative time,
-    `accepted` beyond `drafted`, `new_tokens` below 1, a replicate below `SHARED`, or a derived column
-    (`REDUNDANT`) that is not what its inputs give (edited by hand, mixed from two runs, or damaged)."""
+    `accepted` beyond `drafted` or not below `new_tokens`, `new_tokens` below 1, a replicate
+    below `SHARED`, or a derived column (`REDUNDANT`) that is not what its inputs give (edited by hand, mixed from
+    two runs, or damaged)."""
     if table.num_rows == 0:
         raise BadCell(path, "cell file has no rows")
     names = set(table.column_names)
@@ -182,10 +198,13 @@ def check_rows(table: pa.Table, path) -> None:
     for column, least in (("new_tokens", 1), ("replicate", SHARED)):
         if column in v and not (v[column] >= least).all():
             refuse(column, ~(v[column] >= least), f"is below {least}")
-    if "accepted" in v and "drafted" in v and (over := v["accepted"] > v["drafted"]).any():
-        i = int(np.flatnonzero(over)[0])
-        accepted, drafted = (table.column(c)[i].as_py() for c in ("accepted", "drafted"))
-        raise BadCell(path, f"row {i}: accepted {accepted} > drafted {drafted}")
+    # an accepted draft was drafted, and is emitted (cells decode without EOS) after the first new token, which is
+    # the prefill's: accepted <= drafted and accepted < new_tokens
+    for bound, sign, over in (("drafted", ">", np.greater), ("new_tokens", ">=", np.greater_equal)):
+        if "accepted" in v and bound in v and (bad := over(v["accepted"], v[bound])).any():
+            i = int(np.flatnonzero(bad)[0])
+            accepted, most = (table.column(c)[i].as_py() for c in ("accepted", bound))
+            raise BadCell(path, f"row {i}: accepted {accepted} {sign} {bound} {most}")
     for column, (inputs, derive) in REDUNDANT.items():
         if column not in names or not all(c in names for c in inputs):
             continue
@@ -252,30 +271,30 @@ def path_text(key: dict) -> str:
     return ", ".join(f"{c} {key[c]!r}" for c in IDENTITY if c in key)
 
 
-def read_frame(path: str | Path, columns=None, *, sealed: bool = True) -> pd.DataFrame:
-    """A cell file's rows (all its columns, or those of ``columns``), checked: its integrity (`read_table`), its
-    invariants (`check_rows`) and its identity (`check_identity`); any failure is a `BadCell` naming the file."""
-    table = read_table(path, sealed=sealed)
+def read_checked(path: str | Path) -> pa.Table:
+    """A cell file's table once it has proven its integrity (`read_table`), its invariants (`check_rows`) and its
+    identity (`check_identity`): what every reader of a cell reads (the tables', the claims', the workflow's), so
+    none uses a file that the others would refuse. Any failure is a `BadCell` naming the file."""
+    table = read_table(path)
     check_rows(table, path)
     check_identity(table, path)
+    return table
+
+
+def read_frame(path: str | Path, columns=None) -> pd.DataFrame:
+    """A cell file's rows (all its columns, or those of ``columns``), checked (`read_checked`)."""
+    table = read_checked(path)
     try:
         return (table if columns is None else table.select(list(columns))).to_pandas()
     except Exception as e:
         raise BadCell(path, f"its rows do not decode ({type(e).__name__}: {str(e)[:200]})") from None
 
 
-def check(path: str | Path, *, sealed: bool = True) -> None:
-    """Raise `BadCell` unless ``path`` is a cell file that proves its integrity and identity (`read_frame`)."""
-    table = read_table(path, sealed=sealed)
-    check_rows(table, path)
-    check_identity(table, path)
-
-
 def problem(path: str | Path) -> str | None:
     """Why an existing cell file cannot be used (a sealed cell whose rows hold), or None when it can: the
     workflow's plan-time check, which sets such a file aside to measure the cell again."""
     try:
-        check(path)
+        read_checked(path)
     except BadCell as e:
         return e.reason
     return None

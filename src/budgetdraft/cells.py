@@ -179,7 +179,7 @@ def run_cell(args) -> pd.DataFrame:
 def write_atomically(frame: pd.DataFrame, out: str | Path) -> None:
     """Write the cell's rows to ``out`` sealed (`budgetdraft.cellfile.write_cell`: a digest of its rows and page
     checksums that every reader verifies), refusing rows that break a cell's invariants or are not the cell that
-    ``out`` names."""
+    ``out`` names; a write that fails (a full disk) is one line naming ``out``, and leaves nothing behind."""
     write_cell(frame, out)
 
 

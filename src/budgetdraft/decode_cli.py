@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import torch
@@ -13,13 +14,33 @@ from budgetdraft.kvcache import POLICIES
 from budgetdraft.sampling import add_sampling_flags, sampling_from_args
 from budgetdraft.settings import CHUNK_SIZE, SCORE_WINDOW, THREADS
 
+DEFAULT_PROMPT = "Once upon a time"
+
+
+def positive_threads(text: str) -> int:
+    """--threads as a count of threads: a non-positive one is refused when parsed, not by torch mid-run."""
+    try:
+        threads = int(text)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of threads")
+    return threads
+
+
+def prompt_text(text: str) -> str:
+    """--prompt as given: an empty one is refused rather than silently decoding another prompt."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the prompt is empty: give the text to decode")
+    return text
+
 
 def configure_parser(parser) -> None:
     parser.add_argument("--verifier", default="embedded:smollm2", help="verifier model spec")
     parser.add_argument("--drafter", default="embedded:smollm2:layers=4", help="drafter model spec (sd)")
     parser.add_argument("--method", choices=["ar", "sd"], default="sd")
     src = parser.add_mutually_exclusive_group()
-    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt", type=prompt_text, default=DEFAULT_PROMPT, help=f"prompt text ({DEFAULT_PROMPT!r})")
     src.add_argument("--prompt-file", help="file holding the prompt text")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -32,7 +53,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--verifier-dtype", default="float32")
     parser.add_argument("--drafter-dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=THREADS, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--threads", type=positive_threads, default=THREADS, help="torch CPU threads")
     parser.add_argument(
         "--engine", default="eager", choices=ENGINES, help="decode steps op by op (eager) or as CUDA graphs (graphs)"
     )
@@ -43,12 +64,13 @@ def run(args) -> None:
     from budgetdraft.data import read_text_file
     from budgetdraft.models import load_model, load_tokenizer
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     sampling = sampling_from_args(args)
-    text = args.prompt or "Once upon a time"
+    text = args.prompt
     if args.prompt_file:
         text = read_text_file(args.prompt_file, "--prompt-file")
+        if not text.strip():
+            raise ValueError(f"--prompt-file {args.prompt_file}: the file holds no prompt (empty or blank)")
     tokenizer = load_tokenizer(args.verifier)
     if args.chat:
         ids = tokenizer.apply_chat_template(

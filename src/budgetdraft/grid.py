@@ -62,18 +62,16 @@ OPTIONAL_COLUMNS = ("replicate", "device", "mem_kind", *TIE_COLUMNS, *COST_COLUM
 
 def read_cell(path: Path, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
     """One cell file's `NEEDED_COLUMNS` and those of the `optional` columns it has, once the file has proven its
-    integrity and identity (`budgetdraft.cellfile`: its digest, its invariants, the cell its path names). A missing
-    file, a missing column, a file that is no readable parquet (cut short by a kill, damaged), one whose rows no
-    longer give their digest, contradict each other or are another cell than its path says is an error naming the
-    file (`cellfile.BadCell`). A file without a digest (written by hand, or before cells were sealed) is read and
-    checked otherwise: the workflow refuses such a file at plan time and measures its cell again."""
+    integrity and identity (`cellfile.read_checked`: its digest, its invariants, the cell its path names), as the
+    workflow's plan-time check does, so the tables and claims never read a file that the workflow would measure
+    again. A missing file, a missing column, a file without a digest (written by hand, or before cells were
+    sealed), one that is no readable parquet (cut short by a kill, damaged), whose rows no longer give their
+    digest, contradict each other or are another cell than its path says is an error naming the file."""
     path = Path(path)
-    table = cellfile.read_table(path, sealed=False)
+    table = cellfile.read_checked(path)
     missing = [c for c in NEEDED_COLUMNS if c not in table.column_names]
     if missing:
         raise ValueError(f"{path}: missing cell columns {missing}")
-    cellfile.check_rows(table, path)
-    cellfile.check_identity(table, path)
     present = [c for c in dict.fromkeys(optional) if c in table.column_names and c not in NEEDED_COLUMNS]
     return table.select(NEEDED_COLUMNS + present).to_pandas()
 
