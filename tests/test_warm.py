@@ -313,3 +313,96 @@ def test_a_resident_model_a_command_left_hooked_is_dropped_but_not_for_transform
     QueryCapture(model, window=2)  # never removed
     assert models.release_changed() == [str((tmp_path / "v").resolve())]
     assert models.load_model(str(tmp_path / "v")) is not model
+
+
+def _inode(path) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the file at ``path`` (not followed), None when there is none."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def test_a_second_server_on_a_live_servers_path_refuses_to_start(tmp_path, server):
+    """A second server started on the path of a live one took it (unlinked its socket, bound its own): the first
+    went on unreachable, a resident one holding its models until its owner exited. Now it says so and leaves."""
+    from budgetdraft.warm import peer_credentials
+
+    process, env = server
+    sock = Path(env["BUDGETDRAFT_WARM"])
+    before = _inode(sock)
+    command = [sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock)]
+    second = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": SRC}, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: second.poll() is not None or _inode(sock) != before)
+        assert second.poll() == 1 and _inode(sock) == before, "the second server took the path"
+        line = f"budgetdraft warm: not serving on {sock}: a warm server (pid {process.pid}) already listens there"
+        assert second.stderr.read().splitlines() == [line]
+    finally:
+        second.kill()
+        second.wait()
+        second.stderr.close()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:  # the first one still answers there
+        client.connect(str(sock))
+        assert peer_credentials(client)[0] == process.pid
+
+
+def test_a_server_never_unlinks_a_socket_that_is_not_its_own(tmp_path):
+    """Once another process has the path (here a listener of the test's, bound after the server's socket was
+    removed), the server leaves it when it exits: it once unlinked whatever was at its path."""
+    sock, log = tmp_path / "warm.sock", tmp_path / "warm.log"
+    owner = subprocess.Popen(["sleep", "600"])
+    command = [sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--owner", str(owner.pid)]
+    with open(log, "w") as out:
+        first = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": SRC}, stdout=out, stderr=out)
+    try:
+        wait_for_server(sock, first, log)
+        sock.unlink()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other:
+            other.bind(str(sock))
+            other.listen()
+            taken = _inode(sock)
+            owner.kill()
+            owner.wait()  # reaped: a zombie still counts as running
+            assert wait_until(lambda: first.poll() is not None), "the server outlived its owner"
+            assert _inode(sock) == taken, f"the exiting server removed the other's socket: {log.read_text()}"
+    finally:
+        owner.kill()
+        owner.wait()
+        first.kill()
+        first.wait()
+
+
+def test_a_snakemake_killed_with_sigkill_leaves_nothing_in_the_temporary_directory(tmp_path):
+    """The server exits when its owner is gone; after a kill -9 no onstart/atexit removes the rendezvous
+    directory, which stayed in $TMPDIR (empty) for good. The server removes its socket and that directory."""
+    tmp = tmp_path / "t"  # the owner's and the server's $TMPDIR: what the test inspects
+    tmp.mkdir()
+    starter = (
+        "import os, subprocess, sys; from budgetdraft.warm import rendezvous; path = rendezvous('test'); "
+        "argv = [sys.executable, '-m', 'budgetdraft', 'warm', '--socket', path, '--owner', str(os.getpid())]; "
+        "log = open(sys.argv[1], 'w'); p = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True); "
+        "print(path, p.pid, flush=True); sys.stdin.readline()"
+    )
+    env = {**os.environ, "PYTHONPATH": SRC, "TMPDIR": str(tmp)}
+    log = tmp_path / "warm.log"
+    snakemake = subprocess.Popen(
+        [sys.executable, "-c", starter, str(log)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    path, pid = snakemake.stdout.readline().split()
+    server = int(pid)
+    try:
+        wait_until(lambda: os.path.exists(path) or not _running(server))
+        assert os.path.exists(path), f"warm process did not start: {log.read_text()}"
+        snakemake.kill()  # SIGKILL: no onsuccess / onerror, no atexit
+        snakemake.wait()
+        assert wait_until(lambda: not _running(server)), "the server outlived its owner"
+        assert list(tmp.iterdir()) == [], log.read_text()
+    finally:
+        snakemake.kill()
+        snakemake.wait()
+        snakemake.stdin.close()
+        snakemake.stdout.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server, signal.SIGKILL)

@@ -246,3 +246,27 @@ def test_a_rendezvous_is_private_and_unpredictable():
     finally:
         os.rmdir(os.path.dirname(a))
         os.rmdir(os.path.dirname(b))
+
+
+def test_a_server_replaces_a_stale_socket_refuses_a_live_one_and_removes_only_its_own(tmp_path, monkeypatch):
+    """What ``serve`` does with its path, in-process: a socket file nobody answers on is replaced, a live one is
+    left with one line naming the path, and at exit the server removes its socket and an empty rendezvous directory
+    (never a directory with something else in it, nor one ``rendezvous`` did not make)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path = warm.rendezvous("t")
+    folder = os.path.dirname(path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as live:
+        live.bind(path)
+        live.listen()
+        line = f"budgetdraft warm: not serving on {path}: a warm server (pid {os.getpid()}) already listens there"
+        with pytest.raises(SystemExit) as refused:
+            warm._listen(path)
+        assert str(refused.value) == line
+    server, own = warm._listen(path)  # the listener above closed without unlinking: a stale file
+    server.close()
+    assert warm._made_by_rendezvous(folder) and not warm._made_by_rendezvous(str(private(tmp_path / "mine")))
+    Path(folder, "note").write_text("not the server's")
+    warm._clean_up(path, own, folder)
+    assert os.listdir(folder) == ["note"]
+    os.unlink(os.path.join(folder, "note"))
+    os.rmdir(folder)

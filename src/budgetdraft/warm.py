@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import errno
 import json
 import os
 import runpy
@@ -78,6 +79,7 @@ SENT_ENV = (
     *("XDG_CACHE_HOME", "BUDGETDRAFT_CACHE"),
 )
 SOCKET_NAME = "warm.sock"
+RENDEZVOUS_PREFIX = "budgetdraft-"  # the start of a rendezvous directory's name (tempfile.mkdtemp adds the rest)
 AUTOSTART_PATIENCE_S = 600  # how long a cell waits for the server it started to listen (it runs cold after)
 
 
@@ -95,7 +97,13 @@ def preload_modules() -> list[str]:
 def rendezvous(tag: str) -> str:
     """A socket path for a warm process in a new private directory under ``$TMPDIR``: mode 0700 and a name no
     other user can guess or take first (``tempfile.mkdtemp``). Whoever calls this removes the directory."""
-    return os.path.join(tempfile.mkdtemp(prefix=f"budgetdraft-{tag}-"), SOCKET_NAME)
+    return os.path.join(tempfile.mkdtemp(prefix=f"{RENDEZVOUS_PREFIX}{tag}-"), SOCKET_NAME)
+
+
+def _made_by_rendezvous(folder: str) -> bool:
+    """Whether ``folder`` looks like a directory ``rendezvous`` made: named so, right under ``$TMPDIR``, ours, 0700."""
+    in_tmp = os.path.samefile(os.path.dirname(folder), tempfile.gettempdir())
+    return in_tmp and os.path.basename(folder).startswith(RENDEZVOUS_PREFIX) and private_dir(folder) is None
 
 
 def private_dir(path: str, create: bool = False) -> str | None:
@@ -417,8 +425,11 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
     import importlib
 
     parent = os.getppid()  # before the imports: a parent that dies meanwhile must still be seen gone
-    if why := private_dir(os.path.dirname(os.path.abspath(path)), create=True):
+    folder = os.path.dirname(os.path.abspath(path))
+    if why := private_dir(folder, create=True):
         raise SystemExit(f"budgetdraft warm: not serving on {path}: {why}")
+    _refuse_if_taken(path)  # before the imports: the line comes at once (_listen checks again, after them)
+    rendezvous_dir = folder if _made_by_rendezvous(folder) else None  # now: a resident command leaves its $TMPDIR
     for module in preload_modules():
         importlib.import_module(module)
     import torch
@@ -434,7 +445,7 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
         signal.signal(CLIENT_GONE, _interrupt_command)
     else:
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the keepers are reaped by the kernel
-    server = _listen(path)
+    server, own = _listen(path)
     last_request = time.monotonic()
     mode = "resident" if resident else "forking"
     print(f"budgetdraft warm: serving on {path} ({mode}, pid {os.getpid()}, owner {owner or parent})", flush=True)
@@ -462,19 +473,62 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
             last_request = time.monotonic()
     finally:
         server.close()
-        for leftover in (path, f"{path}.lock"):  # the lock an autostart took (budgetdraft.warm.autostart)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(leftover)
+        _clean_up(path, own, rendezvous_dir)
 
 
-def _listen(path: str) -> socket.socket:
-    if os.path.lexists(path):
-        os.unlink(path)
+def _refuse_if_taken(path: str) -> None:
+    """Exit, in one line, when a server answers on ``path``. (A second server took the path of a live one: it
+    unlinked the socket and bound its own, and the first went on unreachable, a resident one with its models in
+    memory until its owner exited.)"""
+    client = _connect(path)
+    if client is None:
+        return
+    with client:
+        pid = peer_credentials(client)[0] if hasattr(socket, "SO_PEERCRED") else "?"
+    raise SystemExit(f"budgetdraft warm: not serving on {path}: a warm server (pid {pid}) already listens there")
+
+
+def _listen(path: str) -> tuple[socket.socket, tuple[int, int]]:
+    """Listen on ``path``; also the (st_dev, st_ino) of the socket file, by which the server knows at exit whether
+    the path is still its own. A file there that nobody answers on (left by a server killed with SIGKILL) is
+    replaced; a live server there makes this one exit. (It binds first and checks after: of two servers started at
+    once on a free path, the second finds the first there.)"""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    try:
+        server.bind(path)
+    except OSError as err:
+        if err.errno != errno.EADDRINUSE:
+            raise
+        _refuse_if_taken(path)
+        with contextlib.suppress(FileNotFoundError):  # another server replacing the same stale file
+            os.unlink(path)
+        server.bind(path)
     server.listen(64)
     server.settimeout(POLL_S)
-    return server
+    info = os.lstat(path)
+    return server, (info.st_dev, info.st_ino)
+
+
+def _clean_up(path: str, own: tuple[int, int], rendezvous_dir: str | None) -> None:
+    """Remove the socket at ``path`` and what belongs with it, only while ``path`` is still the socket this server
+    bound (``own``): another server's socket, lock and directory are left to it. With the socket go the lock an
+    autostart took there (``autostart``) and, in a directory ``rendezvous`` made, the autostart's log and then the
+    directory if nothing else is in it. The Snakemake that made the directory removes it when it ends normally,
+    but a Snakemake killed with SIGKILL runs no onsuccess, onerror or atexit: the server, which exits when its
+    owner is gone, is the last process of ours that knows the directory (it stayed in $TMPDIR for good)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if (info.st_dev, info.st_ino) != own:
+        return
+    leftovers = [path, f"{path}.lock"] + ([f"{path}.log"] if rendezvous_dir else [])
+    for leftover in leftovers:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(leftover)
+    if rendezvous_dir:
+        with contextlib.suppress(OSError):  # not empty: something else is in it
+            os.rmdir(rendezvous_dir)
 
 
 def _fork_keeper(server: socket.socket, conn: socket.socket, request: dict, fds: list[int]) -> None:
