@@ -69,8 +69,9 @@ def lr_factor(step: int, warmup_steps: int, steps: int) -> float:
 
 
 def _generator(seed: int, stream: int, index: int) -> torch.Generator:
-    # One independent seed per (seed, stream, index); manual_seed takes any 64-bit value.
-    return torch.Generator().manual_seed((seed * 1_000_003 + stream) * 1_000_000_007 + index)
+    # One independent seed per (seed, stream, index), taken modulo 2^64 (what manual_seed accepts: a seed up to 2^32
+    # overflowed it); the same value as before below 2^64, so every seed the configs use keeps its data order.
+    return torch.Generator().manual_seed(((seed * 1_000_003 + stream) * 1_000_000_007 + index) % 2**64)
 
 
 def sequence_index(seed: int, step: int, num_seqs: int) -> int:
@@ -499,8 +500,6 @@ def train(
 
 
 def _train(init: str, targets_file, out: Path, hp: TrainingHparams, stop_after, progress: bool) -> Path | None:
-    from tqdm import tqdm
-
     from budgetdraft.models import load_model
     from budgetdraft.targets import load_targets
 
@@ -508,7 +507,6 @@ def _train(init: str, targets_file, out: Path, hp: TrainingHparams, stop_after, 
         torch.set_num_threads(hp.threads)
     work = out.with_name(out.name + ".tmp")
     data = load_targets(targets_file)
-    num_train, heldout = split_heldout(data, hp)
     drafter = load_model(init, device=hp.device, dtype=hp.dtype)
     drafter.train()
     optimizer, scheduler = optimizer_and_schedule(drafter, hp)
@@ -517,11 +515,20 @@ def _train(init: str, targets_file, out: Path, hp: TrainingHparams, stop_after, 
     (work / "hparams.json").write_text(
         json.dumps({**hp.to_json(), "init": init, "targets": str(targets_file)}, indent=1)
     )
+    if not _steps(work, start, drafter, optimizer, scheduler, data, hp, identity, stop_after, progress):
+        return None
+    return publish(work, out, drafter, init)
+
+
+def _steps(work: Path, start: int, drafter, optimizer, scheduler, data, hp, identity, stop_after, progress) -> bool:
+    """Steps ``start`` .. ``hp.steps`` with their logs and checkpoints; False when stopped early (``stop_after``)."""
+    from tqdm import tqdm
+
+    num_train, heldout = split_heldout(data, hp)
     log_file, log = _open_log(work / "loss_log.csv", LOG_COLUMNS, start)
     eval_file, eval_log = _open_log(work / "eval_log.csv", EVAL_COLUMNS, start + 1) if heldout else (None, None)
     if start == 0:
         _log_heldout(drafter, heldout, hp, 0, eval_log, eval_file)
-
     bar = tqdm(range(start, hp.steps), initial=start, total=hp.steps, desc="train", disable=not progress)
     try:
         for step in bar:
@@ -535,14 +542,14 @@ def _train(init: str, targets_file, out: Path, hp: TrainingHparams, stop_after, 
                 save_checkpoint(work, done, drafter, optimizer, scheduler, identity)
                 _log_heldout(drafter, heldout, hp, done, eval_log, eval_file)
             if stop_after is not None and done >= stop_after and done < hp.steps:
-                return None
+                return False
         check_weights(drafter, hp.steps, hp.steps)
         _log_heldout(drafter, heldout, hp, hp.steps, eval_log, eval_file)
     finally:
         bar.close()
         for f in (log_file, eval_file):
             f and f.close()
-    return publish(work, out, drafter, init)
+    return True
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -279,12 +279,15 @@ def sha256(path: str) -> str:
 
 
 def cells_page(title: str, cells: list[dict]) -> str:
-    """One row per cell file: what it measured (pooled over its rows) and its sha256, filterable and sortable."""
+    """One row per cell file: what it measured (pooled over its rows) and its sha256, filterable and sortable. Each file
+    is read as every reader reads a cell (`budgetdraft.cellfile.read_frame`: its digest, invariants and identity)."""
     import pandas as pd
+
+    from budgetdraft.cellfile import read_frame
 
     rows = []
     for cell in cells:
-        df = pd.read_parquet(cell["path"], columns=CELL_COLUMNS)
+        df = read_frame(cell["path"], CELL_COLUMNS)
         first = df.iloc[0]
         drafted, accepted = int(df["drafted"].sum()), int(df["accepted"].sum())
         rows.append(
