@@ -24,11 +24,11 @@ if not workflow.config_settings.configfiles:
     configfile: "config/config.yaml"
 
 
-# The workflow reads the names it shares with the library (budgetdraft.names: labels, artifacts) from src/.
+# The workflow reads the names it shares with the library (budgetdraft.base.names: labels, artifacts) from src/.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from budgetdraft.configcheck import check_config
+from budgetdraft.pipeline.configcheck import check_config
 
-# Every check of the config, once, before any job is planned (budgetdraft.configcheck): a key given twice in a config
+# Every check of the config, once, before any job is planned (budgetdraft.pipeline.configcheck): a key given twice in a config
 # file or in --config, --config's nested numbers typed, names and numbers a run can use, the schema (every problem
 # one plain line; its defaults filled in), then what a schema cannot express.
 check_config(

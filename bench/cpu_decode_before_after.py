@@ -19,15 +19,21 @@ import statistics
 import time
 
 import torch
-
-from budgetdraft.data import shakespeare_texts
-from budgetdraft.decoding import autoregressive, speculative
 from budgetdraft.models import load_model, load_tokenizer
 
-try:  # the paper's drafter moved from decoding.py to drafters.py with the fixed-shape engine
-    from budgetdraft.drafters import SparseDrafter
-except ImportError:
-    from budgetdraft.decoding import SparseDrafter
+# the public names (budgetdraft.decoding, budgetdraft.models) hold in every layout this script compares; the rest moved
+from budgetdraft.decoding import autoregressive, speculative
+
+try:  # the layered package (issue 34)
+    from budgetdraft.decoding.sparse_drafter import SparseDrafter
+    from budgetdraft.training.data import shakespeare_texts
+except ImportError:  # flat modules: drafters.py since the fixed-shape engine, decoding.py before it
+    from budgetdraft.data import shakespeare_texts
+
+    try:
+        from budgetdraft.drafters import SparseDrafter
+    except ImportError:
+        from budgetdraft.decoding import SparseDrafter
 
 
 def summary(values: list[float]) -> dict:

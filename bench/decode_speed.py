@@ -5,7 +5,7 @@
     python bench/decode_speed.py --threads 1 --self-draft         # also: the verifier drafting for itself (α = 1)
     python bench/decode_speed.py --threads 1 --profile            # cProfile one run of each method instead
 
-The first sparse policy's SD also runs through transformers' own ``generate(custom_generate=budgetdraft.hf.generate)``
+The first sparse policy's SD also runs through transformers' own ``generate(custom_generate=budgetdraft.decoding.hf.generate)``
 (row "... via generate()"), side by side with the direct ``speculative`` call: the summary gives the overhead of
 the ``generate`` route as paired per-repeat differences.
 
@@ -41,13 +41,14 @@ from pathlib import Path
 
 import torch
 
-from budgetdraft import attention, hf
-from budgetdraft.decoding import autoregressive, speculative
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.draftvocab import ReducedHead, frequent_tokens
-from budgetdraft.grid import predicted_speedup
-from budgetdraft.kvcache import POLICIES, PreallocatedCache, num_layers, prefill
-from budgetdraft.models import load_model, load_tokenizer
+from budgetdraft.decoding import attention, hf
+from budgetdraft.decoding.draftvocab import ReducedHead, frequent_tokens
+from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers, prefill
+from budgetdraft.decoding.loop import autoregressive, speculative
+from budgetdraft.decoding.models import load_model, load_tokenizer
+from budgetdraft.decoding.policies import POLICIES
+from budgetdraft.decoding.sparse_drafter import SparseDrafter
+from budgetdraft.evaluation.grid import predicted_speedup
 
 
 def shakespeare_ids(tokenizer, name: str, count: int) -> list[int]:
@@ -290,7 +291,7 @@ def ours_sd(b: Bench, model, policy: str, vocab=None):
 
 
 def ours_sd_generate(b: Bench, model, policy: str):
-    """Our SD through transformers' ``generate(custom_generate=budgetdraft.hf.generate)`` (EOS off: ``eos_token_id=None``)."""
+    """Our SD through transformers' ``generate(custom_generate=budgetdraft.decoding.hf.generate)`` (EOS off: ``eos_token_id=None``)."""
 
     def fn(m=None):
         out = b.verifier.generate(

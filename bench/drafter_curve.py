@@ -19,11 +19,11 @@ from functools import partial
 import pandas as pd
 import torch
 
-from budgetdraft.decoding import autoregressive, speculative
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.models import load_model
-from budgetdraft.targets import load_targets
-from budgetdraft.training import lr_factor, resolve_hparams, train_step, trainable_parameters
+from budgetdraft.decoding.loop import autoregressive, speculative
+from budgetdraft.decoding.models import load_model
+from budgetdraft.decoding.sparse_drafter import SparseDrafter
+from budgetdraft.training.targets import load_targets
+from budgetdraft.training.train import lr_factor, resolve_hparams, train_step, trainable_parameters
 
 
 def read_prompts(paths: list[str], count: int) -> list[list[int]]:

@@ -11,11 +11,11 @@ Models: the published config.json of the paper's verifier (NousResearch/Yarn-Lla
 layers, 32 heads, MLP 11,008, vocabulary 32,000, YaRN x32 over 4,096 positions, 131,072 positions) in float16 and
 of its drafter (JackFram/llama-68m: hidden 768, 2 layers, 12 heads, MLP 3,072, 2,048 positions) in float32, the
 paper's dtypes, built with random weights straight on the device (no files, no hub; ``tests/paper_models.py``
-holds both configs), with the attention ``load_model`` gives every model (``budgetdraft.attention.NAME``). One
+holds both configs), with the attention ``load_model`` gives every model (``budgetdraft.decoding.attention.NAME``). One
 drafter object per budget, so that each keeps its cache (and, under ``graphs``, its captured steps) from one
 context to the next: its capacity depends on B alone.
 
-Per context (a prompt of random token ids), for each engine (``budgetdraft.engine``) on a cache of
+Per context (a prompt of random token ids), for each engine (``budgetdraft.decoding.engine``) on a cache of
 prompt + 256 + γ + 1 slots (a grid cell's: 256 new tokens, γ = 5):
 - AR step: ``Verifier.hidden`` of one token + ``greedy_top2``, the body of ``decoding.autoregressive``'s loop
   (one read of the device a step), ``--steps`` steps a repeat, the cache rolled back to the prompt after each;
@@ -123,7 +123,7 @@ def build(config: dict, dtype, device, seed: int):
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from budgetdraft import attention
+    from budgetdraft.decoding import attention
 
     torch.manual_seed(seed)
     with torch.device(device):
@@ -137,7 +137,7 @@ def build(config: dict, dtype, device, seed: int):
 @contextlib.contextmanager
 def stock_attention(model):
     """transformers' own ``sdpa`` for the HF rows (what a user of plain transformers gets), ours afterwards."""
-    from budgetdraft import attention
+    from budgetdraft.decoding import attention
 
     model.set_attn_implementation("sdpa")
     try:
@@ -152,7 +152,7 @@ def stock_attention(model):
 def timed(device, run, repeats: int, steps: int) -> Sample:
     """``run()`` (``steps`` steps) once untimed (warm-up: compilation, capture, allocator), then ``repeats`` times
     with the device synchronised at both ends of each."""
-    from budgetdraft.metrics import Stopwatch
+    from budgetdraft.decoding.metrics import Stopwatch
 
     with Stopwatch(device) as warm:
         run()
@@ -183,11 +183,11 @@ def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row) -> None:
     """AR step, verify and drafter steps of one engine at one context."""
     import torch
 
-    from budgetdraft.decoding import Verifier, ids_tensor, weight_bytes
-    from budgetdraft.drafter import READS_NOTHING
-    from budgetdraft.drafters import SparseDrafter
-    from budgetdraft.engine import steps_for
-    from budgetdraft.metrics import device_bandwidth, kv_bytes_per_token
+    from budgetdraft.decoding.drafter import READS_NOTHING
+    from budgetdraft.decoding.engine import steps_for
+    from budgetdraft.decoding.metrics import device_bandwidth, kv_bytes_per_token
+    from budgetdraft.decoding.sparse_drafter import SparseDrafter
+    from budgetdraft.decoding.verifier import Verifier, ids_tensor, weight_bytes
 
     device, runs = plan.device, {}
     reset_peak(device)
@@ -233,7 +233,7 @@ def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row) -> None:
 
 def hf(plan, verifier, prompt, cache: str, row: Row) -> None:
     """transformers' greedy ``generate`` per step: (N tokens − 1 token) ÷ (N − 1), both timed in every repeat."""
-    from budgetdraft.metrics import Stopwatch
+    from budgetdraft.decoding.metrics import Stopwatch
 
     device, n = plan.device, plan.steps + 1
     kwargs = {}
@@ -358,8 +358,8 @@ def header(plan, verifier, drafter) -> list[str]:
     import torch
     import transformers
 
-    from budgetdraft.decoding import weight_bytes
-    from budgetdraft.metrics import device_bandwidth
+    from budgetdraft.decoding.metrics import device_bandwidth
+    from budgetdraft.decoding.verifier import weight_bytes
 
     device = plan.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke test: no timing is meaningful)"

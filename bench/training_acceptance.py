@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from budgetdraft.decoding import autoregressive, speculative
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.models import load_model, load_tokenizer
+from budgetdraft.decoding.loop import autoregressive, speculative
+from budgetdraft.decoding.models import load_model, load_tokenizer
+from budgetdraft.decoding.sparse_drafter import SparseDrafter
 
 
 def shakespeare_prompts(tokenizer, name: str, prompt_len: int, count: int) -> list[list[int]]:

@@ -20,7 +20,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from budgetdraft import claims
+from budgetdraft.report import claims
 
 REPLICATE_DIR = re.compile(r"^r(\d+)$")
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from budgetdraft import attention
+from budgetdraft.decoding import attention
 
 torch.set_num_threads(1)  # CI has 2 cores; tests run one at a time and stay predictable
 
@@ -73,7 +73,7 @@ def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 96, max_positions: i
 @pytest.fixture(scope="session")
 def real_pair():
     """The embedded verifier (SmolLM2-135M-Instruct) and the untrained 4-layer drafter, with the tokenizer."""
-    from budgetdraft.models import load_model, load_tokenizer
+    from budgetdraft.decoding.models import load_model, load_tokenizer
 
     return (load_model("embedded:smollm2"), load_model("embedded:smollm2:layers=4"), load_tokenizer("embedded:smollm2"))
 

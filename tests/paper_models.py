@@ -99,7 +99,7 @@ def llama2_like_tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import LlamaTokenizer
 
-    from budgetdraft.data import sotu_texts
+    from budgetdraft.training.data import sotu_texts
 
     specials = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
     bpe = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))

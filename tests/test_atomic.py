@@ -1,11 +1,11 @@
-"""Atomic writes (`budgetdraft.atomic`): what a killed writer left is cleaned up, a failed write leaves nothing."""
+"""Atomic writes (`budgetdraft.base.atomic`): what a killed writer left is cleaned up, a failed write leaves nothing."""
 
 import os
 import subprocess
 
 import pytest
 
-from budgetdraft.atomic import atomic_path
+from budgetdraft.base.atomic import atomic_path
 
 
 def dead_pid() -> int:

@@ -13,12 +13,14 @@ import torch
 from conftest import tiny_llama
 from transformers import LlamaForCausalLM
 
-from budgetdraft.baselines import eagle3, triforce
-from budgetdraft.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
-from budgetdraft.baselines.triforce import TriForceDrafter, retrieval_indices
-from budgetdraft.cli import main as cli
-from budgetdraft.decoding import SharedPrefill, Verifier, autoregressive, ids_tensor, prompt_key, speculative
-from budgetdraft.targets import save_targets, teacher_targets
+from budgetdraft.decoding.baselines import eagle3, triforce
+from budgetdraft.decoding.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
+from budgetdraft.training import eagle3 as eagle3_training
+from budgetdraft.decoding.baselines.triforce import TriForceDrafter, retrieval_indices
+from budgetdraft.decoding.loop import autoregressive, speculative
+from budgetdraft.decoding.verifier import SharedPrefill, Verifier, ids_tensor, prompt_key
+from budgetdraft.pipeline.cli import main as cli
+from budgetdraft.training.targets import save_targets, teacher_targets
 
 torch.set_num_threads(1)
 VOCAB = 64
@@ -137,7 +139,7 @@ def test_eagle3_inference_matches_training_time_test(tiny):
         chain = drafter.draft([prompt[p]], depth)  # real entry P−1 = (f_{P−1}, x_P), then the chain
         tokens = torch.tensor([prompt[: p + 1] + chain[:-1] + [0]])  # x_{P+1..} = the drafts fed to the chain
         feats = eagle3.verifier_features(verifier, tokens, head.layer_ids)
-        base, hs, _ = eagle3.ttt_unroll(head, verifier, feats, tokens, p - depth, depth)
+        base, hs, _ = eagle3_training.ttt_unroll(head, verifier, feats, tokens, p - depth, depth)
     col = (base == p - 1).nonzero().item()
     for j in range(depth):
         torch.testing.assert_close(drafter.chain_hidden[j][0, 0], hs[j][0, col], atol=1e-4, rtol=1e-4)
@@ -156,7 +158,7 @@ def tiny_targets(tmp_path_factory):
 
 def test_eagle3_training_lowers_loss(tiny_targets):
     hp = {"steps": 40, "lr": 3e-3, "warmup_steps": 3, "ttt_steps": 3, "log_every": 100}
-    result = eagle3.train(
+    result = eagle3_training.train(
         str(tiny_targets / "verifier"), tiny_targets / "targets.safetensors", tiny_targets / "head", hp, verbose=False
     )
     losses = [r["loss"] for r in result["rows"]]
@@ -180,14 +182,14 @@ def test_train_eagle3_cli_writes_a_loadable_head(tiny_targets, tmp_path):
 
 
 def test_train_eagle3_stops_on_a_nan_loss_and_writes_no_head(tiny_targets, tmp_path, monkeypatch):
-    calls, ttt_loss = [], eagle3.ttt_loss
+    calls, ttt_loss = [], eagle3_training.ttt_loss
 
     def nan_from_step_2(*args):
         calls.append(1)
         loss, accs = ttt_loss(*args)
         return (loss * float("nan") if len(calls) > 1 else loss), accs
 
-    monkeypatch.setattr(eagle3, "ttt_loss", nan_from_step_2)
+    monkeypatch.setattr(eagle3_training, "ttt_loss", nan_from_step_2)
     out = tmp_path / "eagle3"
     with pytest.raises(SystemExit) as stop:
         train_eagle3_cli(tiny_targets, out, json.dumps({"steps": 3, "ttt_steps": 2, "threads": 1}))
@@ -228,7 +230,7 @@ def shakespeare_prompt(tokenizer, tokens: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def embedded():
-    from budgetdraft.models import load_model, load_tokenizer
+    from budgetdraft.decoding.models import load_model, load_tokenizer
 
     verifier = load_model("embedded:smollm2")
     prompt = shakespeare_prompt(load_tokenizer("embedded:smollm2"), 300)
@@ -238,7 +240,7 @@ def embedded():
 @pytest.mark.real
 @pytest.mark.parametrize("gamma", [2, 5])
 def test_triforce_is_lossless_on_embedded_smollm2(embedded, gamma):
-    from budgetdraft.models import load_model
+    from budgetdraft.decoding.models import load_model
 
     verifier, prompt, ref = embedded
     args = SimpleNamespace(drafter="embedded:smollm2:layers=4", device="cpu", drafter_dtype="float32", chunk_size=8)

@@ -1,4 +1,4 @@
-"""A cell file proves its integrity and its identity (budgetdraft.cellfile): bytes changed after it was written, rows
+"""A cell file proves its integrity and its identity (budgetdraft.evaluation.cellfile): bytes changed after it was written, rows
 that no decoder writes, or rows of another cell than its path names are refused with the file named; the workflow
 sets such a file aside at plan time (tests/test_unreadable_cells.py). Small synthetic cells; one tiny model decodes
 the cell that accepts the most drafts a cell can."""
@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import tiny_cell_args, tiny_cell_inputs
 
-from budgetdraft import cellfile, cli, grid, warm
-from budgetdraft.cells import CELL_COLUMNS, write_atomically
-from budgetdraft.names import SHARED
+from budgetdraft.base.names import SHARED
+from budgetdraft.evaluation import cellfile, grid
+from budgetdraft.evaluation.cells import CELL_COLUMNS, write_atomically
+from budgetdraft.pipeline import cli, warm
 
 SETTINGS = {  # the least `paper` and `claims` need to get as far as reading their cells
     "datasets": {"d1": "DS-One"},

@@ -1,4 +1,4 @@
-"""The claims report (`budgetdraft.claims`, its findings, bootstrap and verdicts) on synthetic cells.
+"""The claims report (`budgetdraft.report.claims`, its findings, bootstrap and verdicts) on synthetic cells.
 
 The cells below are TEST FIXTURES with hand-chosen values (not measurements): the acceptance of every row follows
 an `accept(label, dataset, context, budget, sample)` function of each test, times follow `SPEED`, memory `PEAK_MB`
@@ -12,8 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from budgetdraft import bootstrap, cellfile, claims, cli, evidence, figures, findings
-from budgetdraft.grid import Grid, load_cells, parse_settings
+from budgetdraft.evaluation import cellfile
+from budgetdraft.evaluation.grid import Grid, load_cells
+from budgetdraft.pipeline import cli
+from budgetdraft.report import bootstrap, claims, evidence, figures, findings
+from budgetdraft.report.settings import parse_settings
 
 SETTINGS = {
     "datasets": {"d1": "DS-One", "d2": "DS-Two"},
@@ -394,7 +397,7 @@ def test_a_cell_and_replicate_in_two_files_is_refused(tmp_path):
 
 def test_captions_and_figures_show_the_replicates_spread(tmp_path):
     """Two replicates whose BudgetDraft differs by 10 pp: the caption pools 2 replicates and names their spread."""
-    from budgetdraft import tables
+    from budgetdraft.report import tables
 
     grid = Grid(load_cells(write_replicated(tmp_path, [0.0, 0.1])))
     text = tables.replicate_text(grid)
@@ -425,7 +428,7 @@ def test_paper_figures_read_as_the_paper_gives_them():
 
 def test_plain_values_for_json():
     """One conversion for claims.json (strict JSON: no NaN) and a figure's plotted values (NaN kept)."""
-    from budgetdraft.plainjson import plain
+    from budgetdraft.base.jsonio import plain
 
     values = {1: (np.float32(0.5), np.int64(3), float("nan"), [float("inf")], True, "x", None)}
     assert plain(values, strict=True) == {"1": [0.5, 3, None, [None], True, "x", None]}

@@ -1,4 +1,4 @@
-"""A rule's code inputs are exactly the modules its command imports (budgetdraft.importgraph), so editing any module
+"""A rule's code inputs are exactly the modules its command imports (budgetdraft.base.importgraph), so editing any module
 a stage runs reruns that stage, and editing one it does not run reruns nothing of it."""
 
 import re
@@ -8,24 +8,35 @@ import subprocess
 import pytest
 from conftest import copy_project
 
-from budgetdraft.cli import COMMANDS
-from budgetdraft.importgraph import code_files, command_imports, import_graph, imports_closure, packages_above
-from budgetdraft.names import BASELINES
+from budgetdraft.base.importgraph import code_files, command_imports, import_graph, imports_closure, packages_above
+from budgetdraft.base.names import BASELINES
+from budgetdraft.pipeline.cli import COMMANDS
 
 SNAKEMAKE = shutil.which("snakemake")
 
 
 def test_closure_follows_lazy_imports_and_packages():
     graph = import_graph()
-    assert "budgetdraft.metrics" in graph["budgetdraft.decoding"]
-    assert "budgetdraft.models" in graph["budgetdraft.decoding"]  # imported inside a function
-    assert packages_above("budgetdraft.baselines.eagle3") == ["budgetdraft", "budgetdraft.baselines"]
-    eagle3 = imports_closure(["budgetdraft.baselines.eagle3"], graph)
-    assert {"budgetdraft", "budgetdraft.baselines", "budgetdraft.training"} <= eagle3
+    assert "budgetdraft.decoding.metrics" in graph["budgetdraft.decoding.loop"]
+    assert "budgetdraft.decoding.models" in graph["budgetdraft.decoding.loop"]  # imported inside a function
+    assert packages_above("budgetdraft.decoding.baselines.eagle3") == [
+        "budgetdraft",
+        "budgetdraft.decoding",
+        "budgetdraft.decoding.baselines",
+    ]
+    eagle3 = imports_closure(["budgetdraft.training.eagle3"], graph)
+    assert {"budgetdraft", "budgetdraft.decoding.baselines.eagle3", "budgetdraft.training.train"} <= eagle3
     cell = command_imports("eval-cell")
-    assert {"budgetdraft.metrics", "budgetdraft.draftvocab", "budgetdraft.cells"} <= set(cell)  # issue 23.2
-    assert "budgetdraft.baselines" not in cell  # only through --method's module
-    assert "src/budgetdraft/baselines/__init__.py" in code_files("eval-cell", ("budgetdraft.baselines.triforce",))
+    assert {"budgetdraft.decoding.metrics", "budgetdraft.decoding.draftvocab", "budgetdraft.evaluation.cells"} <= set(
+        cell
+    )  # issue 23.2
+    assert "budgetdraft.decoding.baselines" not in cell  # only through --method's module
+    assert "src/budgetdraft/decoding/baselines/__init__.py" in code_files(
+        "eval-cell", ("budgetdraft.decoding.baselines.triforce",)
+    )
+    # the public face of budgetdraft.decoding resolves the loop lazily: a tokenizer's command does not run it
+    assert "budgetdraft.decoding" in command_imports("prepare")
+    assert "budgetdraft.decoding.loop" not in command_imports("prepare")
     with pytest.raises(ValueError, match="no command 'nope'"):
         command_imports("nope")
 
@@ -60,7 +71,7 @@ def command_code(shell: str) -> set[str]:
     """The source files a job's `python -m budgetdraft COMMAND ...` runs (an eval-cell's baseline method too)."""
     command = re.search(r"python -m budgetdraft ([\w-]+)", shell).group(1)
     method = re.search(r"--method (\w+)", shell)
-    extra = (f"budgetdraft.baselines.{method.group(1)}",) if method and method.group(1) in BASELINES else ()
+    extra = (f"budgetdraft.decoding.baselines.{method.group(1)}",) if method and method.group(1) in BASELINES else ()
     return set(code_files(command, extra))
 
 

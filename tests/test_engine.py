@@ -1,4 +1,4 @@
-"""The decode engine on the CPU: what a CUDA graph needs, proved where there is no GPU (``budgetdraft.engine``).
+"""The decode engine on the CPU: what a CUDA graph needs, proved where there is no GPU (``budgetdraft.decoding.engine``).
 
 Every decode step has one shape whatever the step number; the compiled (``graphs``) steps are captured once per
 shape and never recompiled; both engines decode the same tokens; a speculative round reads the device once.
@@ -9,9 +9,10 @@ import torch
 import torch._dynamo.utils
 from conftest import tiny_llama
 
-from budgetdraft.decoding import Verifier, autoregressive, speculative
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.engine import rounded_capacity
+from budgetdraft.decoding.engine import rounded_capacity
+from budgetdraft.decoding.loop import autoregressive, speculative
+from budgetdraft.decoding.sparse_drafter import SparseDrafter
+from budgetdraft.decoding.verifier import Verifier
 
 NEW, GAMMA = 33, 4  # 32 decode steps after the prefill's token
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from test_paper import SETTINGS, build_text, cells  # noqa: F401 - the module-scoped cell fixture
 
-from budgetdraft import paper
-from budgetdraft.figures import plain_title
-from budgetdraft.tables import latex_text
+from budgetdraft.report import paper
+from budgetdraft.report.figures import plain_title
+from budgetdraft.report.tables import latex_text
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = r"Q&A 100% \input{x} $5 #1 a_b ~^"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from budgetdraft import estimate
+from budgetdraft.pipeline import estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def test_the_h100_model_matches_hf_generates_dynamic_cache_step_measured_on_an_h
 def test_our_step_reads_the_whole_rounded_capacity_once():
     """Our engine's decode step attends over every slot of the pre-allocated cache (rounded up as the engine
     rounds it) whatever is filled, reads it once (no DynamicCache copies) and, under eager, pays the per-layer cost."""
-    from budgetdraft.engine import rounded_capacity
+    from budgetdraft.decoding.engine import rounded_capacity
 
     for tokens in (1, 15, 16, 17, 3800 + 256, 16384 + 262):
         assert estimate.rounded_capacity(tokens) == rounded_capacity(tokens)

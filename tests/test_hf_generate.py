@@ -1,4 +1,4 @@
-"""Sparse speculative decoding through transformers' own `generate(custom_generate=...)` (budgetdraft.hf)."""
+"""Sparse speculative decoding through transformers' own `generate(custom_generate=...)` (budgetdraft.decoding.hf)."""
 
 import pytest
 import torch
@@ -6,12 +6,12 @@ from conftest import shakespeare_text, tiny_llama
 from transformers.generation import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from budgetdraft import hf
-from budgetdraft.cli import main as cli_main
-from budgetdraft.decoding import speculative
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.kvcache import POLICIES
-from budgetdraft.sampling import Sampling
+from budgetdraft.decoding import hf
+from budgetdraft.decoding.loop import speculative
+from budgetdraft.decoding.policies import POLICIES
+from budgetdraft.decoding.sampling import Sampling
+from budgetdraft.decoding.sparse_drafter import SparseDrafter
+from budgetdraft.pipeline.cli import main as cli_main
 
 NEW = 24
 

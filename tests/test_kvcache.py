@@ -3,16 +3,8 @@ import torch
 from conftest import tiny_llama
 from transformers import DynamicCache
 
-from budgetdraft.kvcache import (
-    PolicyInputs,
-    PreallocatedCache,
-    gathered_cache,
-    gathered_kv,
-    keep_indices,
-    prefill,
-    streaming,
-    topk_chunks,
-)
+from budgetdraft.decoding.kvcache import PreallocatedCache, gathered_cache, gathered_kv, prefill
+from budgetdraft.decoding.policies import PolicyInputs, keep_indices, streaming, topk_chunks
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +132,7 @@ def test_bad_sparse_settings_name_the_value(policy, budget, chunk, message):
 def test_grouped_query_attention_equals_sdpa_with_repeated_kv_heads(model, ids, chunk):
     """The verify / chunked-prefill path (several queries, a mask, 2 query heads per KV head) packs query heads
     instead of repeating KV heads; logits and gradients equal transformers' own ``sdpa``."""
-    from budgetdraft import attention
+    from budgetdraft.decoding import attention
 
     outputs = {}
     for impl in ("sdpa", attention.NAME):
@@ -159,7 +151,7 @@ def test_grouped_query_attention_equals_sdpa_with_repeated_kv_heads(model, ids, 
 
 @pytest.mark.real
 def test_grouped_query_attention_on_the_real_model(real_pair):
-    from budgetdraft import attention
+    from budgetdraft.decoding import attention
 
     verifier, _, _ = real_pair
     torch.manual_seed(0)

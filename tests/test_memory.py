@@ -4,12 +4,13 @@ import pytest
 import torch
 from conftest import tiny_cell_args, tiny_cell_inputs, tiny_llama
 
-from budgetdraft.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
-from budgetdraft.baselines.triforce import TriForceDrafter
-from budgetdraft.decoding import autoregressive, speculative, weight_bytes
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.engine import rounded_capacity
-from budgetdraft.metrics import module_tensors, storage_bytes
+from budgetdraft.decoding.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
+from budgetdraft.decoding.baselines.triforce import TriForceDrafter
+from budgetdraft.decoding.engine import rounded_capacity
+from budgetdraft.decoding.loop import autoregressive, speculative
+from budgetdraft.decoding.metrics import module_tensors, storage_bytes
+from budgetdraft.decoding.sparse_drafter import SparseDrafter
+from budgetdraft.decoding.verifier import weight_bytes
 
 NEW, GAMMA = 8, 3
 KV_TOKEN_BYTES = 2 * 2 * 16 * 4  # keys + values, 2 KV heads of dim 16, float32: per token and layer
@@ -109,7 +110,7 @@ def test_cell_rows_carry_the_new_columns(tmp_path):
 
     import pandas as pd
 
-    from budgetdraft import cells, grid
+    from budgetdraft.evaluation import cells, grid
 
     tiny_cell_inputs(tmp_path, prompt(40))
     parser = argparse.ArgumentParser()

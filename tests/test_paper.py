@@ -1,4 +1,4 @@
-"""Aggregation of cell files into the paper's tables and figures (`budgetdraft.paper`), on synthetic cells.
+"""Aggregation of cell files into the paper's tables and figures (`budgetdraft.report.paper`), on synthetic cells.
 
 The cells below are TEST FIXTURES with hand-chosen values (not measurements): each cell's speedup, acceptance
 and peak memory follow the small formulas in `SPEEDUP` / `ACCEPT` / `PEAK_GB`, so the expected table entries can
@@ -18,9 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from budgetdraft import cellfile, paper
-from budgetdraft.grid import Grid, load_cells
-from budgetdraft.names import TABLES
+from budgetdraft.base.names import TABLES
+from budgetdraft.evaluation import cellfile
+from budgetdraft.evaluation.grid import Grid, load_cells
+from budgetdraft.report import paper
 
 SRC = Path(__file__).resolve().parents[1] / "src"  # the CLI subprocesses run this checkout's library
 
@@ -499,7 +500,7 @@ def test_comparison_drafter_sizes_are_counted_from_the_weights(cells, tmp_path):
     """`paper --drafters`: the Drafter column is the parameter count of each label's directories, never typed."""
     from conftest import tiny_llama
 
-    from budgetdraft.models import parameter_count
+    from budgetdraft.decoding.models import parameter_count
 
     small, large = tmp_path / "small", tmp_path / "large"
     tiny_llama(layers=1).save_pretrained(small)

@@ -22,7 +22,7 @@ import pytest
 import torch
 import yaml
 
-from budgetdraft import paper
+from budgetdraft.report import paper
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 2304  # prompt tokens: beyond llama-68m's max_position_embeddings (2,048)
@@ -127,8 +127,8 @@ def test_paper_cpu_config_keeps_the_papers_settings():
 def test_paper_models_load_natively(paper_dirs):
     """transformers loads the verifier's yarn rope_scaling itself (no remote code, auto_map ignored), and the
     drafter with 2,048 positions computes at explicit real positions beyond them."""
-    from budgetdraft.kvcache import PreallocatedCache, prefill
-    from budgetdraft.models import load_model, load_tokenizer
+    from budgetdraft.decoding.kvcache import PreallocatedCache, prefill
+    from budgetdraft.decoding.models import load_model, load_tokenizer
 
     published = json.loads((paper_dirs["verifier"] / "config.json").read_text())
     assert published["auto_map"] and published["rope_scaling"]["type"] == "yarn"
@@ -167,7 +167,7 @@ def test_weights_are_placed_on_their_device_as_they_load(paper_dirs, device, mon
     model is made first, and on the CPU the same call runs (a real load below; the GPU calls are recorded)."""
     from transformers import AutoModelForCausalLM
 
-    from budgetdraft import models
+    from budgetdraft.decoding import models
 
     seen = {}
     real = AutoModelForCausalLM.from_pretrained.__func__
@@ -185,7 +185,7 @@ def test_weights_are_placed_on_their_device_as_they_load(paper_dirs, device, mon
 def test_sentencepiece_only_tokenizer_without_protobuf_is_a_clear_error(tmp_path, monkeypatch):
     """The paper's hub drafter ships its tokenizer as a SentencePiece tokenizer.model: without protobuf,
     transformers 5 falls back to tiktoken and fails about tiktoken; load_tokenizer names what is missing."""
-    from budgetdraft.models import load_tokenizer
+    from budgetdraft.decoding.models import load_tokenizer
 
     (tmp_path / "config.json").write_text(json.dumps(paper_models.LLAMA_68M))
     (tmp_path / "tokenizer.model").write_bytes(b"")

@@ -8,9 +8,9 @@ import pytest
 from conftest import ci_snakemake as snakemake
 from conftest import planned_jobs
 
-from budgetdraft import paper
-from budgetdraft.names import FIGURE_STEMS
-from budgetdraft.names import TABLES as TABLE_LABELS
+from budgetdraft.base.names import FIGURE_STEMS
+from budgetdraft.base.names import TABLES as TABLE_LABELS
+from budgetdraft.report import paper
 
 TABLES = list(TABLE_LABELS)
 FIGURES = list(FIGURE_STEMS.values())

@@ -8,20 +8,11 @@ import yaml
 from conftest import tiny_llama
 from transformers import DynamicCache
 
-from budgetdraft.decoding import Verifier, autoregressive, ids_tensor, speculative
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.kvcache import (
-    POLICIES,
-    REGISTRY,
-    PolicyInputs,
-    PreallocatedCache,
-    gathered_kv,
-    keep_indices,
-    prefill,
-    snapkv,
-    sparse_policy,
-    window_scores,
-)
+from budgetdraft.decoding.kvcache import PreallocatedCache, gathered_kv, prefill, window_scores
+from budgetdraft.decoding.loop import autoregressive, speculative
+from budgetdraft.decoding.policies import POLICIES, REGISTRY, PolicyInputs, keep_indices, snapkv, sparse_policy
+from budgetdraft.decoding.sparse_drafter import SparseDrafter
+from budgetdraft.decoding.verifier import Verifier, ids_tensor
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN = ("topk_chunks", "streaming", "full", "snapkv", "verifier_guided")

@@ -6,9 +6,10 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from budgetdraft.decoding import autoregressive, prompt_key, speculative
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.prefill import check_covers, load_prefills, record_prefills, save_prefills
+from budgetdraft.decoding.loop import autoregressive, speculative
+from budgetdraft.decoding.sparse_drafter import SparseDrafter
+from budgetdraft.decoding.verifier import prompt_key
+from budgetdraft.evaluation.prefill import check_covers, load_prefills, record_prefills, save_prefills
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ def test_a_cell_with_a_shared_prefill_decodes_what_the_real_verifier_decodes(rea
     """The command line end to end on the real model: `prefill`, then `eval-cell --verifier-prefill`."""
     from conftest import shakespeare_text
 
-    from budgetdraft.cli import main
+    from budgetdraft.pipeline.cli import main
 
     verifier, _, tokenizer = real_pair
     ids = tokenizer(shakespeare_text()[50000:60000])["input_ids"][:160]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from budgetdraft.names import TABLES
+from budgetdraft.base.names import TABLES
 
 NUMBER = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.])")  # a decimal as tables and claims print them
 CHROMIUM_FLAGS = [
@@ -231,7 +231,7 @@ def hostile_report(chromium, pipeline_run, tmp_path_factory):
         target = work / name
         shutil.rmtree(target) if target.is_dir() else target.unlink()
         (shutil.copytree if (pipeline_run / name).is_dir() else shutil.copy)(pipeline_run / name, target)
-    check = work / "src/budgetdraft/configcheck.py"
+    check = work / "src/budgetdraft/pipeline/configcheck.py"
     check.write_text(re.sub(r"(?m)^MARKUP = .*$", "MARKUP = set()", check.read_text()))
     config = (work / "config/ci.yaml").read_text().replace('name: "GS"', f"name: {json.dumps(HOSTILE)}")
     (work / "hostile.yaml").write_text(config)

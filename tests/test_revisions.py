@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from budgetdraft import data, models, revisions
+from budgetdraft.base import revisions
+from budgetdraft.decoding import models
+from budgetdraft.training import data
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = yaml.safe_load((ROOT / "config/paper.yaml").read_text())

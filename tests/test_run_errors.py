@@ -15,8 +15,10 @@ import torch
 from conftest import tiny_cell_args, tiny_cell_inputs
 from transformers import LlamaConfig
 
-from budgetdraft import cellfile, cli, models, warm
-from budgetdraft.data import decode_text, read_text_file
+from budgetdraft.base.text import decode_text, read_text_file
+from budgetdraft.decoding import models
+from budgetdraft.evaluation import cellfile
+from budgetdraft.pipeline import cli, warm
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

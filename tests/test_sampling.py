@@ -17,12 +17,9 @@ import pytest
 import torch
 from conftest import shakespeare_text, tiny_llama
 
-from budgetdraft import cells, grid
-from budgetdraft import sampling as sampling_module
-from budgetdraft.decoding import SharedPrefill, Verifier, autoregressive, ids_tensor, prompt_key, speculative
-from budgetdraft.drafters import SparseDrafter
-from budgetdraft.prefill import load_prefills, record_prefills, save_prefills
-from budgetdraft.sampling import (
+from budgetdraft.decoding import sampling as sampling_module
+from budgetdraft.decoding.loop import autoregressive, speculative
+from budgetdraft.decoding.sampling import (
     Sampler,
     Sampling,
     acceptance_probability,
@@ -30,6 +27,10 @@ from budgetdraft.sampling import (
     sampling_distribution,
     sampling_from_flags,
 )
+from budgetdraft.decoding.sparse_drafter import SparseDrafter
+from budgetdraft.decoding.verifier import SharedPrefill, Verifier, ids_tensor, prompt_key
+from budgetdraft.evaluation import cells, grid
+from budgetdraft.evaluation.prefill import load_prefills, record_prefills, save_prefills
 
 LEVEL = 1e-3  # chi-square test level: a correct rule passes above it; a broken one falls far below
 

@@ -15,10 +15,10 @@ import torch
 from conftest import tiny_llama
 from safetensors.torch import load_file
 
-from budgetdraft import training
-from budgetdraft.cli import main as cli
-from budgetdraft.models import weights_digest
-from budgetdraft.targets import IGNORE, load_targets, save_targets, teacher_targets, text_targets
+from budgetdraft.decoding.models import weights_digest
+from budgetdraft.pipeline.cli import main as cli
+from budgetdraft.training import train as training
+from budgetdraft.training.targets import IGNORE, load_targets, save_targets, teacher_targets, text_targets
 
 torch.set_num_threads(1)
 
@@ -201,7 +201,7 @@ def test_lambda_zero_is_the_la_only_update(pair):
     # reference: the same step written by hand with no sparse branch at all
     from transformers import DynamicCache
 
-    from budgetdraft.kvcache import prefill
+    from budgetdraft.decoding.kvcache import prefill
 
     b = tiny_llama(1, **TINY).train()
     opt, sched = optim(b)
@@ -341,9 +341,10 @@ def test_run_identity_follows_contents_not_paths(pair, tmp_path, monkeypatch):
     assert training._run_identity({**hp, "threads": 2, "checkpoint_every": 1}, targets, str(drafter_dir)) == identity
     # an edit to a module the training step runs (here kvcache.py) changes the identity's code
     src = tmp_path / "src"
-    shutil.copytree(Path(training.__file__).parent, src)
-    (src / "kvcache.py").write_text((src / "kvcache.py").read_text() + "# edited\n")
-    monkeypatch.setattr(training, "__file__", str(src / "training.py"))
+    shutil.copytree(Path(training.__file__).parents[1], src)
+    kvcache = src / "decoding" / "kvcache.py"
+    kvcache.write_text(kvcache.read_text() + "# edited\n")
+    monkeypatch.setattr(training, "__file__", str(src / "training" / "train.py"))
     edited = training._run_identity(hp, targets, str(drafter_dir))
     assert [k for k in identity if edited[k] != identity[k]] == ["code"]
 
@@ -482,7 +483,7 @@ def test_short_training_lowers_heldout_losses_on_the_embedded_pair(tmp_path):
     """Verifier embedded:smollm2 teaches its own first 4 layers; 40 steps lower held-out L_A and L_C."""
     import time
 
-    from budgetdraft.models import load_model, load_tokenizer
+    from budgetdraft.decoding.models import load_model, load_tokenizer
 
     p, c, n_train, n_held, steps = 192, 32, 20, 4, 40
     tok = load_tokenizer("embedded:smollm2")

@@ -1,6 +1,6 @@
 """A cell file cut short (a full disk, a killed copy), damaged (a flipped bit) or that lies (rows no decoder writes,
 another cell's rows) is treated as missing: named with the reason, moved aside, measured again
-(budgetdraft.cellfile; tests/test_cell_integrity.py tests the checks themselves)."""
+(budgetdraft.evaluation.cellfile; tests/test_cell_integrity.py tests the checks themselves)."""
 
 import os
 import shutil
@@ -11,7 +11,7 @@ import pytest
 from conftest import ci_snakemake as snakemake
 from conftest import planned_jobs
 
-from budgetdraft import cellfile
+from budgetdraft.evaluation import cellfile
 
 
 @pytest.fixture()

@@ -146,7 +146,7 @@ def test_a_killed_client_takes_its_command_with_it(tmp_path, server):
 def test_the_server_outlives_idle_time_but_not_the_process_that_started_it(tmp_path):
     """The training stages keep every cell waiting for minutes: the server must not time out meanwhile (it once
     did, and every later cell paid its imports), and it must not outlive Snakemake."""
-    from budgetdraft.warm import POLL_S
+    from budgetdraft.pipeline.warm import POLL_S
 
     sock = tmp_path / "warm.sock"
     starter = (
@@ -174,8 +174,8 @@ def test_a_preloaded_model_is_handed_out_once_and_never_after_its_files_change(t
     import torch
     from conftest import tiny_llama
 
-    from budgetdraft import models
-    from budgetdraft.cells import preload_models
+    from budgetdraft.decoding import models
+    from budgetdraft.evaluation.cells import preload_models
 
     models_and_prompts(tmp_path)
     monkeypatch.setattr(models, "PRELOADED", {})
@@ -220,7 +220,7 @@ def test_resident_cells_equal_cold_cells_and_read_each_model_once(tmp_path, serv
 
 @RESIDENT
 def test_a_resident_server_leaves_other_commands_to_their_own_process(tmp_path, server, monkeypatch):
-    from budgetdraft import warm
+    from budgetdraft.pipeline import warm
 
     _, env = server
     for partial in (b"", struct.pack("!I", 100) + b'{"argv"'):  # clients killed before or while sending
@@ -263,7 +263,7 @@ def test_a_killed_client_interrupts_its_resident_command(tmp_path, server):
 def test_the_first_cell_of_a_cluster_job_starts_the_resident_server(tmp_path):
     """No onstart runs inside a cluster job: the first cell that finds no server starts a resident one, the next
     cell of the same job group uses it, and the server exits with the job's Snakemake (here: a sleeping process)."""
-    from budgetdraft import warm
+    from budgetdraft.pipeline import warm
 
     models_and_prompts(tmp_path)
     job = subprocess.Popen(["sleep", "600"])
@@ -283,13 +283,18 @@ def test_the_first_cell_of_a_cluster_job_starts_the_resident_server(tmp_path):
 def test_the_warm_process_imports_what_the_commands_run():
     """Read from the import graph, not a list kept by hand: the modules an eval-cell of any method runs (metrics
     and draftvocab were missing from the hand-kept code lists) and those of the report commands."""
-    from budgetdraft.importgraph import command_imports
-    from budgetdraft.warm import preload_modules
+    from budgetdraft.base.importgraph import command_imports
+    from budgetdraft.pipeline.warm import preload_modules
 
     preloaded = set(preload_modules())
     for command in ("eval-cell", "prefill", "train", "claims", "paper"):
         assert set(command_imports(command)) <= preloaded, command
-    assert {"budgetdraft.metrics", "budgetdraft.draftvocab", "budgetdraft.baselines.triforce", "torch"} <= preloaded
+    assert {
+        "budgetdraft.decoding.metrics",
+        "budgetdraft.decoding.draftvocab",
+        "budgetdraft.decoding.baselines.triforce",
+        "torch",
+    } <= preloaded
 
 
 def test_a_resident_model_a_command_left_hooked_is_dropped_but_not_for_transformers_own_hooks(tmp_path, monkeypatch):
@@ -299,8 +304,8 @@ def test_a_resident_model_a_command_left_hooked_is_dropped_but_not_for_transform
     import torch
     from conftest import tiny_llama
 
-    from budgetdraft import models
-    from budgetdraft.kvcache import QueryCapture
+    from budgetdraft.decoding import models
+    from budgetdraft.decoding.kvcache import QueryCapture
 
     tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
     monkeypatch.setattr(models, "PRELOADED", {})
@@ -327,7 +332,7 @@ def _inode(path) -> tuple[int, int] | None:
 def test_a_second_server_on_a_live_servers_path_refuses_to_start(tmp_path, server):
     """A second server started on the path of a live one took it (unlinked its socket, bound its own): the first
     went on unreachable, a resident one holding its models until its owner exited. Now it says so and leaves."""
-    from budgetdraft.warm import peer_credentials
+    from budgetdraft.pipeline.warm import peer_credentials
 
     process, env = server
     sock = Path(env["BUDGETDRAFT_WARM"])
@@ -380,7 +385,7 @@ def test_a_snakemake_killed_with_sigkill_leaves_nothing_in_the_temporary_directo
     tmp = tmp_path / "t"  # the owner's and the server's $TMPDIR: what the test inspects
     tmp.mkdir()
     starter = (
-        "import os, subprocess, sys; from budgetdraft.warm import rendezvous; path = rendezvous('test'); "
+        "import os, subprocess, sys; from budgetdraft.pipeline.warm import rendezvous; path = rendezvous('test'); "
         "argv = [sys.executable, '-m', 'budgetdraft', 'warm', '--socket', path, '--owner', str(os.getpid())]; "
         "log = open(sys.argv[1], 'w'); p = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True); "
         "print(path, p.pid, flush=True); sys.stdin.readline()"

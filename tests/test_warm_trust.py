@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from budgetdraft import warm
+from budgetdraft.pipeline import warm
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 SECRET = "hf_secret123"

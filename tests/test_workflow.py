@@ -20,22 +20,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake")
 pytestmark = [pytest.mark.workflow, pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")]
 
-SRC_MODULES = sorted(str(p.relative_to(ROOT / "src/budgetdraft").with_suffix(""))
-                     for p in (ROOT / "src/budgetdraft").rglob("*.py"))  # fmt: skip
-
 
 @pytest.fixture()
 def workdir(tmp_path):
     for name in ("Snakefile", "workflow", "config", "profiles", "envs"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
-    for module in SRC_MODULES:
-        path = tmp_path / "src" / "budgetdraft" / f"{module}.py"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
-    # what the workflow itself imports at plan time (importgraph reads cli.py's COMMANDS)
-    for module in ("names", "configcheck", "models", "atomic", "importgraph", "cli", "revisions", "settings", "warm"):
-        shutil.copy(ROOT / f"src/budgetdraft/{module}.py", tmp_path / f"src/budgetdraft/{module}.py")
+    shutil.copytree(
+        ROOT / "src" / "budgetdraft", tmp_path / "src" / "budgetdraft", ignore=shutil.ignore_patterns("__pycache__")
+    )
     return tmp_path
 
 
@@ -210,18 +203,20 @@ def test_policies_target_plans_its_cells_apart_from_the_grid(workdir):
     assert "@" not in everything and "policies.pdf" not in everything  # `all` is unchanged
 
 
-@pytest.mark.parametrize("module", ["paper", "training"])
+@pytest.mark.parametrize("module", ["report/paper", "training/train"])
 def test_src_edits_rerun_only_their_stage(workdir, module):
     _touch_everything(workdir, "config/ci.yaml")
     _edit(workdir / f"src/budgetdraft/{module}.py")
     counts = job_counts(snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml", *NO_PROFILE)[1])
-    if module == "paper":  # formatting of tables/figures: never the grid, nor claims (which does not import it)
+    if module == "report/paper":  # formatting of tables/figures: never the grid, nor claims (which does not import it)
         assert counts == {"table": 7, "figure": 3, "all": 1, "total": 11}, counts
-    else:  # retrains the base drafter and every variant and reruns their cells, not the AR cells nor the targets
-        reps = yaml.safe_load((ROOT / "config/ci.yaml").read_text())["replicates"]
-        assert counts["train"] == 4 * reps and counts["train_base"] == reps
+    else:  # retrains every drafter (the EAGLE-3 head's training shares its schedule and checks) and reruns their
+        # cells, not the AR cells nor the targets
+        cfg = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
+        reps, contexts = cfg["replicates"], cfg["comparison"]["contexts"]
+        assert counts["train"] == 4 * reps and counts["train_base"] == reps and counts["train_eagle3"] == 1
         assert "targets" not in counts and "export_model" not in counts
-        assert counts["eval_replicate_cell"] == 76 * reps and "eval_cell" not in counts  # AR, EAGLE-3: shared
+        assert counts["eval_replicate_cell"] == 76 * reps and counts["eval_cell"] == len(contexts)  # EAGLE-3's
 
 
 @pytest.mark.parametrize(
@@ -278,7 +273,7 @@ def test_bad_config_fails_naming_the_key(workdir, edit, message):
 
 def test_every_schema_problem_is_one_plain_line():
     """All problems at once, each naming the key, its value and the rule (not a dump of the sub-schema)."""
-    from budgetdraft.configcheck import schema_problems
+    from budgetdraft.pipeline.configcheck import schema_problems
 
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     cfg.update(budgets=[0, 32], sampling={"temperature": -1, "topp": 3})

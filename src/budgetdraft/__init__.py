@@ -1,28 +1,19 @@
 """BudgetDraft: sparse-KV drafters trained to stay accepted under any KV budget.
 
-Library layout (one module per noun of the paper):
-  models     load verifier / drafter (hub id, local dir, or a GGUF shipped in a PyPI package)
-  kvcache    pre-allocated KV cache, attention scoring, sparse policies (TopKChunks, streaming, full)
-  drafter    the Drafter protocol every drafter follows, and what it reads of the verifier's prefill
-  decoding   prefill, AR greedy, greedy speculative decoding (Algorithm 2)
-  hf         the same decoding inside transformers' generate (custom_generate)
-  metrics    per-sample timings, acceptance, peak memory
-  data       prompts per dataset x context, training texts
-  targets    verifier greedy teacher targets (Algorithm 1, step 1)
-  training   L_A + lambda * L_C (Algorithm 1)
-  prefill    the verifier's prefill of each evaluation prompt, computed once for every grid cell
-  cells      one evaluation grid cell -> one parquet file
-  grid       the measured cells of a run (loaded, checked lossless) and the settings that lay them out
-  tables     the paper's LaTeX tables from a grid;  figures: its figures
-  paper      `budgetdraft paper`: build one table or figure from cell files, trace a table's numbers to its cells
-  claims     which of the paper's findings hold in a run (bootstrap, evidence, verdicts, findings: its parts)
-  settings   the typed contract of the settings and hyper-parameters the pipeline hands the library
-  baselines  TriForce, EAGLE-3
-  names      cell labels and artifact names, shared with the workflow
-  atomic     writes that appear whole or not at all;  jsonarg: JSON objects given on the command line
-  warm       one pre-imported process for the pipeline's commands (forking on the CPU, resident on a GPU)
-  estimate   a configuration's cost before it runs;  revisions: hub commits a config is read at
-  importgraph  which modules each command runs (a rule's code inputs);  configcheck: what the schema cannot check
+The library in layers, each a folder; a layer imports only the layers below it (tests/test_layers.py), and
+docs/architecture.md draws the diagram:
+
+  pipeline/    the command line, the workflow's plan, config checks, warm start, the cost estimate
+  report/      the paper's settings, tables, figures, and the claims (findings, evidence, verdicts, bootstrap)
+  evaluation/  one grid cell (its run and its file), the shared verifier prefill, the grid of measured cells
+  training/    prompts and training data, teacher targets, hyper-parameters, L_A + λ·L_C, the EAGLE-3 head
+  decoding/    models, caches and sparse policies, attention, the engine, the verifier, drafters, the loop,
+               sampling, transformers' generate, the TriForce / EAGLE-3 baselines
+  base/        names, defaults, files, JSON, hub revisions, text, the import graph
+
+Public names that stay where users import them: ``budgetdraft.decoding.speculative`` / ``autoregressive``,
+``budgetdraft.models.load_model`` / ``load_tokenizer``, ``budgetdraft.hf.generate`` (the published
+``custom_generate`` files import it); ``python -m budgetdraft`` is ``budgetdraft.pipeline.cli``.
 """
 
 __version__ = "0.1.0"

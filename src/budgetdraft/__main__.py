@@ -1,3 +1,3 @@
-from budgetdraft.cli import main
+from budgetdraft.pipeline.cli import main
 
 main()

@@ -100,7 +100,7 @@ def math_html(tex: str) -> str:
     return "".join(out)
 
 
-# LaTeX's escaped characters (budgetdraft.tables.latex_text writes dataset names so) -> their HTML
+# LaTeX's escaped characters (budgetdraft.report.tables.latex_text writes dataset names so) -> their HTML
 TEXT_ESCAPES = {r"\%": "%", r"\&": "&amp;", r"\_": "_", r"\#": "#", r"\,": "\u2009", r"\$": "$", r"\{": "{", r"\}": "}"}
 TEXT_ESCAPES.update({r"\textbackslash": "\\", r"\textasciitilde": "~", r"\textasciicircum": "^"})
 
@@ -280,10 +280,10 @@ def sha256(path: str) -> str:
 
 def cells_page(title: str, cells: list[dict]) -> str:
     """One row per cell file: what it measured (pooled over its rows) and its sha256, filterable and sortable. Each file
-    is read as every reader reads a cell (`budgetdraft.cellfile.read_frame`: its digest, invariants and identity)."""
+    is read as every reader reads a cell (`budgetdraft.evaluation.cellfile.read_frame`: its digest, invariants and identity)."""
     import pandas as pd
 
-    from budgetdraft.cellfile import read_frame
+    from budgetdraft.evaluation.cellfile import read_frame
 
     rows = []
     for cell in cells:

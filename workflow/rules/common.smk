@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 # Labels and artifacts have one home, shared with the library (src/ is on sys.path: Snakefile).
-from budgetdraft import names, revisions
-from budgetdraft.importgraph import code_files
-from budgetdraft.settings import Eagle3Hparams, PaperSettings, TrainingHparams, Variant
+from budgetdraft.base import names, revisions
+from budgetdraft.base.importgraph import code_files
+from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
+from budgetdraft.report.settings import PaperSettings, Variant
 
 # ---------------------------------------------------------------- names
 
@@ -31,7 +32,7 @@ BASELINE_BUDGET = max(config["budgets"])
 METHOD = {method: method for method in names.METHODS}
 METHOD.update({variant: names.SD for variant in VARIANTS})
 # The `policies` target: the base drafter and BudgetDraft under each sparse policy; a policy other than the
-# config's `policy` has its own cell labels (LABEL@POLICY, budgetdraft.names.policy_label).
+# config's `policy` has its own cell labels (LABEL@POLICY, budgetdraft.base.names.policy_label).
 POLICY = config["policy"]
 POLICIES = {
     "names": ["topk_chunks", "streaming", "snapkv", "verifier_guided"],
@@ -48,7 +49,7 @@ METHOD.update(
     {label: METHOD[names.label_policy(label, POLICY)[0]] for label in POLICY_LABELS}
 )
 # `engine: graphs`: AR, SD and BudgetDraft also decoded eagerly at γ_fixed on the comparison dataset (LABEL+eager,
-# budgetdraft.names.engine_label), for the claims' finding E1: the speedup over a fast AR beside the eager one.
+# budgetdraft.base.names.engine_label), for the claims' finding E1: the speedup over a fast AR beside the eager one.
 ENGINE = config["engine"]
 ENGINE_LABELS = (
     [
@@ -70,7 +71,7 @@ ALL_FIGURES = {
 }
 
 # src/ modules each stage runs, declared as its code inputs so that editing one reruns exactly the stages that run
-# it: a rule's code is what its command imports (budgetdraft.importgraph: its module from cli.COMMANDS and every
+# it: a rule's code is what its command imports (budgetdraft.base.importgraph: its module from cli.COMMANDS and every
 # module that imports, transitively, lazy imports included), never a list kept by hand.
 STAGE_COMMANDS = {
     "models": "export-model",
@@ -89,7 +90,7 @@ SRC = {stage: code_files(command) for stage, command in STAGE_COMMANDS.items()}
 CELL_CODE = {
     method: code_files(
         "eval-cell",
-        (f"budgetdraft.baselines.{method}",) if method in names.BASELINES else (),
+        (f"budgetdraft.decoding.baselines.{method}",) if method in names.BASELINES else (),
     )
     for method in names.METHODS
 }
@@ -98,7 +99,7 @@ CELL_CODE = {
 # ---------------------------------------------------------------- checks beyond the schema
 
 
-# A warning, not an error: pinning needs the hub once (budgetdraft.revisions).
+# A warning, not an error: pinning needs the hub once (budgetdraft.base.revisions).
 if unpinned := revisions.unpinned(config):
     print(
         f"budgetdraft: hub repositories read at no pinned revision: {', '.join(unpinned)}"
@@ -176,7 +177,7 @@ def cells_at(labels, datasets=None, contexts=None, gamma=None):
 
 # Variants beyond the paper's four (config `variants`) are trained and evaluated like them, at γ_fixed over every
 # dataset x context x budget (as lambda1.0): a λ variant (its training differs from BudgetDraft's in lambda_c alone,
-# budgetdraft.names.lambda_variants) joins the λ table, in order of λ; any other the `variants` table, which `all`
+# budgetdraft.base.names.lambda_variants) joins the λ table, in order of λ; any other the `variants` table, which `all`
 # builds only when there is one. Each of the two tables is handed the variants it shows (artifact_settings).
 LAMBDA_VARIANTS = names.lambda_variants(
     {v: {**config["training"], **o} for v, o in config["variants"].items()}
@@ -267,7 +268,7 @@ def artifact_files(artifacts):
 # worse be published; Snakemake would delete the previous table when that job fails. When a cell's job is planned
 # (its input function runs while the DAG is built, when Snakemake knows whether it is a dry run), its existing file
 # is checked: a parquet file starts and ends with b"PAR1" and its footer fits inside it, then the cell proves its
-# integrity and identity (budgetdraft.cellfile: the digest written with it, page checksums, its invariants, its rows
+# integrity and identity (budgetdraft.evaluation.cellfile: the digest written with it, page checksums, its invariants, its rows
 # the cell its path names). A file that fails is reported by name with the reason and moved aside (FILE.unreadable,
 # never deleted), so the cell is measured again like a missing one; a dry run (or --touch, or a cluster job's own
 # Snakemake) only reports it.
@@ -293,7 +294,7 @@ def cell_problem(path):
     """Why an existing cell file cannot be used, or None (imported here: test_workflow plans with stand-ins)."""
     if not parquet_whole(path):
         return "not a whole parquet file"
-    from budgetdraft import cellfile
+    from budgetdraft.evaluation import cellfile
 
     return cellfile.problem(path)
 
@@ -375,7 +376,7 @@ EAGLE3_TRAINING = {
     "device": config["device"],
     **config["baselines"].get(names.EAGLE3, {}).get("training", {}),
 }
-# the contract of train-eagle3 --hparams (budgetdraft.settings.Eagle3Hparams), checked at plan time
+# the contract of train-eagle3 --hparams (budgetdraft.training.hparams.Eagle3Hparams), checked at plan time
 Eagle3Hparams.from_json(EAGLE3_TRAINING)
 
 
@@ -517,7 +518,7 @@ def variant_hparams(variant, replicate=0):
 
 def paper_settings():
     """The settings JSON of `budgetdraft paper` (what to lay out where), built from the config and checked
-    against its contract (`budgetdraft.settings.PaperSettings`)."""
+    against its contract (`budgetdraft.report.settings.PaperSettings`)."""
     cmp = config["comparison"]
     settings = {
         "datasets": {key: d["name"] for key, d in config["datasets"].items()},

@@ -13,7 +13,7 @@ REPORT_LABELS = {
     name: {"artifact": name, "paper": paper}
     for name, paper in names.PAPER_NAMES.items()
 }
-# tables beyond the paper (budgetdraft.names.EXTRA_TABLES: `variants`)
+# tables beyond the paper (budgetdraft.base.names.EXTRA_TABLES: `variants`)
 REPORT_LABELS.update(
     {
         name: {"artifact": name, "paper": "not in the paper"}

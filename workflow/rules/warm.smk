@@ -1,10 +1,10 @@
-# Warm start (src/budgetdraft/warm.py): on the CPU one pre-imported process forks a child per job, so hundreds of
+# Warm start (src/budgetdraft/pipeline/warm.py): on the CPU one pre-imported process forks a child per job, so hundreds of
 # short eval-cell jobs do not each pay seconds of imports; on an accelerator one resident process runs the cells
 # itself and keeps their models loaded (no fork after CUDA), locally and inside cluster job groups. Jobs find it
 # through BUDGETDRAFT_WARM and run in their own process when it is absent (dry runs, warm_start: false, other
 # cluster jobs, and --sdm conda / apptainer: the warm process runs in Snakemake's environment, not the rule's).
 # Its socket lives in a private directory (mode 0700, a name no other user can guess or take first) that this
-# Snakemake makes and removes; both ends refuse a peer of another uid (budgetdraft.warm, "Whom it trusts").
+# Snakemake makes and removes; both ends refuse a peer of another uid (budgetdraft.pipeline.warm, "Whom it trusts").
 import atexit
 import contextlib
 import os
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from budgetdraft.warm import rendezvous
+from budgetdraft.pipeline.warm import rendezvous
 
 WARM = {}
 

@@ -1,0 +1,104 @@
+"""Which budgetdraft modules each command runs, read from the source (standard library ``ast`` only, nothing is
+imported): the workflow declares them as a rule's code inputs, the warm process preloads them, and
+tests/test_structure.py checks the graph for cycles. One home, so no list of modules is kept by hand.
+
+A module's imports are its ``import budgetdraft.x`` / ``from budgetdraft.x import y`` statements at any depth of
+the file (lazy imports inside functions too); importing a module also runs the ``__init__.py`` of every package
+above it. A command's modules are its sub-command module (``budgetdraft.pipeline.cli.COMMANDS``) and everything that
+imports, transitively. ``cli`` and ``warm`` only dispatch a command and are not part of it. An import whose name
+is computed at run time (``importlib.import_module(f"budgetdraft.decoding.baselines.{method}")`` in ``cells``) cannot be
+read from the source: the caller names such modules (``extra``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = "budgetdraft"
+HERE = Path(__file__).resolve().parents[1]  # the package's directory (every function takes another: a copy of it)
+CLI = "pipeline/cli.py"  # where COMMANDS is, under the package directory
+
+
+def module_files(package: str | Path = HERE) -> dict[str, Path]:
+    """budgetdraft's modules by dotted name (a package by its own name, from its __init__.py), from the package
+    directory ``package``."""
+    files = {}
+    for path in sorted(Path(package).rglob("*.py")):
+        parts = [PACKAGE, *path.relative_to(package).with_suffix("").parts]
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+def imported_modules(path: Path, modules) -> set[str]:
+    """The budgetdraft modules ``path`` imports, at any depth of the file (lazy imports inside functions too):
+    ``from budgetdraft.x import y`` counts as x, or as x.y when that is a module."""
+    found = set()
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {
+                f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                for alias in node.names
+            }
+    return {name for name in found if name in modules}
+
+
+def import_graph(package: str | Path = HERE) -> dict[str, set[str]]:
+    """module -> the budgetdraft modules it imports itself (not itself, not transitively)."""
+    modules = module_files(package)
+    return {name: imported_modules(path, modules) - {name} for name, path in modules.items()}
+
+
+def packages_above(module: str) -> list[str]:
+    """The packages whose __init__.py importing ``module`` runs: budgetdraft.decoding.baselines.eagle3 -> budgetdraft,
+    budgetdraft.decoding.baselines."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def imports_closure(modules, graph: dict[str, set[str]]) -> set[str]:
+    """``modules`` and every module they import, transitively, with the packages above each."""
+    seen: set[str] = set()
+    todo = list(modules)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        if name not in graph:
+            raise ValueError(f"{name} is not a module of {PACKAGE}")
+        seen.add(name)
+        todo += [*graph[name], *packages_above(name)]
+    return seen
+
+
+def commands(package: str | Path = HERE) -> dict[str, str]:
+    """Every ``python -m budgetdraft COMMAND`` -> its module, read from ``COMMANDS`` in pipeline/cli.py (without
+    importing it)."""
+    tree = ast.parse((Path(package) / CLI).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COMMANDS" for t in node.targets):
+            return {name: module for name, (module, _help) in ast.literal_eval(node.value).items()}
+    raise ValueError(f"no COMMANDS in {package}/{CLI}")
+
+
+def command_module(command: str, package: str | Path = HERE) -> str:
+    """The module of a ``python -m budgetdraft COMMAND``."""
+    known = commands(package)
+    if command not in known:
+        raise ValueError(f"budgetdraft has no command {command!r}; it has {', '.join(known)}")
+    return known[command]
+
+
+def command_imports(command: str, extra: tuple[str, ...] = (), package: str | Path = HERE) -> list[str]:
+    """The budgetdraft modules ``python -m budgetdraft COMMAND`` runs (dotted names, sorted): its module and all it
+    imports; ``extra``: modules it imports by a name computed at run time (a baseline of ``eval-cell``)."""
+    return sorted(imports_closure([command_module(command, package), *extra], import_graph(package)))
+
+
+def code_files(command: str, extra: tuple[str, ...] = (), package: str | Path = f"src/{PACKAGE}") -> list[str]:
+    """The source files of ``command_imports`` as paths under ``package`` (default: relative to the workflow's
+    directory, a rule's code inputs)."""
+    files = module_files(package)
+    return [str(files[name]) for name in command_imports(command, extra, package)]

@@ -1,0 +1,77 @@
+"""JSON in and out, one home: a JSON object given on the command line (inline or a file path: ``--hparams``,
+``--settings``, ``--extra``), values as JSON writes them (every results file that records numbers), and the typed
+records (frozen dataclasses: the report's settings, the hyper-parameters) whose ``from_json`` refuses unknown keys
+and names a missing one."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+import numpy as np
+
+
+def json_object(value, flag: str) -> dict:
+    """``value`` as a dict: a dict as is, nothing as ``{}``, else JSON text or the path of a JSON file; a bad value
+    is an error naming ``flag``."""
+    if isinstance(value, dict):
+        return value
+    if not value:
+        return {}
+    text = str(value)
+    if not text.lstrip().startswith("{"):
+        if not Path(text).is_file():
+            raise ValueError(f"{flag}: {text!r} is neither a JSON object nor a file")
+        text = Path(text).read_text()
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{flag} is not valid JSON: {err}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{flag} must be a JSON object")
+    return obj
+
+
+def plain(value, strict: bool = False):
+    """``value`` as JSON writes it, so it compares equal after a round trip: a record (dataclass) as its
+    ``to_json``, dict keys as str, tuples as lists, numpy scalars as Python ints / floats. ``strict``: NaN / ±inf
+    become None (strict JSON has no such numbers: claims.json); otherwise they stay floats (Python's JSON writes
+    NaN: a figure's plotted values)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return value.to_json()
+    if isinstance(value, dict):
+        return {str(k): plain(v, strict) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v, strict) for v in value]
+    if isinstance(value, (np.integer, int)) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return None if strict and not math.isfinite(value) else value
+    return value
+
+
+def checked_keys(cls, data, what: str, where: str = "") -> dict:
+    """``data`` as a dict of the fields of record ``cls``: an error names unknown keys, or the first missing
+    required one (a field without a default)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} {where or 'settings'} must be a JSON object, got {type(data).__name__}")
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {what} key(s) {unknown}{' in ' + where if where else ''}; known: {', '.join(known)}")
+    required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise ValueError(f"settings: missing key '{where + '.' if where else ''}{missing[0]}'")
+    return dict(data)
+
+
+class JsonRecord:
+    """``to_json`` for a frozen dataclass: its fields in declaration order, as JSON writes them (`plain`)."""
+
+    def to_json(self) -> dict:
+        return {f.name: plain(getattr(self, f.name)) for f in fields(self)}

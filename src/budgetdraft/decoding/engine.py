@@ -1,0 +1,149 @@
+"""How the decode steps run: fixed shapes, eager or captured as CUDA graphs.
+
+A decode step is one forward of a decoder over a fixed-capacity ``PreallocatedCache`` in fixed mode: q new
+tokens are written at the device slot, and the queries attend over all ``capacity`` slots through a mask (slot
+index ≤ the query's own slot). Its shapes depend on q and the capacity alone, never on how far decoding has got:
+the verifier's AR step (q = 1), its verify (q = γ + 1, padded on the last round), the drafter's step (q = 1). The
+slot and the real position (slot + a per-generation offset: a sparse drafter's cache holds fewer slots than the
+positions it has seen) are device tensors, so a step reads nothing from the host.
+
+Engines (one for AR and every speculative method of a run, so that every speedup is a ratio on one engine):
+- ``eager``: each step runs op by op (the paper's kind of baseline, hundreds of kernel launches a step).
+- ``graphs``: each step is ``torch.compile(mode="reduce-overhead", dynamic=False, fullgraph=True)``: Inductor's
+  kernels captured as a CUDA graph per shape and replayed, one launch a step. Chosen over a hand-held
+  ``torch.cuda.CUDAGraph`` because Inductor also fuses the step's elementwise work and its cudagraph trees manage
+  the static inputs and memory pool; the cache buffers are static addresses (``mark_static_address``) that the
+  graph reads and writes in place. The first calls compile and record: a run warms up outside its timed region.
+  On a CPU there are no CUDA graphs: there ``graphs`` captures the same steps whole (``fullgraph``, AOT-traced,
+  backend ``aot_eager``) and runs the captured graph op by op. That proves on any machine what a CUDA graph needs
+  (one graph per shape, no recompilation, no graph break, the same tokens) without a minute of C++ compilation a
+  shape; it is no CPU speed-up, and the pipeline refuses ``engine: graphs`` off CUDA.
+
+Attention kernel on CUDA: the masked decode attention is pinned to PyTorch's memory-efficient kernel (math as the
+fallback). Flash attention takes no arbitrary mask, and left to choose, SDPA may pick cuDNN, whose plan is built
+for each new key length: with a growing cache that was every step (~1.9 ms of host time per layer on an H100).
+With a fixed capacity one plan would do, but the choice is made here, deliberately, not by a heuristic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+
+import torch
+
+from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers
+
+ENGINES = ("eager", "graphs")
+SLOT_ROUNDING = 16  # capacities are rounded up to a multiple: the mask's last dimension stays aligned for the
+# memory-efficient kernel (prompts of one context have one length, so they share one shape and one graph)
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    return engine
+
+
+def rounded_capacity(tokens: int) -> int:
+    return -(-tokens // SLOT_ROUNDING) * SLOT_ROUNDING
+
+
+def attention_kernels(device: torch.device):
+    """The SDPA kernels a decode step may use on ``device`` (a context manager; nothing to choose on a CPU)."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+def decode_step(decoder, cache: PreallocatedCache, tokens: torch.Tensor, output_hidden_states: bool):
+    """One fixed-shape forward of ``tokens`` [1, q] at the cache's device slot: positions slot + offset + i, a mask
+    over all ``capacity`` slots; the slot is advanced by q on the device. Returns the decoder's output."""
+    q = tokens.shape[1]
+    steps = torch.arange(q, device=tokens.device)
+    query_slots = cache.slot + steps  # [q]
+    mask = torch.arange(cache.capacity, device=tokens.device)[None, :] <= query_slots[:, None]  # [q, capacity]
+    out = decoder(
+        input_ids=tokens,
+        past_key_values=cache,
+        position_ids=(query_slots + cache.position_offset)[None],
+        attention_mask=mask[None, None],
+        use_cache=True,
+        output_hidden_states=output_hidden_states,
+    )
+    cache.slot.add_(q)
+    return out
+
+
+def compiled(fn, device: torch.device):
+    """``fn`` captured whole with fixed shapes: CUDA graphs on CUDA, an AOT-traced graph elsewhere."""
+    if device.type == "cuda":
+        return torch.compile(fn, mode="reduce-overhead", dynamic=False, fullgraph=True)
+    return torch.compile(fn, backend="aot_eager", dynamic=False, fullgraph=True)
+
+
+class Steps:
+    """The decode steps of one model on its own fixed-capacity cache, run by ``engine``.
+
+    ``start(capacity)`` hands out the cache for a new generation (the same buffers while the rounded capacity is
+    the same: a captured graph keeps reading them); after the prefill filled it (growing mode), ``fix`` enters
+    fixed mode, and every ``__call__`` is a fixed-shape step. ``forwards`` counts the steps since ``start``."""
+
+    def __init__(self, model, engine: str = "eager"):
+        self.model, self.engine = model, check_engine(engine)
+        self.decoder = model.get_decoder()
+        self.device = model.device
+        self.cache: PreallocatedCache | None = None
+        self._step = decode_step
+        if engine == "graphs":
+            # every (model, capacity, q) is one entry of one compiled code object: a run of many cells outgrows
+            # dynamo's default of 8, and hitting the limit must fail, not silently fall back to eager
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            torch._dynamo.config.fail_on_recompile_limit_hit = True
+            self._step = compiled(decode_step, self.device)
+
+    def start(self, capacity: int) -> PreallocatedCache:
+        capacity = rounded_capacity(capacity)
+        if self.cache is None or self.cache.capacity != capacity:
+            self.cache = PreallocatedCache(num_layers(self.model), capacity)
+        self.cache.release()
+        self.cache.truncate(0)
+        self.forwards = 0
+        return self.cache
+
+    def fix(self, position_offset: int = 0) -> None:
+        """The cache holds the prefill (or a gathered prefix): decode steps from here on."""
+        self.cache.fix(position_offset)
+        if self.engine == "graphs":
+            for layer in self.cache.layers:
+                torch._dynamo.mark_static_address(layer.keys)
+                torch._dynamo.mark_static_address(layer.values)
+            torch._dynamo.mark_static_address(self.cache.slot)
+            torch._dynamo.mark_static_address(self.cache.position_offset)
+
+    @torch.no_grad()
+    def __call__(self, tokens: torch.Tensor, output_hidden_states: bool = False):
+        """Feed ``tokens`` [1, q] (a device tensor: nothing is read back); returns the decoder's output, whose
+        tensors a later step may overwrite under ``graphs`` (use them before the next step)."""
+        if self.engine == "graphs" and self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()
+        with attention_kernels(self.device):
+            out = self._step(self.decoder, self.cache, tokens, output_hidden_states)
+        self.cache.advance(tokens.shape[1])
+        self.forwards += 1
+        return out
+
+
+_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(engine, role): Steps}
+
+
+def steps_for(model, engine: str, role: str) -> Steps:
+    """The ``Steps`` of ``model`` in ``role`` ("verifier", "drafter": a model drafting for itself holds two
+    caches) under ``engine``, kept with the model: repeated generations reuse its cache buffers and, under
+    ``graphs``, its compiled and captured steps (one cache per role of each model at a time)."""
+    per_model = _STEPS.setdefault(model, {})
+    if (engine, role) not in per_model:
+        per_model[engine, role] = Steps(model, engine)
+    return per_model[engine, role]

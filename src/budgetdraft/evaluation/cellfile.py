@@ -1,0 +1,300 @@
+"""A cell file proves its integrity and its identity: what `budgetdraft.evaluation.cells` writes and everything that reads one
+(`budgetdraft.evaluation.grid.read_cell`, the workflow's plan-time check of an existing cell) go through here.
+
+Integrity: the file is sealed when written: a sha256 digest of its rows (every column's name, type and values, and
+the schema's metadata; `table_digest`) is stored in the parquet footer's key-value metadata under `DIGEST_KEY`, and
+every data page carries its CRC (`write_page_checksum`), verified on read. A file whose bytes changed after it was
+written (a flipped bit, a hand edit, a half-finished copy) no longer gives its digest, or no longer parses, and is
+refused. Identity: its rows hold one cell, the one its path names (results/cells/LABEL[/rR]/DATASET/CONTEXT/
+B{B}_g{γ}.parquet, `cell_parts`). Invariants: counts are non-negative, `accepted` ≤ `drafted` and `accepted` <
+`new_tokens` (`check_rows`), `new_tokens` ≥ 1, times are non-negative, and the derived columns (`REDUNDANT`) are what
+their inputs give. Every reader verifies all of it (`read_checked`): a file without a digest is refused.
+
+The seal is an integrity check, not a signature: the digest is an unkeyed sha256 that anyone can recompute, so it
+proves that a file is whole and unchanged since it was sealed, not who wrote it.
+
+Every refusal is a `BadCell` (a ValueError) naming the file and the reason in one line; a write that fails (a full
+disk) is a ValueError naming the file, with nothing left behind (`write_cell`). Only the standard library, numpy,
+pandas and pyarrow: the workflow imports this module at plan time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from budgetdraft.base.atomic import atomic_path
+from budgetdraft.base.names import SHARED
+
+DIGEST_KEY = b"budgetdraft.sha256"
+FIX = "delete it and re-run to re-measure it"  # the workflow sets such a file aside by itself (docs/pipeline.md)
+CELL_NAME = re.compile(r"B(\d+)_g(\d+)\.parquet")
+
+COUNTS = ("sample", "repeat", "prompt_tokens", "drafted", "accepted", "verifier_forwards", "draft_steps")
+TIMES = ("verifier_prefill_s", "drafter_prefill_s", "decode_s", "total_s", "draft_s", "verify_s")
+NON_NEGATIVE = (  # besides COUNTS and TIMES; NaN allowed (a measure a device or method does not give)
+    "tok_per_s",
+    "acceptance",
+    "tau",
+    "peak_mem_mb",
+    "peak_tensor_mb",
+    "drafter_kv_mb",
+    "verifier_kv_mb",
+    "bandwidth_gbs",
+    "step_bytes",
+    "bound_fraction",
+    "budget",
+    "gamma",
+)
+REDUNDANT = {  # a column the decoder derives from others: (its inputs, how)
+    "acceptance": (("accepted", "drafted"), lambda a, d: np.where(d > 0, a / np.where(d > 0, d, 1), np.nan)),
+    "tok_per_s": (("new_tokens", "total_s"), lambda n, t: np.where(t > 0, n / np.where(t > 0, t, 1), np.nan)),
+}
+
+
+class BadCell(ValueError):
+    """A cell file that is not what it must be: ``str()`` is one line, ``PATH: REASON: delete it and re-run``."""
+
+    def __init__(self, path, reason: str):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"{path}: {reason}: {FIX}")
+
+
+# ---------------------------------------------------------------------------------------------------- integrity
+
+
+def _feed(h, array: pa.Array | pa.ChunkedArray) -> None:
+    """Hash one column's values canonically: the same values and type give the same bytes however pyarrow lays
+    them out (chunks, offsets, validity buffers)."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    kind = array.type
+    nested = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    # a list's type without its item's name (parquet reads list<item: T> back as list<element: T>)
+    h.update(f"{'list' if nested else kind}|{len(array)}|{array.null_count};".encode())
+    if nested:
+        lengths = pc.list_value_length(array).cast(pa.int64()).fill_null(-1)
+        h.update(np.asarray(lengths, dtype="<i8").tobytes())
+        _feed(h, pc.list_flatten(array))
+    elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+        h.update(np.asarray(array.is_null(), dtype=bool).tobytes())
+        values = array.to_numpy(zero_copy_only=False)
+        if not pa.types.is_boolean(kind) and array.null_count:
+            values = np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False))
+        values = np.asarray(values)
+        h.update(values.astype(values.dtype.newbyteorder("<")).tobytes())
+    else:  # strings and anything else: their Python values, each length-prefixed
+        for value in array.to_pylist():
+            data = b"\xff" if value is None else repr(value).encode()
+            h.update(len(data).to_bytes(8, "little") + data)
+
+
+def table_digest(table: pa.Table) -> str:
+    """sha256 (hex) of a table's rows: its columns' names, types and values, and its schema's key-value metadata
+    (pandas' description of the frame) other than the digest itself."""
+    h = hashlib.sha256(f"rows {table.num_rows}\n".encode())
+    meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != DIGEST_KEY}
+    for key in sorted(meta):
+        h.update(len(key).to_bytes(8, "little") + key + len(meta[key]).to_bytes(8, "little") + meta[key])
+    for name, column in zip(table.column_names, table.columns):
+        h.update(f"\ncolumn {name!r}\n".encode())
+        _feed(h, column)
+    return h.hexdigest()
+
+
+def seal(table: pa.Table) -> pa.Table:
+    """The table with its digest (`table_digest`) in its schema's metadata."""
+    meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != DIGEST_KEY}
+    table = table.replace_schema_metadata(meta)
+    return table.replace_schema_metadata({**meta, DIGEST_KEY: table_digest(table).encode()})
+
+
+def write_cell(frame: pd.DataFrame, out: str | Path) -> None:
+    """Write a cell's rows to ``out`` atomically, sealed (`seal`, page checksums); rows that break a cell's
+    invariants, or that are not the cell ``out`` names, are refused before anything is written."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    check_rows(table, out)
+    check_identity(table, out)
+    table = seal(table)
+    try:
+        with atomic_path(out) as tmp:
+            pq.write_table(table, tmp, write_page_checksum=True)
+    except OSError as e:  # a full disk, a read-only directory: one line, not pyarrow's traceback
+        raise ValueError(f"{os_reason(e)} writing {out}: nothing was written") from None
+
+
+def os_reason(error: OSError) -> str:
+    """What went wrong, in the system's words ("no space left on device"), or the error's first line when it
+    carries no errno (pyarrow words its errors "Error writing bytes to file. Detail: [errno 28] ...")."""
+    if error.errno:
+        return os.strerror(error.errno).lower()
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def read_table(path: str | Path) -> pa.Table:
+    """A cell file's whole table, its page checksums verified and its digest recomputed and compared; a file
+    without a digest (written before cells were sealed, or by hand) is refused."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"cell file not found: {path}")
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+    except Exception as e:  # pyarrow says OSError, ArrowInvalid, ArrowMemoryError, ... for a damaged file
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if isinstance(e, pa.ArrowInvalid) and "arquet" in first and ("magic" in first or "size" in first):
+            raise BadCell(path, "not a readable parquet file (truncated by a kill?)") from None
+        raise BadCell(path, f"not a readable parquet file ({type(e).__name__}: {first[:200]})") from None
+    stored = (table.schema.metadata or {}).get(DIGEST_KEY)
+    if stored is None:
+        raise BadCell(path, "no integrity digest (written before cells were sealed, or not by eval-cell)")
+    try:
+        digest = table_digest(table)
+    except Exception as e:  # values a flipped type cannot hold
+        raise BadCell(path, f"its rows do not decode ({type(e).__name__}: {str(e)[:200]})") from None
+    if stored != digest.encode():
+        raise BadCell(path, "its rows do not match the digest written with them (changed after it was written)")
+    return table
+
+
+# ---------------------------------------------------------------------------------------------------- contents
+
+
+def _numbers(table: pa.Table, column: str) -> np.ndarray:
+    """A column as floats (NaN for a null; NaN everywhere for a column that holds no numbers)."""
+    values = table.column(column)
+    if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type) or pa.types.is_boolean(values.type)):
+        return np.full(len(values), np.nan)
+    return np.asarray(values.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False), dtype=float)
+
+
+def check_rows(table: pa.Table, path) -> None:
+    """Refuse rows that no decoder writes: no rows, a count that is negative or no number, a negative time,
+    `accepted` beyond `drafted` or not below `new_tokens`, `new_tokens` below 1, a replicate
+    below `SHARED`, or a derived column (`REDUNDANT`) that is not what its inputs give (edited by hand, mixed from
+    two runs, or damaged)."""
+    if table.num_rows == 0:
+        raise BadCell(path, "cell file has no rows")
+    names = set(table.column_names)
+    v = {c: _numbers(table, c) for c in (*COUNTS, *TIMES, *NON_NEGATIVE, "new_tokens", "replicate") if c in names}
+
+    def refuse(column, bad, what):
+        i = int(np.flatnonzero(bad)[0])
+        raise BadCell(path, f"row {i}: {column} = {table.column(column)[i].as_py()!r} {what}")
+
+    for column, x in v.items():
+        number = np.isfinite(x) | (np.isnan(x) & (column not in COUNTS))
+        if not number.all():
+            refuse(column, ~number, "is not a finite number")
+        if (x < 0).any() and column != "replicate":
+            refuse(column, x < 0, "is negative")
+    for column, least in (("new_tokens", 1), ("replicate", SHARED)):
+        if column in v and not (v[column] >= least).all():
+            refuse(column, ~(v[column] >= least), f"is below {least}")
+    # an accepted draft was drafted, and is emitted (cells decode without EOS) after the first new token, which is
+    # the prefill's: accepted <= drafted and accepted < new_tokens
+    for bound, sign, over in (("drafted", ">", np.greater), ("new_tokens", ">=", np.greater_equal)):
+        if "accepted" in v and bound in v and (bad := over(v["accepted"], v[bound])).any():
+            i = int(np.flatnonzero(bad)[0])
+            accepted, most = (table.column(c)[i].as_py() for c in ("accepted", bound))
+            raise BadCell(path, f"row {i}: accepted {accepted} {sign} {bound} {most}")
+    for column, (inputs, derive) in REDUNDANT.items():
+        if column not in names or not all(c in names for c in inputs):
+            continue
+        expected = derive(*(_numbers(table, c) for c in inputs))
+        got = _numbers(table, column)
+        bad = ~np.isclose(got, expected, rtol=1e-6, atol=1e-9, equal_nan=True)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise BadCell(
+                path,
+                f"row {i}: {column} = {got[i]:.6g} but {' / '.join(inputs)} give {expected[i]:.6g}: the cell "
+                "contradicts itself (edited by hand?)",
+            )
+
+
+IDENTITY = ("label", "dataset", "context", "budget", "gamma", "replicate")
+
+
+def cell_parts(label, dataset, context, budget, gamma, replicate=SHARED) -> tuple[str, ...]:
+    """The trailing path segments of a cell's file under results/cells/ (the workflow's `cell`)."""
+    where = (str(label),) if int(replicate) == SHARED else (str(label), f"r{int(replicate)}")
+    return (*where, str(dataset), str(context), f"B{int(budget)}_g{int(gamma)}.parquet")
+
+
+def check_identity(table: pa.Table, path) -> None:
+    """Refuse rows of more than one cell, and rows of another cell than the one the file's path names when the
+    file is named like a cell (B{B}_g{γ}.parquet: its path ends LABEL[/rR]/DATASET/CONTEXT/B{B}_g{γ}.parquet)."""
+    row = {}
+    for column in IDENTITY:
+        if column in table.column_names:
+            values = pc.unique(table.column(column)).to_pylist()
+            if len(values) > 1:
+                raise BadCell(path, f"its rows hold more than one cell ({column} {values[0]!r} and {values[1]!r})")
+            row[column] = values[0] if values else None
+    if table.num_rows == 0 or not CELL_NAME.fullmatch(Path(path).name):
+        return
+    try:
+        parts = cell_parts(*(row.get(c, SHARED) for c in IDENTITY))
+    except (TypeError, ValueError):
+        raise BadCell(path, f"its rows name no cell ({row})") from None
+    if Path(path).parts[-len(parts) :] != parts:
+        named = path_key(path)
+        differ = [c for c in IDENTITY if str(named.get(c)) != str(row.get(c, SHARED))] or list(row)
+        said = ", ".join(f"{c} {row.get(c, SHARED)!r}" for c in differ)
+        raise BadCell(
+            path, f"its rows are another cell ({said}: {'/'.join(parts)}) than its path names ({path_text(named)})"
+        )
+
+
+def path_key(path) -> dict:
+    """The cell a path names, read from its last segments (LABEL[/rR]/DATASET/CONTEXT/B{B}_g{γ}.parquet)."""
+    parts = Path(path).parts
+    match = CELL_NAME.fullmatch(parts[-1]) if parts else None
+    if match is None or len(parts) < 4:
+        return {}
+    key = {"dataset": parts[-3], "context": parts[-2], "budget": int(match[1]), "gamma": int(match[2])}
+    replicate = re.fullmatch(r"r(\d+)", parts[-4])
+    if replicate and len(parts) >= 5:
+        return {"label": parts[-5], **key, "replicate": int(replicate[1])}
+    return {"label": parts[-4], **key, "replicate": SHARED}
+
+
+def path_text(key: dict) -> str:
+    return ", ".join(f"{c} {key[c]!r}" for c in IDENTITY if c in key)
+
+
+def read_checked(path: str | Path) -> pa.Table:
+    """A cell file's table once it has proven its integrity (`read_table`), its invariants (`check_rows`) and its
+    identity (`check_identity`): what every reader of a cell reads (the tables', the claims', the workflow's), so
+    none uses a file that the others would refuse. Any failure is a `BadCell` naming the file."""
+    table = read_table(path)
+    check_rows(table, path)
+    check_identity(table, path)
+    return table
+
+
+def read_frame(path: str | Path, columns=None) -> pd.DataFrame:
+    """A cell file's rows (all its columns, or those of ``columns``), checked (`read_checked`)."""
+    table = read_checked(path)
+    try:
+        return (table if columns is None else table.select(list(columns))).to_pandas()
+    except Exception as e:
+        raise BadCell(path, f"its rows do not decode ({type(e).__name__}: {str(e)[:200]})") from None
+
+
+def problem(path: str | Path) -> str | None:
+    """Why an existing cell file cannot be used (a sealed cell whose rows hold), or None when it can: the
+    workflow's plan-time check, which sets such a file aside to measure the cell again."""
+    try:
+        read_checked(path)
+    except BadCell as e:
+        return e.reason
+    return None

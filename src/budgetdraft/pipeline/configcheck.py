@@ -1,0 +1,474 @@
+"""A config's problems in plain language, before any job is planned: one entry point, `check_config`.
+
+In order: a key given twice (in a config file, `check_config_files`, or on the command line, `check_config_args`);
+text a folder or a page cannot hold (a key with a newline, markup in a display name) and numbers that are not
+finite (`.nan`, `.inf`: every JSON-schema bound compares False with NaN, so the schema lets them through); then the
+schema, validated once, with every problem one plain line (``budgets[0] = 0: must be >= 1 (drafter KV budget B in
+tokens), at config['budgets'][0]``) and its defaults filled in, a whole-number float read as the integer it is
+(``replicates: 2.0``); then what a schema cannot express (`check_consistency`): that the sections agree with each
+other and with the verifier, a ValueError at the first inconsistency, naming its key and value.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from pathlib import Path
+
+import yaml
+from jsonschema import Draft202012Validator, validators
+
+from budgetdraft.base import names
+from budgetdraft.decoding.models import check_spec, max_positions
+from budgetdraft.training.hparams import TrainingHparams
+
+RULES = {  # jsonschema validator -> what it asks of the value
+    "minimum": "must be >= {}",
+    "exclusiveMinimum": "must be > {}",
+    "maximum": "must be <= {}",
+    "exclusiveMaximum": "must be < {}",
+    "enum": "must be one of {}",
+    "type": "must be of type {}",
+    "pattern": "must match {}",
+    "minItems": "needs at least {} item(s)",
+    "maxItems": "takes at most {} item(s)",
+    "minProperties": "needs at least {} entry(ies)",
+    "uniqueItems": "must not repeat an item",
+    "not": "must not be one of {}",  # a `not: {enum: [...]}` (a variant named like a method)
+}
+
+
+def dotted(path) -> str:
+    """['budgets', 0] -> 'budgets[0]'; ['collapse', 'gamma'] -> 'collapse.gamma'."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "config"
+
+
+def problem(error) -> str:
+    """One line for one jsonschema error."""
+    where = dotted(error.absolute_path)
+    at = "config" + "".join(f"[{p!r}]" for p in error.absolute_path)
+    rule = RULES.get(error.validator)
+    if rule is None:  # required, additionalProperties, propertyNames ...: jsonschema's own sentence is plain
+        return f"{where}: {error.message}, at {at}"
+    value = error.validator_value if error.validator != "uniqueItems" else ""
+    if error.validator == "not":
+        value = error.validator_value.get("enum", error.validator_value)
+    about = error.schema.get("description") if isinstance(error.schema, dict) else None
+    return f"{where} = {error.instance!r}: {rule.format(value)}" + (f" ({about})" if about else "") + f", at {at}"
+
+
+def schema_problems(config: dict, schema_path: str | Path) -> list[str]:
+    """Every problem of ``config`` against the YAML JSON-schema at ``schema_path``, one line each, in key order
+    (``config`` is left as it is)."""
+    return _validate(copy.deepcopy(config), yaml.safe_load(Path(schema_path).read_text()))
+
+
+def _validate(config: dict, schema: dict) -> list[str]:
+    """The schema's problems of ``config``, one line each, its defaults filled in as it is validated (jsonschema's
+    recipe, as Snakemake's ``validate(set_default=True)``: a missing property takes its ``default``)."""
+    base = Draft202012Validator
+    properties = base.VALIDATORS["properties"]
+
+    def fill(validator, props, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in props.items():
+                if isinstance(sub, dict) and "default" in sub:
+                    instance.setdefault(name, copy.deepcopy(sub["default"]))
+        yield from properties(validator, props, instance, schema)
+
+    filling = validators.extend(base, {"properties": fill})
+    errors = filling(schema).iter_errors(config)
+    return [problem(e) for e in sorted(errors, key=lambda e: [str(p) for p in e.absolute_path])]
+
+
+def whole_numbers(value, schema: dict, root: dict):
+    """``value`` with every whole-number float that the schema wants an integer read as that integer (YAML reads
+    ``replicates: 2.0`` as a float, which JSON-schema counts as an integer and ``range()`` refuses)."""
+    while isinstance(schema, dict) and "$ref" in schema:  # local references only: "#/definitions/NAME"
+        schema = root["definitions"][schema["$ref"].rsplit("/", 1)[1]]
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(value, dict):
+        props, extra = schema.get("properties", {}), schema.get("additionalProperties", {})
+        return {k: whole_numbers(v, props.get(k, extra), root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v, schema.get("items", {}), root) for v in value]
+    wants_integer = "integer" in (schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")])
+    if wants_integer and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def walk(value, path=()):
+    """(path, key or value) of every mapping key and every scalar of a config, depth first."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield (*path, k), k
+            yield from walk(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from walk(v, (*path, i))
+    else:
+        yield path, value
+
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MARKUP = set("<>&\"'`")  # HTML's: a display name is written into LaTeX, HTML pages and the report
+
+
+def text_problems(config: dict) -> list[str]:
+    """Keys that are no name (a control character, a newline, spaces around: `gs\\n` passes the schema's ``^...$``
+    and then names no file), numbers that are not finite, and markup in a dataset's display name (`datasets.*.name`,
+    a column title of every table and page)."""
+    problems = []
+    for path, item in walk(config):
+        if isinstance(item, str) and path and item == path[-1] and (CONTROL.search(item) or item != item.strip()):
+            problems.append(
+                f"{dotted(path[:-1])}: the key {item!r} has a control character or surrounding spaces: remove them"
+            )
+        elif isinstance(item, float) and not math.isfinite(item):
+            problems.append(f"{dotted(path)} = {item!r}: must be a finite number")
+    for key, dataset in config.get("datasets", {}).items():
+        name = dataset.get("name") if isinstance(dataset, dict) else None
+        if isinstance(name, str) and (MARKUP & set(name) or CONTROL.search(name)):
+            problems.append(
+                f"datasets.{key}.name = {name!r}: a column title may not hold {' '.join(sorted(MARKUP))} or a control "
+                "character (it is written into LaTeX tables and HTML pages)"
+            )
+    return problems
+
+
+def check_config_args(argv) -> None:
+    """Raise ValueError when ``--config`` (or ``-C``) on a Snakemake command line gives one key twice: Snakemake keeps
+    the last silently."""
+    seen, taking = {}, False
+    for arg in map(str, argv or ()):
+        if arg in ("--config", "-C"):
+            taking = True
+            continue
+        if arg.startswith("--config="):
+            arg, taking = arg.split("=", 1)[1], False
+        elif arg.startswith("-") or not taking:
+            taking = False
+            continue
+        key = arg.split("=", 1)[0]
+        if key in seen:
+            raise ValueError(
+                f"--config gives {key!r} twice ({seen[key]} and {arg}): Snakemake would keep only the last; give it once"
+            )
+        seen[key] = arg
+
+
+# ---------------------------------------------------------------- the config files themselves
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML, like Snakemake, keeps the last)."""
+
+    path = "config"
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise ValueError(
+                        f"{self.path}, line {line}: key {key!r} is given twice (first at line {seen[key]}); YAML would "
+                        "silently keep only the last value: remove one"
+                    )
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def check_config_files(paths) -> None:
+    """Raise ValueError naming the file, the key and its line when a config file gives one key twice in a mapping.
+    Snakemake has loaded the files already (keeping the last value); the Snakefile re-reads each with this."""
+    for path in paths:
+        text = Path(path).read_text(encoding="utf-8")
+        loader = type("Loader", (_UniqueKeyLoader,), {"path": str(path)})
+        try:
+            yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError:
+            continue  # not YAML that PyYAML reads (Snakemake read it): nothing to compare
+        except ValueError as err:
+            raise ValueError(str(err)) from None  # one line, not PyYAML's stack
+
+
+def typed_scalars(value, schema: dict | None = None):
+    """A ``--config`` value with its numbers and booleans read as a config file reads them: Snakemake reads a nested
+    value (``variants={lambda0.25: {lambda_c: 0.25}}``) with YAML's BaseLoader, every scalar a string ('0.25'). Only
+    where ``schema`` (the config schema, walked along the value) wants no string: a string key, such as a commit id
+    of `revisions` made of digits, stays a string."""
+    schema = schema or {}
+    if isinstance(value, dict):
+        props, extra = schema.get("properties", {}), schema.get("additionalProperties", {})
+        return {k: typed_scalars(v, props.get(k, extra if isinstance(extra, dict) else {})) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed_scalars(v, schema.get("items", {})) for v in value]
+    if not isinstance(value, str) or schema.get("type") == "string" or "pattern" in schema:
+        return value
+    try:
+        read = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    return read if isinstance(read, (bool, int, float)) else value
+
+
+# ---------------------------------------------------------------- checks beyond the schema
+
+
+def check_config(config: dict, schema: str | Path | None = None, files=(), argv=(), overrides=None) -> None:
+    """Every check of a config before any job is planned, the one entry point (the Snakefile calls it once): the
+    config files (``files``) and the command line (``argv``) give no key twice; ``overrides`` (Snakemake's
+    ``--config``, every nested scalar a string) are merged in typed as a config file's; names and numbers are ones a
+    run can use; the ``schema`` (a path) holds, validated once, its defaults filled in and whole-number floats read as
+    integers; the sections agree (`check_consistency`). ``config`` is updated in place, as Snakemake's own
+    ``validate`` does. A ValueError lists every problem up to the schema, one line each, or names the first
+    inconsistency."""
+    check_config_files(files)
+    check_config_args(argv)
+    tree = yaml.safe_load(Path(schema).read_text()) if schema else None
+    merge(config, typed_scalars(overrides or {}, tree))
+    problems = text_problems(config)
+    if tree is not None:
+        problems += _validate(config, tree)
+    if problems:
+        raise ValueError(f"the config has {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+    if tree is not None:
+        config.update(whole_numbers(config, tree, tree))
+    check_consistency(config)
+
+
+def merge(config: dict, overrides: dict) -> None:
+    """``overrides`` merged into ``config`` key by key at every depth (as Snakemake merges ``--config``)."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            merge(config[key], value)
+        else:
+            config[key] = value
+
+
+def check_consistency(config: dict) -> None:
+    """Raise ValueError naming the key and value of the first inconsistency the schema cannot express."""
+    check_path_names(config)
+    check_variant_names(config)
+    check_models(config)
+    check_engine(config)
+    check_references(config)
+    check_gammas(config)
+    check_training(config)
+    check_chunks(config)
+    check_targets(config)
+
+
+SEGMENT_LENGTH = 64  # characters of a name that becomes a folder: far below a file system's 255 bytes per name
+
+
+def segment_problem(name) -> str | None:
+    """Why ``name`` cannot be one folder or file name of a path under results/ (None: it can)."""
+    name = str(name)
+    if name in ("", ".", ".."):
+        return f"{name!r} is not a folder name of its own"
+    if any(sep in name for sep in ("/", "\\", "\0")):
+        return f"{name!r} contains a path separator"
+    if len(name) > SEGMENT_LENGTH:
+        return f"{name[:20]!r}... has {len(name)} characters, more than the {SEGMENT_LENGTH} a folder name may have"
+    return None
+
+
+def check_path_names(config: dict) -> None:
+    """Every key that becomes a path segment (results/cells/LABEL[@POLICY]/DATASET/CONTEXT/..., results/drafters/
+    rR/VARIANT, results/data/prompts/DATASET/CONTEXT.parquet) is one folder name: never '.', '..' or with a '/'
+    (a context '..' would write every dataset's cells into one folder, overwriting each other), nor one that
+    differs from another of its folder only by case (on macOS, Windows and many network shares `LWM` and `lwm` are
+    one folder: their prompts, drafters and cells would overwrite each other)."""
+    policies = config.get("policies", {}).get("names", [])
+    baselines = config.get("baselines", {}).get("enabled", [])
+    folders = {  # names that share a folder: cell labels (methods and variants) / datasets / contexts
+        "labels": [*(("the method label", m) for m in names.METHODS), *(("variants", k) for k in config["variants"])],
+        "datasets": [("datasets", k) for k in config["datasets"]],
+        "contexts": [("contexts", k) for k in config["contexts"]],
+    }
+    segments = [
+        *folders["datasets"],
+        *folders["contexts"],
+        *(("variants", k) for k in config["variants"]),
+        *(("policies.names", p) for p in policies),
+        ("policy", config.get("policy", "topk_chunks")),
+        *(("baselines.enabled", b) for b in baselines),
+    ]
+    for key, name in segments:
+        if why := segment_problem(name):
+            raise ValueError(f"{key}: {why}, but it names a folder of results/: use letters, digits, '.' and '_' only")
+    for group in folders.values():
+        seen = {}
+        for key, name in group:
+            first_key, first = seen.setdefault(str(name).casefold(), (key, name))
+            if first != name:
+                raise ValueError(
+                    f"{key}: {name!r} differs only by case from {first_key} {first!r}: on macOS, Windows and many "
+                    "network shares the two are one folder of results/ and would overwrite each other; rename one"
+                )
+
+
+def check_variant_names(config: dict) -> None:
+    """A variant's name is one folder of results/ and one cell label (``names.variant_name_problem``): never a
+    method's label (``ar``, ``sd``, ``triforce``, ``eagle3``), nor with a cell-label separator (``@``, ``+``); and
+    no two variants train the same hyper-parameters."""
+    for name in config["variants"]:
+        if why := names.variant_name_problem(name):
+            raise ValueError(f"variants: {why}")
+    same = {}  # merged hparams -> the first variant that trains them (two would be one drafter under two names)
+    for v, o in config["variants"].items():
+        first = same.setdefault(repr(sorted({**config["training"], **o}.items())), v)
+        if first != v:
+            raise ValueError(
+                f"variants.{v} trains exactly what variants.{first} trains: give it other hyper-parameters"
+            )
+
+
+def check_models(config: dict) -> None:
+    """Model specs this package can build, and prompts / training sequences that fit the verifier's positions."""
+    for key in ("verifier", "drafter"):
+        try:
+            check_spec(config[key])
+        except ValueError as e:
+            raise ValueError(f"{key} = {config[key]!r}: {e}") from None
+    limit = config["verifier_max_positions"]
+    own = max_positions(config["verifier"])  # the configured verifier's own limit, where its config.json is readable
+    limit = min(limit, own or limit)
+    new = config["max_new_tokens"]
+    for label, length in config["contexts"].items():
+        if length + new > limit:
+            raise ValueError(
+                f"contexts.{label} = {length}: prompt + max_new_tokens ({new}) exceeds the verifier's {limit} "
+                f"positions (verifier_max_positions / the config.json of {config['verifier']})"
+            )
+    data = config["training_data"]
+    if data["prefix_len"] + data["cont_len"] > limit:
+        raise ValueError(
+            f"training_data.prefix_len + cont_len = {data['prefix_len'] + data['cont_len']} "
+            f"exceeds verifier_max_positions = {limit}"
+        )
+
+
+def check_engine(config: dict) -> None:
+    """CUDA graphs exist on CUDA devices only: ``engine: graphs`` elsewhere is refused rather than run as something
+    else (compiling the steps on a CPU would time the compiler, not the graphs the setting names)."""
+    engine, device = config.get("engine", "eager"), str(config["device"])
+    if engine == "graphs" and not device.startswith("cuda"):
+        raise ValueError(
+            f"engine = 'graphs' needs a CUDA device, but device = {device!r}: set engine: eager, or device: cuda"
+        )
+
+
+def check_references(config: dict) -> None:
+    """Every dataset, context and budget a section names is one the config defines."""
+    if set(config["gammas"]) != set(config["contexts"]):
+        raise ValueError(
+            f"gammas has keys {sorted(config['gammas'])}; it needs one γ list per context: {sorted(config['contexts'])}"
+        )
+    for key in ("collapse", "comparison", "single_budget"):
+        if config[key]["dataset"] not in config["datasets"]:
+            raise ValueError(f"{key}.dataset = {config[key]['dataset']!r} is not a key of datasets")
+    for context in config["comparison"]["contexts"] + [config["single_budget"]["context"]]:
+        if context not in config["contexts"]:
+            raise ValueError(f"context {context!r} (comparison/single_budget) is not a key of contexts")
+    if config["single_budget"]["trained_budget"] not in config["budgets"]:
+        raise ValueError(
+            f"single_budget.trained_budget = {config['single_budget']['trained_budget']} is not in budgets"
+        )
+
+
+def check_gammas(config: dict) -> None:
+    """Every γ at most ``max_new_tokens``: a run generates that many tokens, so a longer draft cannot be accepted
+    whole, and the engine's fixed shapes would still hold γ + 1 slots of every cache for it (γ = 100000 asked for
+    30 GB of a 24 GB machine)."""
+    new = config["max_new_tokens"]
+    gammas = [(f"gammas.{c}[{i}]", g) for c, gs in config["gammas"].items() for i, g in enumerate(gs)]
+    gammas += [(f"{key}.gamma", config[key]["gamma"]) for key in ("collapse", "comparison", "single_budget")]
+    gammas += [("gamma_fixed", config.get("gamma_fixed")), ("policies.gamma", config.get("policies", {}).get("gamma"))]
+    for key, gamma in gammas:
+        if gamma is not None and gamma > new:
+            raise ValueError(
+                f"{key} = {gamma} is more than max_new_tokens = {new}: a run generates {new} tokens, so no longer "
+                "draft can be accepted whole; lower it, or raise max_new_tokens"
+            )
+
+
+def check_training(config: dict) -> None:
+    """Hyper-parameters the trainer accepts (``settings.TrainingHparams``, the one home of their rules: one weight per
+    budget, ...) for `training` and every variant, and a single-budget variant trained at the budget its table
+    names."""
+    for name, hp in [("training", config["training"])] + [
+        (f"variants.{v}", {**config["training"], **o}) for v, o in config["variants"].items()
+    ]:
+        try:
+            TrainingHparams.from_json(hp)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{name}: {err}") from None
+    trained = {**config["training"], **config["variants"].get(names.SINGLE, {})}["budgets"]
+    if trained != [config["single_budget"]["trained_budget"]]:
+        raise ValueError(
+            f"single_budget.trained_budget = {config['single_budget']['trained_budget']} but the {names.SINGLE} "
+            f"variant trains at budgets {trained}: the table's label would not say what was trained"
+        )
+
+
+def check_chunks(config: dict) -> None:
+    """A budget keeps whole chunks of ``chunk_size`` tokens (TopKChunks keeps ⌊B / chunk_size⌋ of them): a budget
+    that is not a positive multiple of its chunk size would decode with fewer prompt tokens than its label B says
+    (0 when the chunk is larger than B)."""
+    chunk = config.get("chunk_size", 8)
+    for i, budget in enumerate(config["budgets"]):
+        refuse_partial_chunk(f"budgets[{i}]", budget, "chunk_size", chunk)
+    refuse_partial_chunk("single_budget.trained_budget", config["single_budget"]["trained_budget"], "chunk_size", chunk)
+    train_chunk = config["training"].get("chunk_size", TrainingHparams.chunk_size)
+    for name, hp in [("training", config["training"])] + [
+        (f"variants.{v}", {**config["training"], **o}) for v, o in config["variants"].items()
+    ]:
+        for i, budget in enumerate(hp["budgets"]):
+            refuse_partial_chunk(f"{name}.budgets[{i}]", budget, "training.chunk_size", train_chunk)
+    if names.TRIFORCE in config.get("baselines", {}).get("enabled", []):
+        triforce = config["baselines"].get(names.TRIFORCE) or {}
+        chunk_key = "baselines.triforce.chunk_size" if "chunk_size" in triforce else "chunk_size"
+        refuse_partial_chunk(
+            "baselines.triforce.retrieval_budget",
+            triforce.get("retrieval_budget", 256),
+            chunk_key,
+            triforce.get("chunk_size", chunk),
+        )
+
+
+def refuse_partial_chunk(key: str, budget: int, chunk_key: str, chunk: int) -> None:
+    if budget < chunk or budget % chunk:
+        kept = budget // chunk * chunk
+        raise ValueError(
+            f"{key} = {budget} is not a positive multiple of {chunk_key} = {chunk}: it would keep {kept} prompt "
+            f"tokens, not {budget}; make the budget a multiple of {chunk_key}, or {chunk_key} a divisor of it"
+        )
+
+
+def check_targets(config: dict) -> None:
+    """What the targets need: the `policies` target's dataset (default: the first), the variants the tables read,
+    and a decoding every enabled baseline supports (greedy only)."""
+    dataset = config.get("policies", {}).get("dataset", next(iter(config["datasets"])))
+    if dataset not in config["datasets"]:
+        raise ValueError(f"policies.dataset = {dataset!r} is not a key of datasets")
+    for label, needed_by in names.REQUIRED_VARIANTS.items():
+        if label not in config["variants"]:
+            raise ValueError(f"variants must define {label!r} ({needed_by})")
+    enabled = config["baselines"].get("enabled", [])
+    temperature = config.get("sampling", {}).get("temperature", 0)  # 0 = greedy, the schema's default
+    if temperature > 0 and enabled:
+        raise ValueError(
+            f"sampling.temperature = {temperature} but baselines.enabled = {enabled}: the baselines "
+            "decode greedily only; set baselines.enabled: [] to sample, or sampling.temperature: 0"
+        )

