@@ -13,6 +13,7 @@ read from the source: the caller names such modules (``extra``).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = "budgetdraft"
@@ -45,10 +46,18 @@ def imported_modules(path: Path, modules) -> set[str]:
     return {name for name in found if name in modules}
 
 
-def import_graph(package: str | Path = HERE) -> dict[str, set[str]]:
-    """module -> the budgetdraft modules it imports itself (not itself, not transitively)."""
+def import_graph(package: str | Path = HERE) -> dict[str, frozenset[str]]:
+    """module -> the budgetdraft modules it imports itself (not itself, not transitively). Read once per state of
+    the files (their paths, sizes and mtimes): the workflow asks it for every rule, a test for every job."""
     modules = module_files(package)
-    return {name: imported_modules(path, modules) - {name} for name, path in modules.items()}
+    stamp = tuple((name, str(path), path.stat().st_size, path.stat().st_mtime_ns) for name, path in modules.items())
+    return _graph(stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _graph(stamp: tuple) -> dict[str, frozenset[str]]:
+    modules = {name: Path(path) for name, path, _size, _mtime in stamp}
+    return {name: frozenset(imported_modules(path, modules) - {name}) for name, path in modules.items()}
 
 
 def packages_above(module: str) -> list[str]:
@@ -58,7 +67,7 @@ def packages_above(module: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def imports_closure(modules, graph: dict[str, set[str]]) -> set[str]:
+def imports_closure(modules, graph: dict[str, frozenset[str]]) -> set[str]:
     """``modules`` and every module they import, transitively, with the packages above each."""
     seen: set[str] = set()
     todo = list(modules)
