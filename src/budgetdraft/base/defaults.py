@@ -1,6 +1,8 @@
 """Defaults that several entry points share, each in one place: the config schema's defaults, the command-line
 parsers and the hyper-parameters read these (tests/test_defaults.py checks the schema against them)."""
 
+import math
+
 # Defaults that several entry points share, each in one place: the config schema's defaults, the command-line
 # parsers (eval-cell, decode, prefill, targets) and the hparams below read these (tests/test_defaults.py checks
 # the schema against them).
@@ -11,3 +13,35 @@ SCORE_WINDOW = 32  # last prefill queries whose attention scores the prefix chun
 
 
 THREADS = 1  # torch CPU threads of one job: Snakemake runs jobs side by side, each its share of the cores
+
+
+# How the decode steps run (budgetdraft.decoding.engine): op by op, or captured as CUDA graphs.
+EAGER, GRAPHS = "eager", "graphs"
+ENGINES = (EAGER, GRAPHS)
+ENGINE = EAGER  # the default engine (the paper's kind of baseline)
+
+
+POLICY = "topk_chunks"  # the default sparse policy of a drafter's prefix cache (the paper's TopKChunks)
+# The sparse policies the workflow's `policies` target compares, one line each (config `policies.names`).
+COMPARED_POLICIES = ("topk_chunks", "streaming", "snapkv", "verifier_guided")
+
+
+GAMMA = 5  # the default draft length γ (config `gamma_fixed` and `policies.gamma`, decode --gamma, hf.generate)
+
+
+PREFILL_RUNS = 2  # timed runs of a shared verifier prefill (`budgetdraft prefill --repeats`); their median is charged
+
+
+# TriForce's settings (budgetdraft.decoding.baselines.triforce; config `baselines.triforce`, a cell's --extra): a
+# cell's own chunk size wins over this one.
+TRIFORCE = {"retrieval_budget": 256, "streaming_budget": 16, "sinks": 4, "chunk_size": CHUNK_SIZE, "gamma_inner": 1}
+
+
+# A fixed-shape cache's capacity is rounded up to a multiple of SLOT_ROUNDING slots (budgetdraft.decoding.engine): the
+# mask's last dimension stays aligned for the memory-efficient kernel, and prompts of one context share one shape.
+SLOT_ROUNDING = 16
+
+
+def rounded_capacity(tokens: float) -> int:
+    """The slots of a fixed-shape cache that holds ``tokens`` (the cost estimate passes fractional counts)."""
+    return -(-math.ceil(tokens) // SLOT_ROUNDING) * SLOT_ROUNDING
