@@ -160,6 +160,29 @@ def test_decode_refuses_a_flag_it_cannot_mean_in_one_line(argv, said, monkeypatc
     assert "Traceback" not in err
 
 
+COMMANDS_WITH_THREADS = {  # each command's other required flags (files need not exist: --threads is refused first)
+    "decode": [],
+    "eval-cell": "--label ar --method ar --verifier v --prompts p.parquet --dataset d --context c "
+    "--max-new-tokens 1 --repeats 1 --out o.parquet".split(),
+    "prefill": "--verifier v --prompts p.parquet --out o.safetensors".split(),
+    "targets": "--verifier v --sequences s.parquet --prefix-len 4 --cont-len 2 --out o.safetensors".split(),
+}
+
+
+@pytest.mark.parametrize("threads", ["-4", "0", "two"])
+@pytest.mark.parametrize("command", sorted(COMMANDS_WITH_THREADS))
+def test_every_command_refuses_threads_it_cannot_run_in_one_line(command, threads, monkeypatch, capsys):
+    """--threads is one flag (budgetdraft.decoding.flags): eval-cell, prefill and targets refuse a non-positive
+    count as decode does, when parsed, instead of a traceback from torch.set_num_threads mid-run."""
+    monkeypatch.delenv(warm.ENV, raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, *COMMANDS_WITH_THREADS[command], "--threads", threads])
+    err = capsys.readouterr().err
+    said = f"budgetdraft {command}: error: argument --threads: '{threads}' is not a positive number of threads"
+    assert exit_.value.code == 2 and err.splitlines()[-1] == said, err
+    assert "Traceback" not in err
+
+
 def test_decode_refuses_an_empty_prompt_file_naming_it(tmp_path, monkeypatch):
     path = tmp_path / "prompt.txt"
     path.write_text("\n  \n")

@@ -15,6 +15,10 @@ SCORE_WINDOW = 32  # last prefill queries whose attention scores the prefix chun
 THREADS = 1  # torch CPU threads of one job: Snakemake runs jobs side by side, each its share of the cores
 
 
+DEVICE = "cpu"  # torch device of a job (config `device`, a command's --device)
+DTYPE = "float32"  # dtype models are loaded in (config `verifier_dtype` / `drafter_dtype`, a command's --*dtype)
+
+
 # How the decode steps run (budgetdraft.decoding.engine): op by op, or captured as CUDA graphs.
 EAGER, GRAPHS = "eager", "graphs"
 ENGINES = (EAGER, GRAPHS)
@@ -34,7 +38,13 @@ PREFILL_RUNS = 2  # timed runs of a shared verifier prefill (`budgetdraft prefil
 
 # TriForce's settings (budgetdraft.decoding.baselines.triforce; config `baselines.triforce`, a cell's --extra): a
 # cell's own chunk size wins over this one.
-TRIFORCE = {"retrieval_budget": 256, "streaming_budget": 16, "sinks": 4, "chunk_size": CHUNK_SIZE, "gamma_inner": 1}
+TRIFORCE_DEFAULTS = {
+    "retrieval_budget": 256,  # verifier retrieval-cache prefix tokens
+    "streaming_budget": 16,  # small drafter StreamingLLM cache tokens
+    "sinks": 4,  # attention-sink tokens within streaming_budget
+    "chunk_size": CHUNK_SIZE,  # retrieval chunk size (tokens)
+    "gamma_inner": 1,  # small-drafter tokens per retrieval verify
+}
 
 
 # A fixed-shape cache's capacity is rounded up to a multiple of SLOT_ROUNDING slots (budgetdraft.decoding.engine): the

@@ -1,8 +1,11 @@
 """The one home of the names the library and the workflow share: cell labels, methods, the paper's artifacts.
 
-No imports beyond the standard library: the workflow (`workflow/rules/common.smk`) reads this module too, before any
-job runs and without the heavy dependencies of the other modules.
+No imports beyond the standard library and `budgetdraft.base.defaults` (which has none): the workflow
+(`workflow/rules/common.smk`) reads this module too, before any job runs and without the heavy dependencies of the
+other modules.
 """
+
+from budgetdraft.base.defaults import EAGER as EAGER  # re-exported: names.EAGER, the eager companions
 
 # Cell labels: methods without a trained drafter, and the trained variants the tables read.
 AR, SD, TRIFORCE, EAGLE3 = "ar", "sd", "triforce", "eagle3"
@@ -76,8 +79,7 @@ def label_policy(label: str, default: str) -> tuple[str, str]:
 # With `engine: graphs` the run also decodes AR, SD and BudgetDraft eagerly, at γ_fixed on the comparison dataset,
 # under labels LABEL+eager (results/cells/ar+eager/...): their speedups beside the graphs ones say how much of a
 # speedup survives a fast baseline (claims, finding E1). Each speedup divides by the AR of its own engine.
-ENGINE_SEP = "+"
-EAGER = "eager"
+ENGINE_SEP = "+"  # the eager companions' engine is EAGER (budgetdraft.base.defaults, the engines' one home)
 
 
 def engine_label(label: str, engine: str, default: str) -> str:

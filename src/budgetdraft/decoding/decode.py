@@ -7,25 +7,13 @@ import json
 
 import torch
 
-from budgetdraft.base.defaults import CHUNK_SIZE, SCORE_WINDOW, THREADS
-from budgetdraft.decoding.engine import ENGINES
+from budgetdraft.base.defaults import GAMMA
+from budgetdraft.decoding.flags import add_decode_flags
 from budgetdraft.decoding.loop import autoregressive, speculative
-from budgetdraft.decoding.policies import POLICIES
-from budgetdraft.decoding.sampling import add_sampling_flags, sampling_from_args
+from budgetdraft.decoding.sampling import sampling_from_args
 from budgetdraft.decoding.sparse_drafter import drafter_factory
 
 DEFAULT_PROMPT = "Once upon a time"
-
-
-def positive_threads(text: str) -> int:
-    """--threads as a count of threads: a non-positive one is refused when parsed, not by torch mid-run."""
-    try:
-        threads = int(text)
-    except ValueError:
-        threads = 0
-    if threads < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of threads")
-    return threads
 
 
 def prompt_text(text: str) -> str:
@@ -44,20 +32,10 @@ def configure_parser(parser) -> None:
     src.add_argument("--prompt-file", help="file holding the prompt text")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--gamma", type=int, default=5, help="draft length γ")
+    parser.add_argument("--gamma", type=int, default=GAMMA, help=f"draft length γ ({GAMMA})")
     parser.add_argument("--budget", type=int, default=256, help="drafter KV budget B (tokens of the prompt kept)")
-    parser.add_argument("--policy", default="topk_chunks", choices=POLICIES, help="sparse policy of the drafter")
-    parser.add_argument("--chunk-size", type=int, default=CHUNK_SIZE)
-    parser.add_argument("--score-window", type=int, default=SCORE_WINDOW, help="last prefill queries that score chunks")
-    parser.add_argument("--draft-vocab", help=".safetensors of the token ids the drafter may draft (draft-vocab)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--verifier-dtype", default="float32")
-    parser.add_argument("--drafter-dtype", default="float32")
-    parser.add_argument("--threads", type=positive_threads, default=THREADS, help="torch CPU threads")
-    parser.add_argument(
-        "--engine", default="eager", choices=ENGINES, help="decode steps op by op (eager) or as CUDA graphs (graphs)"
-    )
-    add_sampling_flags(parser)
+    add_decode_flags(parser)  # --policy --chunk-size --score-window --draft-vocab --device --*-dtype --threads
+    #                           --engine and sampling's, each default from budgetdraft.base.defaults
 
 
 def run(args) -> None:

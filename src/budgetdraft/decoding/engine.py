@@ -32,21 +32,17 @@ import weakref
 
 import torch
 
+# capacities are rounded up to a multiple of SLOT_ROUNDING (budgetdraft.base.defaults, which the cost estimate reads too)
+from budgetdraft.base.defaults import ENGINE, ENGINES, GRAPHS, rounded_capacity
 from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers
-
-ENGINES = ("eager", "graphs")
-SLOT_ROUNDING = 16  # capacities are rounded up to a multiple: the mask's last dimension stays aligned for the
-# memory-efficient kernel (prompts of one context have one length, so they share one shape and one graph)
 
 
 def check_engine(engine: str) -> str:
+    """The engine a caller of the library's public entries named (``speculative``, ``autoregressive``, a
+    ``SparseDrafter``), checked there once; ``Steps`` and ``steps_for`` take it as checked."""
     if engine not in ENGINES:
         raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
     return engine
-
-
-def rounded_capacity(tokens: int) -> int:
-    return -(-tokens // SLOT_ROUNDING) * SLOT_ROUNDING
 
 
 def attention_kernels(device: torch.device):
@@ -89,15 +85,16 @@ class Steps:
 
     ``start(capacity)`` hands out the cache for a new generation (the same buffers while the rounded capacity is
     the same: a captured graph keeps reading them); after the prefill filled it (growing mode), ``fix`` enters
-    fixed mode, and every ``__call__`` is a fixed-shape step. ``forwards`` counts the steps since ``start``."""
+    fixed mode, and every ``__call__`` is a fixed-shape step. ``forwards`` counts the steps since ``start``.
+    ``engine`` is one of ``ENGINES``, checked by the public entry that named it (``check_engine``)."""
 
-    def __init__(self, model, engine: str = "eager"):
-        self.model, self.engine = model, check_engine(engine)
+    def __init__(self, model, engine: str = ENGINE):
+        self.model, self.engine = model, engine
         self.decoder = model.get_decoder()
         self.device = model.device
         self.cache: PreallocatedCache | None = None
         self._step = decode_step
-        if engine == "graphs":
+        if engine == GRAPHS:
             # every (model, capacity, q) is one entry of one compiled code object: a run of many cells outgrows
             # dynamo's default of 8, and hitting the limit must fail, not silently fall back to eager
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
@@ -116,7 +113,7 @@ class Steps:
     def fix(self, position_offset: int = 0) -> None:
         """The cache holds the prefill (or a gathered prefix): decode steps from here on."""
         self.cache.fix(position_offset)
-        if self.engine == "graphs":
+        if self.engine == GRAPHS:
             for layer in self.cache.layers:
                 torch._dynamo.mark_static_address(layer.keys)
                 torch._dynamo.mark_static_address(layer.values)
@@ -127,7 +124,7 @@ class Steps:
     def __call__(self, tokens: torch.Tensor, output_hidden_states: bool = False):
         """Feed ``tokens`` [1, q] (a device tensor: nothing is read back); returns the decoder's output, whose
         tensors a later step may overwrite under ``graphs`` (use them before the next step)."""
-        if self.engine == "graphs" and self.device.type == "cuda":
+        if self.engine == GRAPHS and self.device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()
         with attention_kernels(self.device):
             out = self._step(self.decoder, self.cache, tokens, output_hidden_states)

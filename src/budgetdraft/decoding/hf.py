@@ -37,7 +37,7 @@ from transformers.generation import GenerateDecoderOnlyOutput, StoppingCriteriaL
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from budgetdraft.base.atomic import atomic_write_text
-from budgetdraft.decoding.engine import check_engine
+from budgetdraft.base.defaults import ENGINE, GAMMA, POLICY
 from budgetdraft.decoding.loop import Round, speculative
 from budgetdraft.decoding.policies import POLICIES
 from budgetdraft.decoding.sampling import Sampling
@@ -116,7 +116,7 @@ def sampling_of(logits_processor, generation_config, seed: int | None) -> Sampli
     return Sampling(seed=seed, **fields)
 
 
-def sparse_drafter(drafter, kv_budget, kv_policy: str, gamma, engine: str = "eager") -> SparseDrafter:
+def sparse_drafter(drafter, kv_budget, kv_policy: str, gamma, engine: str = ENGINE) -> SparseDrafter:
     """The drafter model with its sparse KV cache, each argument checked and named when wrong."""
     if drafter is None:
         raise ValueError(
@@ -133,7 +133,7 @@ def sparse_drafter(drafter, kv_budget, kv_policy: str, gamma, engine: str = "eag
         raise ValueError(f"kv_policy={kv_policy!r} is no sparse policy; choose one of {', '.join(POLICIES)}")
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma= (draft length) must be an integer >= 1, got {gamma!r}")
-    return SparseDrafter(drafter, kv_budget, kv_policy, engine=check_engine(engine))
+    return SparseDrafter(drafter, kv_budget, kv_policy, engine=engine)  # SparseDrafter checks the engine
 
 
 @torch.no_grad()
@@ -148,11 +148,11 @@ def generate(
     *,
     drafter=None,
     kv_budget: int | None = None,
-    kv_policy: str = "topk_chunks",
-    gamma: int = 5,
+    kv_policy: str = POLICY,
+    gamma: int = GAMMA,
     seed: int | None = None,
     token_streamer=None,
-    engine: str = "eager",
+    engine: str = ENGINE,
     **model_kwargs,
 ):
     """The decoding loop of ``model.generate(..., custom_generate=generate, drafter=, kv_budget=, ...)``: BudgetDraft's

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from budgetdraft.base.defaults import CHUNK_SIZE, SCORE_WINDOW
+from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, POLICY, SCORE_WINDOW
 from budgetdraft.decoding.drafter import Reads, VerifierPrefill
 from budgetdraft.decoding.draftvocab import ReducedHead, load_vocab
-from budgetdraft.decoding.engine import steps_for
+from budgetdraft.decoding.engine import check_engine, steps_for
 from budgetdraft.decoding.kvcache import PreallocatedCache, gathered_kv, num_layers, prefill
 from budgetdraft.decoding.metrics import cache_bytes, module_tensors
 from budgetdraft.decoding.policies import PolicyInputs, check_budget, get_policy, keep_indices
@@ -31,21 +31,22 @@ class SparseDrafter:
         self,
         model,
         budget: int,
-        policy: str = "topk_chunks",
+        policy: str = POLICY,
         chunk_size: int = CHUNK_SIZE,
         score_window: int = SCORE_WINDOW,
         prefill_chunk: int | None = None,
         draft_vocab: torch.Tensor | None = None,
-        engine: str = "eager",
+        engine: str = ENGINE,
     ):
         """``draft_vocab``: token ids the drafter may propose (`budgetdraft.decoding.draftvocab`); None = all of them.
-        ``engine``: how its decode steps run (``budgetdraft.decoding.engine``)."""
+        ``engine``: how its decode steps run (``budgetdraft.decoding.engine``), checked here, where the drafter's
+        engine enters the library (the loop checks its own: a drafter is built with its own)."""
         check_budget(budget, chunk_size)
         self.needs = get_policy(policy).needs
         self.model, self.budget, self.policy = model, budget, policy
         self.chunk_size, self.score_window, self.prefill_chunk = chunk_size, score_window, prefill_chunk
         self.device = model.device
-        self.engine = engine
+        self.engine = check_engine(engine)
         self.head = ReducedHead(model, draft_vocab) if draft_vocab is not None else model.get_output_embeddings()
         # a policy that ranks the prompt by the verifier's attention reads its window scores
         self.reads = Reads(window_scores=score_window if "verifier_scores" in self.needs else 0)

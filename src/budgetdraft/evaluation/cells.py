@@ -21,15 +21,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from budgetdraft.base.defaults import CHUNK_SIZE, SCORE_WINDOW, THREADS
 from budgetdraft.base.jsonio import json_object
 from budgetdraft.base.names import EAGLE3, METHODS, SHARED
 from budgetdraft.decoding import sparse_drafter as drafters
-from budgetdraft.decoding.engine import ENGINES
+from budgetdraft.decoding.flags import add_decode_flags
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.models import load_model, preload
-from budgetdraft.decoding.policies import POLICIES
-from budgetdraft.decoding.sampling import add_sampling_flags, sampling_from_args
+from budgetdraft.decoding.sampling import sampling_from_args
 from budgetdraft.evaluation.cellfile import write_cell
 from budgetdraft.evaluation.prefill import check_covers, load_prefills
 
@@ -195,10 +193,6 @@ def configure_parser(parser) -> None:
     parser.add_argument("--context", required=True)
     parser.add_argument("--budget", type=int, default=0, help="drafter KV budget B in tokens (0 for AR)")
     parser.add_argument("--gamma", type=int, default=0, help="draft length γ (0 for AR)")
-    parser.add_argument("--policy", default="topk_chunks", choices=POLICIES, help="sparse policy of sd drafters")
-    parser.add_argument("--chunk-size", type=int, default=CHUNK_SIZE)
-    parser.add_argument("--score-window", type=int, default=SCORE_WINDOW)
-    parser.add_argument("--draft-vocab", help="sd: .safetensors of the token ids the drafter may draft (draft-vocab)")
     parser.add_argument("--max-new-tokens", type=int, required=True, help="tokens generated per prompt and run")
     parser.add_argument("--warmup", type=int, default=1, help="discarded warm-up generations")
     parser.add_argument(
@@ -211,13 +205,8 @@ def configure_parser(parser) -> None:
         help="warm up on the last N tokens of the first prompt (0 = the whole prompt)",
     )
     parser.add_argument("--repeats", type=int, required=True, help="timed runs of every prompt")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--verifier-dtype", default="float32")
-    parser.add_argument("--drafter-dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=THREADS)
-    parser.add_argument(
-        "--engine", default="eager", choices=ENGINES, help="decode steps op by op (eager) or as CUDA graphs (graphs)"
-    )
+    add_decode_flags(parser)  # --policy --chunk-size --score-window --draft-vocab --device --*-dtype --threads
+    #                           --engine and sampling's, each default from budgetdraft.base.defaults
     parser.add_argument(
         "--verifier-prefill",
         default="",
@@ -231,7 +220,6 @@ def configure_parser(parser) -> None:
         default=SHARED,
         help=f"training replicate of --drafter, recorded in the rows ({SHARED}: trained once or not at all)",
     )
-    add_sampling_flags(parser)
     parser.add_argument("--out", required=True)
 
 

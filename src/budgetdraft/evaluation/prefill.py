@@ -25,14 +25,14 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from budgetdraft.base.atomic import atomic_path
-from budgetdraft.base.defaults import THREADS
+from budgetdraft.base.defaults import PREFILL_RUNS
+from budgetdraft.decoding.flags import add_machine_flags
 from budgetdraft.decoding.kvcache import num_layers
 from budgetdraft.decoding.metrics import Stopwatch
 from budgetdraft.decoding.models import load_model
 from budgetdraft.decoding.verifier import SharedPrefill, Verifier, ids_tensor, prompt_key
 
 METADATA_KEY = "budgetdraft_prefill"
-TIMED_RUNS = 2  # timed prefills per prompt; their median (= mean) is charged
 
 
 def record_prefills(verifier_model, prompts: list[list[int]], repeats: int, warmup_tokens: int = 64):
@@ -101,11 +101,9 @@ def configure_parser(parser) -> None:
     parser.add_argument("--verifier", required=True)
     parser.add_argument("--prompts", required=True, help="prompts parquet of one dataset x context")
     parser.add_argument(
-        "--repeats", type=int, default=TIMED_RUNS, help="timed prefills per prompt (the median is charged)"
+        "--repeats", type=int, default=PREFILL_RUNS, help="timed prefills per prompt (the median is charged)"
     )
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=THREADS)
+    add_machine_flags(parser)  # --device --dtype --threads
     parser.add_argument("--out", required=True, help="output .safetensors")
 
 

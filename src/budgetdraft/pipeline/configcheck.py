@@ -20,6 +20,7 @@ import yaml
 from jsonschema import Draft202012Validator, validators
 
 from budgetdraft.base import names
+from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, GRAPHS, POLICY, TRIFORCE_DEFAULTS
 from budgetdraft.decoding.models import check_spec, max_positions
 from budgetdraft.training.hparams import TrainingHparams
 
@@ -301,7 +302,7 @@ def check_path_names(config: dict) -> None:
         *folders["contexts"],
         *(("variants", k) for k in config["variants"]),
         *(("policies.names", p) for p in policies),
-        ("policy", config.get("policy", "topk_chunks")),
+        ("policy", config.get("policy", POLICY)),
         *(("baselines.enabled", b) for b in baselines),
     ]
     for key, name in segments:
@@ -362,8 +363,8 @@ def check_models(config: dict) -> None:
 def check_engine(config: dict) -> None:
     """CUDA graphs exist on CUDA devices only: ``engine: graphs`` elsewhere is refused rather than run as something
     else (compiling the steps on a CPU would time the compiler, not the graphs the setting names)."""
-    engine, device = config.get("engine", "eager"), str(config["device"])
-    if engine == "graphs" and not device.startswith("cuda"):
+    engine, device = config.get("engine", ENGINE), str(config["device"])
+    if engine == GRAPHS and not device.startswith("cuda"):
         raise ValueError(
             f"engine = 'graphs' needs a CUDA device, but device = {device!r}: set engine: eager, or device: cuda"
         )
@@ -426,7 +427,7 @@ def check_chunks(config: dict) -> None:
     """A budget keeps whole chunks of ``chunk_size`` tokens (TopKChunks keeps ⌊B / chunk_size⌋ of them): a budget
     that is not a positive multiple of its chunk size would decode with fewer prompt tokens than its label B says
     (0 when the chunk is larger than B)."""
-    chunk = config.get("chunk_size", 8)
+    chunk = config.get("chunk_size", CHUNK_SIZE)
     for i, budget in enumerate(config["budgets"]):
         refuse_partial_chunk(f"budgets[{i}]", budget, "chunk_size", chunk)
     refuse_partial_chunk("single_budget.trained_budget", config["single_budget"]["trained_budget"], "chunk_size", chunk)
@@ -441,7 +442,7 @@ def check_chunks(config: dict) -> None:
         chunk_key = "baselines.triforce.chunk_size" if "chunk_size" in triforce else "chunk_size"
         refuse_partial_chunk(
             "baselines.triforce.retrieval_budget",
-            triforce.get("retrieval_budget", 256),
+            triforce.get("retrieval_budget", TRIFORCE_DEFAULTS["retrieval_budget"]),
             chunk_key,
             triforce.get("chunk_size", chunk),
         )

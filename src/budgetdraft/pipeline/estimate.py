@@ -32,6 +32,8 @@ from pathlib import Path
 
 import yaml
 
+from budgetdraft.base.defaults import EAGER, ENGINE, ENGINES, GRAPHS, PREFILL_RUNS, SLOT_ROUNDING, rounded_capacity
+from budgetdraft.decoding.flags import add_engine_flag
 from budgetdraft.training.hparams import TrainingHparams
 
 
@@ -95,8 +97,6 @@ DEVICES = {
     ),
 }
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-ENGINES = ("eager", "graphs")  # budgetdraft.decoding.engine.ENGINES (not imported: this module stays free of torch)
-SLOT_ROUNDING = 16  # budgetdraft.decoding.engine.SLOT_ROUNDING: a cache's capacity is rounded up to a multiple
 # Shapes of the models the shipped configs name (their config.json); a local directory's own config.json wins.
 MODELS = {
     "NousResearch/Yarn-Llama-2-7b-128k": dict(
@@ -166,11 +166,6 @@ def shape(spec: str) -> Shape:
 # ------------------------------------------------------------------------------------------------ the roofline
 
 
-def rounded_capacity(tokens: float) -> int:
-    """The slots a fixed-shape step attends over (``budgetdraft.decoding.engine.rounded_capacity``)."""
-    return -(-math.ceil(tokens) // SLOT_ROUNDING) * SLOT_ROUNDING
-
-
 @dataclass(frozen=True)
 class Model:
     """A model on ``device``, decoding on our engine (``engine``: eager or graphs; ``cache="preallocated"``), or
@@ -179,7 +174,7 @@ class Model:
     shape: Shape
     dtype_bytes: int
     device: Device
-    engine: str = "eager"
+    engine: str = ENGINE
     cache: str = "preallocated"
 
     def forward(
@@ -203,7 +198,7 @@ class Model:
         per-layer cost under eager, none under graphs (the step is one CUDA graph). DynamicCache: over ``cached``."""
         if self.cache == "dynamic":
             return self.forward(tokens, cached)
-        return self.forward(tokens, rounded_capacity(capacity), overhead=self.engine == "eager")
+        return self.forward(tokens, rounded_capacity(capacity), overhead=self.engine == EAGER)
 
     def prefill(self, tokens: float, logits: float = 1) -> float:
         """A prompt's forward (runs eagerly under both engines: its shape is the prompt's)."""
@@ -260,14 +255,13 @@ class Estimator:
         device: Device,
         alpha: float,
         cells_per_process: int = 0,
-        engine: str = "eager",
+        engine: str = ENGINE,
         cache: str = "preallocated",
     ):
-        """``engine``: how the cells' decode steps run (our engine); ``cache="dynamic"``: as HF's DynamicCache
-        decoding instead (the paper's own timings, what the per-layer cost is calibrated on)."""
-        if engine not in ENGINES:
-            raise ValueError(f"--engine {engine!r}: one of {', '.join(ENGINES)}")
-        if engine == "graphs" and not device.cuda:
+        """``engine``: how the cells' decode steps run (our engine: one of ``ENGINES``, checked where it is read,
+        ``run``); ``cache="dynamic"``: as HF's DynamicCache decoding instead (the paper's own timings, what the
+        per-layer cost is calibrated on)."""
+        if engine == GRAPHS and not device.cuda:
             raise ValueError(
                 f"--engine graphs: CUDA graphs need a GPU, and {device.name} is none (the pipeline refuses "
                 "engine: graphs off CUDA); estimate it with --engine eager"
@@ -326,7 +320,7 @@ class Estimator:
         return Cost(0, 0, 0, 0, loads, loads * self.verifier.load_s)
 
     def prefill_job(self, dataset: str, context: int) -> Cost:
-        runs = self.samples(dataset) * 2  # PREFILL_RUNS timed runs of each prompt
+        runs = self.samples(dataset) * PREFILL_RUNS  # timed runs of each prompt (budgetdraft prefill --repeats)
         return Cost(1, runs, runs * context, 0, 1, runs * self.verifier.prefill(context) + self.verifier.load_s)
 
     def targets(self, stage: str) -> Cost:
@@ -453,7 +447,7 @@ def report(cfg: dict, stages: dict[str, Cost], est: Estimator, gpu: str) -> str:
         f"tokens + γ + 1, rounded up to {SLOT_ROUNDING} slots, masked), "
         + (
             "with the per-layer overhead (eager: op by op)."
-            if est.engine == "eager"
+            if est.engine == EAGER
             else "without the per-layer overhead (graphs: one CUDA graph a step; compiling and capturing each "
             "shape in a cell's warm-up is not costed); prefills and training run eagerly."
         ),
@@ -474,11 +468,11 @@ def configure_parser(parser) -> None:
     parser.add_argument("--configfile", required=True, help="the pipeline config to estimate (config/*.yaml)")
     parser.add_argument("--gpu", default="a100-80g", choices=DEVICES, help="device the run will use")
     parser.add_argument("--alpha", type=float, default=0.3, help="acceptance rate assumed in speculative cells")
-    parser.add_argument(
-        "--engine",
-        choices=ENGINES,
+    add_engine_flag(
+        parser,
+        default=None,
         help="how decode steps run (budgetdraft.decoding.engine): eager (per-layer host overhead) or graphs (none); "
-        "default: the config's engine, eager if it names none",
+        f"default: the config's engine, {ENGINE} if it names none",
     )
     parser.add_argument("--target", default="all", help="the snakemake target to estimate")
     parser.add_argument(
@@ -495,7 +489,9 @@ def run(args) -> None:
         raise ValueError(f"--alpha {args.alpha}: an acceptance rate is between 0 and 1")
     if args.cells_per_process < 0:
         raise ValueError(f"--cells-per-process {args.cells_per_process}: must be >= 0")
-    engine = args.engine or cfg.get("engine", "eager")
+    engine = args.engine or cfg.get("engine", ENGINE)  # --engine is checked when parsed, the config's here
+    if engine not in ENGINES:
+        raise ValueError(f"engine = {engine!r} in {args.configfile}: one of {', '.join(ENGINES)}")
     est = Estimator(cfg, DEVICES[args.gpu], args.alpha, args.cells_per_process, engine)
     check_fits(cfg, est, args.gpu)
     stages = costs(cfg, planned_jobs(args.configfile, args.target), est)

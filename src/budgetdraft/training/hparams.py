@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from budgetdraft.base.defaults import CHUNK_SIZE, SCORE_WINDOW, THREADS
+from budgetdraft.base.defaults import CHUNK_SIZE, DEVICE, DTYPE, SCORE_WINDOW, THREADS
 from budgetdraft.base.jsonio import JsonRecord, checked_keys
 
 
@@ -59,8 +59,8 @@ class TrainingHparams(_Hparams):
     lambda_c: float = 0.5
     seed: int = 0
     checkpoint_every: int = 250
-    dtype: str = "float32"
-    device: str = "cpu"
+    dtype: str = DTYPE
+    device: str = DEVICE
     threads: int = THREADS  # torch CPU threads; 0 leaves torch's default
     prefill_chunk: int = 2048  # prefix tokens per prefill forward (no grad)
     heldout: int = 0  # the last `heldout` sequences are not trained on; L_A/L_C on them go to eval_log.csv
@@ -116,9 +116,9 @@ class Eagle3Hparams(_Hparams):
     step0_positions: int = 128  # positions scored at unroll step 0
     layer_ids: list | None = None  # verifier layers whose outputs are the features; None: EAGLE-3's low/mid/high
     seed: int = 0
-    dtype: str = "float32"
-    verifier_dtype: str = "float32"
-    device: str = "cpu"
+    dtype: str = DTYPE
+    verifier_dtype: str = DTYPE
+    device: str = DEVICE
     threads: int = THREADS
     feature_cache_mb: int = 2048
     log_every: int = 10

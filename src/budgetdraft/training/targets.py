@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from budgetdraft.base.atomic import atomic_path
-from budgetdraft.base.defaults import THREADS
+from budgetdraft.decoding.flags import add_machine_flags
 
 PARTIAL_SUFFIX = ".partial"
 IGNORE = -100  # a target position no loss reads (torch's cross-entropy default ignore_index)
@@ -156,9 +156,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--cont-len", type=int, required=True, help="C: continuation tokens (supervised)")
     parser.add_argument("--num-seqs", type=int, default=None, help="use only the first N sequences")
     parser.add_argument("--out", required=True, help="output .safetensors")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
-    parser.add_argument("--threads", type=int, default=THREADS, help="torch CPU threads (0: torch's default)")
+    add_machine_flags(parser)  # --device --dtype --threads (a positive count)
     parser.add_argument("--prefill-chunk", type=int, default=2048, help="prefix tokens per prefill forward")
     parser.add_argument("--save-every", type=int, default=16, help="rewrite OUT.partial every k sequences (resume)")
 
@@ -180,8 +178,7 @@ def run(args) -> None:
 
     if args.prefix_len < 1 or args.cont_len < 1:
         raise ValueError("--prefix-len and --cont-len must be positive")
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     input_ids = read_sequences(args.sequences, args.prefix_len, args.cont_len, args.num_seqs)
     out = Path(args.out)
     if args.teacher == "text":

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
-from budgetdraft.base.defaults import CHUNK_SIZE, SCORE_WINDOW
+from budgetdraft.base.defaults import CHUNK_SIZE, POLICY, SCORE_WINDOW
 from budgetdraft.base.jsonio import json_object
 from budgetdraft.training.hparams import TrainingHparams
 from budgetdraft.training.targets import IGNORE
@@ -45,7 +45,6 @@ from budgetdraft.training.targets import IGNORE
 # Keys that may change between a killed run and its restart without changing the result.
 RESTART_FREE_KEYS = ("threads", "checkpoint_every")
 
-POLICY = "topk_chunks"
 LOG_COLUMNS = ["step", "L_A", "L_C", "budget", "lr", "tokens_per_s", "seconds"]
 EVAL_COLUMNS = ["step", "budget", "L_A", "L_C", "agree_A", "agree_C"]
 

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import torch
 
+from budgetdraft.base.defaults import TRIFORCE_DEFAULTS
 from budgetdraft.decoding.drafter import GreedyDrafter, Reads, VerifierPrefill
 from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers, prefill
 from budgetdraft.decoding.metrics import cache_bytes, module_tensors
 from budgetdraft.decoding.policies import streaming
 from budgetdraft.decoding.verifier import ids_tensor, position_range
 
-DEFAULTS = {"retrieval_budget": 256, "streaming_budget": 16, "sinks": 4, "chunk_size": 8, "gamma_inner": 1}
+DEFAULTS = dict(TRIFORCE_DEFAULTS)  # one home: budgetdraft.base.defaults, which the config check reads too
 
 
 def retrieval_indices(keys: torch.Tensor, query: torch.Tensor, budget: int, chunk_size: int) -> torch.Tensor:
@@ -76,11 +77,11 @@ class TriForceDrafter(GreedyDrafter):
         self,
         verifier,
         small,
-        retrieval_budget=256,
-        streaming_budget=16,
-        sinks=4,
-        chunk_size=8,
-        gamma_inner=1,
+        retrieval_budget=DEFAULTS["retrieval_budget"],
+        streaming_budget=DEFAULTS["streaming_budget"],
+        sinks=DEFAULTS["sinks"],
+        chunk_size=DEFAULTS["chunk_size"],
+        gamma_inner=DEFAULTS["gamma_inner"],
         prefill_chunk=None,
     ):
         if retrieval_budget < chunk_size or chunk_size < 1:

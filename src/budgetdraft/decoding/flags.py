@@ -1,0 +1,56 @@
+"""The command-line flags the decoding commands share, each added by one function here with its default read from
+``budgetdraft.base.defaults``: ``add_decode_flags`` (eval-cell, decode), ``add_machine_flags`` (prefill, targets:
+--device, --dtype, --threads), ``add_engine_flag`` (estimate, whose default is the config's).
+
+A flag's value is checked once, when it is parsed (``choices``, ``positive_threads``): a command that takes
+--threads refuses a non-positive count in argparse's one line, never in torch's traceback mid-run.
+Imports no torch at import time: the cost estimate (torch-free) reads ``add_engine_flag``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from budgetdraft.base.defaults import CHUNK_SIZE, DEVICE, DTYPE, ENGINE, ENGINES, POLICY, SCORE_WINDOW, THREADS
+
+ENGINE_HELP = "decode steps op by op (eager) or as CUDA graphs (graphs)"
+
+
+def positive_threads(text: str) -> int:
+    """--threads as a count of threads: a non-positive one is refused when parsed, not by torch mid-run."""
+    try:
+        threads = int(text)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of threads")
+    return threads
+
+
+def add_engine_flag(parser, default: str | None = ENGINE, help: str = ENGINE_HELP) -> None:
+    """--engine, one of ``ENGINES`` (``default`` None: the caller supplies its own, e.g. a config's)."""
+    parser.add_argument("--engine", default=default, choices=ENGINES, help=help)
+
+
+def add_machine_flags(parser, dtypes: tuple[str, ...] = ("--dtype",)) -> None:
+    """--device, the ``dtypes`` flags (one per model loaded) and --threads, where a job runs."""
+    parser.add_argument("--device", default=DEVICE, help=f"torch device ({DEVICE})")
+    for flag in dtypes:
+        parser.add_argument(flag, default=DTYPE, help=f"float32 | bfloat16 | float16 ({DTYPE})")
+    parser.add_argument("--threads", type=positive_threads, default=THREADS, help=f"torch CPU threads ({THREADS})")
+
+
+def add_decode_flags(parser) -> None:
+    """The flags of a decoding with a sparse drafter (eval-cell, decode): its policy, chunk size, score window and
+    draft vocabulary, the device, both models' dtypes and the threads, the engine, and sampling mode's flags.
+    A command adds its own --gamma and --budget (eval-cell's 0 for AR; decode's ``GAMMA``)."""
+    from budgetdraft.decoding.policies import POLICIES
+    from budgetdraft.decoding.sampling import add_sampling_flags
+
+    parser.add_argument("--policy", default=POLICY, choices=POLICIES, help=f"sparse policy of the drafter ({POLICY})")
+    parser.add_argument("--chunk-size", type=int, default=CHUNK_SIZE, help="prefix tokens per chunk (sparse cache)")
+    parser.add_argument("--score-window", type=int, default=SCORE_WINDOW, help="last prefill queries that score chunks")
+    parser.add_argument("--draft-vocab", help=".safetensors of the token ids the drafter may draft (draft-vocab)")
+    add_machine_flags(parser, ("--verifier-dtype", "--drafter-dtype"))
+    add_engine_flag(parser)
+    add_sampling_flags(parser)
