@@ -49,6 +49,40 @@ def test_sd_stops_at_eos_like_ar(pair, prompt, gamma):
     assert sd.tokens == ar.tokens
 
 
+@pytest.mark.parametrize("gamma", [4, 6])
+def test_a_round_cut_at_eos_counts_only_the_drafts_it_emitted(pair, prompt, gamma):
+    """Self-drafting accepts every draft; with EOS at the second or third of them the first round is cut there,
+    and what is counted is what was emitted: no accepted draft beyond the tokens decoded (``decode`` stops at EOS;
+    before the fix the round's γ accepted drafts were counted before the cut)."""
+    verifier, _ = pair
+    free = autoregressive(verifier, prompt, 12, eos_token_id=[]).tokens
+    cut = next(i for i in (2, 3) if free[i] not in free[:i])  # EOS first occurs at the i-th draft of round 1
+    sd = speculative(SparseDrafter(verifier, 10_000, "full"), verifier, prompt, 12, gamma, eos_token_id=free[cut])
+    assert sd.tokens == free[: cut + 1] == autoregressive(verifier, prompt, 12, eos_token_id=free[cut]).tokens
+    assert sd.stats.accepted == sd.stats.drafted == cut == sd.stats.new_tokens - 1  # the first token: the prefill's
+    assert sd.stats.accept_by_position == [1.0] * cut
+    assert sd.stats.draft_steps == gamma  # what the drafter ran
+
+
+def test_the_loop_holds_no_clock_and_reads_no_memory():
+    """The loop decides tokens; timing and memory are its caller's (``budgetdraft.evaluation.measure``)."""
+    import ast
+    import inspect
+
+    from budgetdraft.decoding import loop
+
+    measuring = {
+        "Clock", "Stopwatch", "synchronize", "perf_counter", "time", "cuda", "Event", "reset_peak_memory",
+        "peak_memory", "max_memory_allocated", "record_memory", "record_bound", "device_bandwidth",
+        "kv_bytes_per_token", "kv_bytes", "weight_bytes", "cache_bytes", "storage_bytes",
+    }  # fmt: skip
+    tree = ast.parse(inspect.getsource(loop))
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    used |= {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    assert used & measuring == set()
+
+
 class StrictDrafter(SparseDrafter):
     """Fails if the decoder reports a verification or a rollback for a round the drafter did not draft."""
 
@@ -98,9 +132,11 @@ def test_self_drafting_accepts_everything(pair, prompt, gamma):
 
 
 def test_metrics_are_consistent(pair, prompt):
+    from budgetdraft.evaluation import measure
+
     verifier, drafter = pair
     assert autoregressive(verifier, prompt, 12, eos_token_id=[]).stats.tau == 1.0
-    sd = speculative(SparseDrafter(drafter, 16), verifier, prompt, 20, 4, eos_token_id=[]).stats
+    sd = measure.speculative(SparseDrafter(drafter, 16), verifier, prompt, 20, 4, eos_token_id=[]).stats
     assert sd.total_s >= sd.verifier_prefill_s + sd.drafter_prefill_s
     assert sd.decode_s >= 0 and sd.peak_mem_mb > 0
     assert sd.tau == pytest.approx(20 / sd.verifier_forwards)

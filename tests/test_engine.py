@@ -9,10 +9,12 @@ import torch
 import torch._dynamo.utils
 from conftest import tiny_llama
 
+from budgetdraft.decoding import loop
 from budgetdraft.decoding.engine import rounded_capacity
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.decoding.verifier import Verifier
+from budgetdraft.evaluation import measure
 
 NEW, GAMMA = 33, 4  # 32 decode steps after the prefill's token
 
@@ -77,10 +79,10 @@ def test_graphs_engine_equals_eager_token_for_token_and_never_recompiles(pair, b
     generation compiled them, generations of other prompts of the same length compile nothing new."""
     verifier, drafter = pair
 
-    def run(engine, seed):
+    def run(engine, seed, decoding=loop):
         p = prompt(seed=seed)
-        ar = autoregressive(verifier, p, NEW, eos_token_id=[], engine=engine)
-        sd = speculative(
+        ar = decoding.autoregressive(verifier, p, NEW, eos_token_id=[], engine=engine)
+        sd = decoding.speculative(
             SparseDrafter(drafter, budget, "topk_chunks", 8, 8, engine=engine), verifier, p, NEW, GAMMA,
             eos_token_id=[], engine=engine,
         )  # fmt: skip
@@ -94,6 +96,8 @@ def test_graphs_engine_equals_eager_token_for_token_and_never_recompiles(pair, b
             ar_e, sd_e, _ = run("eager", seed)
             assert ar_g == ar_e and sd_g == sd_e == ar_e
             assert stats.engine == "graphs"
+        ar_m, sd_m, stats = run("graphs", 1, measure)  # measured (a cell's run): the same steps, timed from outside
+        assert ar_m == sd_m == run("eager", 1)[0] and stats.verify_s > 0
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
@@ -143,3 +147,23 @@ def test_an_ar_step_reads_the_device_once(pair, monkeypatch):
     hidden = verifier.hidden(torch.tensor([[p[-1]]])).last_hidden_state
     verifier.greedy_top2(hidden)
     assert reads.count == 1
+    verifier.step(p[-1], None)  # the loop's AR step: the same, in one call
+    assert reads.count == 2
+
+
+def test_timed_phases_read_nothing_more(pair, monkeypatch):
+    """What a cell runs (``evaluation.measure``): the timed drafter's draft reads nothing, the timed verify once."""
+    verifier_model, drafter_model = pair
+    p = prompt()
+    clock = measure.Clock("cpu")
+    verifier = measure.TimedVerifier(clock, verifier_model)
+    verifier.lazy_head = False  # what a GPU runs
+    verifier.prefill(torch.tensor([p]), len(p) + 64)
+    drafter = measure.TimedDrafter(SparseDrafter(drafter_model, 16, "topk_chunks", 8, 8), clock)
+    drafter.prefill(torch.tensor([p]), 64, verifier.prefill_state(torch.tensor([p]), drafter.reads))
+    reads = Reads(monkeypatch)
+    drafts = drafter.draft([p[-1]], GAMMA)
+    assert reads.count == 0 and drafts.shape == (GAMMA,)
+    verifier.check(p[-1], drafts, GAMMA, None, None, drafter.reads)
+    assert reads.count == 1
+    assert clock.seconds("draft") > 0 and clock.seconds("verify") > 0 and clock.seconds("drafter_prefill") > 0

@@ -1,4 +1,5 @@
-"""Per-run memory counted from the tensors (weights + KV caches) and the drafter/verifier step timings."""
+"""Per-run memory counted from the tensors (weights + KV caches) and the drafter/verifier step timings, as a cell
+measures them (``budgetdraft.evaluation.measure``)."""
 
 import pytest
 import torch
@@ -7,10 +8,10 @@ from conftest import tiny_cell_args, tiny_cell_inputs, tiny_llama
 from budgetdraft.decoding.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
 from budgetdraft.decoding.baselines.triforce import TriForceDrafter
 from budgetdraft.decoding.engine import rounded_capacity
-from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.metrics import module_tensors, storage_bytes
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.decoding.verifier import weight_bytes
+from budgetdraft.evaluation.measure import autoregressive, speculative
 
 NEW, GAMMA = 8, 3
 KV_TOKEN_BYTES = 2 * 2 * 16 * 4  # keys + values, 2 KV heads of dim 16, float32: per token and layer

@@ -6,9 +6,9 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.decoding.verifier import prompt_key
+from budgetdraft.evaluation.measure import autoregressive, speculative  # a shared prefill's seconds are charged there
 from budgetdraft.evaluation.prefill import check_covers, load_prefills, record_prefills, save_prefills
 
 

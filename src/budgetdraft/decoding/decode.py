@@ -1,4 +1,5 @@
-"""`python -m budgetdraft decode`: decode one prompt with AR or speculative decoding, print the text and metrics."""
+"""`python -m budgetdraft decode`: decode one prompt with AR or speculative decoding, print the text, its counts
+(drafted, accepted, τ) and its end-to-end time (a cell times each phase: ``budgetdraft.evaluation.measure``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from budgetdraft.base.defaults import GAMMA
 from budgetdraft.decoding.flags import add_decode_flags
 from budgetdraft.decoding.loop import autoregressive, speculative
+from budgetdraft.decoding.metrics import Stopwatch
 from budgetdraft.decoding.sampling import sampling_from_args
 from budgetdraft.decoding.sparse_drafter import drafter_factory
 
@@ -57,17 +59,16 @@ def run(args) -> None:
     else:
         ids = tokenizer(text)["input_ids"]
     verifier = load_model(args.verifier, args.device, args.verifier_dtype)
-    if args.method == "ar":
-        gen = autoregressive(verifier, ids, args.max_new_tokens, sampling=sampling, engine=args.engine)
-    else:
-        drafter = drafter_factory(verifier, args, {})()
-        gen = speculative(
-            drafter, verifier, ids, args.max_new_tokens, args.gamma, sampling=sampling, engine=args.engine
-        )
+    drafter = None if args.method == "ar" else drafter_factory(verifier, args, {})()
+    with Stopwatch(verifier.device) as watch:  # the loop decides the tokens; its caller times them, end to end
+        if drafter is None:
+            gen = autoregressive(verifier, ids, args.max_new_tokens, sampling=sampling, engine=args.engine)
+        else:
+            gen = speculative(
+                drafter, verifier, ids, args.max_new_tokens, args.gamma, sampling=sampling, engine=args.engine
+            )
     print(tokenizer.decode(gen.tokens, skip_special_tokens=True))
-    print(
-        json.dumps(
-            {k: v for k, v in gen.stats.as_dict().items() if k not in ("reached_by_position", "accepted_by_position")},
-            indent=1,
-        )
-    )
+    counts = gen.stats.as_dict()
+    del counts["reached_by_position"], counts["accepted_by_position"]
+    counts.update(total_s=watch.seconds, tok_per_s=len(gen.tokens) / watch.seconds)
+    print(json.dumps(counts, indent=1))

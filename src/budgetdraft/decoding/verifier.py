@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from dataclasses import dataclass
 
 import torch
 
+from budgetdraft.base.defaults import ENGINE
 from budgetdraft.decoding.drafter import READS_NOTHING, Drafter, PrefillCapture, Reads, VerifierPrefill
 from budgetdraft.decoding.engine import steps_for
 from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers, prefill, window_scores
@@ -75,7 +77,7 @@ class Verifier:
         model,
         prefill_chunk: int | None = None,
         prefilled: dict[str, SharedPrefill] | None = None,
-        engine: str = "eager",
+        engine: str = ENGINE,
     ):
         self.model = model
         self.prefill_chunk = prefill_chunk
@@ -166,6 +168,14 @@ class Verifier:
     def sample(self, hidden: torch.Tensor, sampler: Sampler) -> int:
         """A token drawn from p after the last row of ``hidden`` (AR sampling)."""
         return sampler.draw(self.distributions(hidden[:, -1:], sampler)[0])
+
+    def step(self, token: int, sampler: Sampler | None) -> tuple[int, int, float]:
+        """One AR step: ``token`` fed at the next position, then the verifier's next token with its runner-up and
+        their logit margin (``greedy_top2``; one read of the device), or drawn by ``sampler`` (runner-up −1, NaN)."""
+        hidden = self.hidden(ids_tensor([token], self.device)).last_hidden_state
+        if sampler is None:
+            return self.greedy_top2(hidden)
+        return self.sample(hidden, sampler), -1, math.nan
 
     def verify_sampled(
         self, hidden: torch.Tensor, drafts: list[int], q: torch.Tensor | None, sampler: Sampler

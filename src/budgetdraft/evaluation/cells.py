@@ -25,10 +25,10 @@ from budgetdraft.base.jsonio import json_object
 from budgetdraft.base.names import EAGLE3, METHODS, SHARED
 from budgetdraft.decoding import sparse_drafter as drafters
 from budgetdraft.decoding.flags import add_decode_flags
-from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.models import load_model, preload
 from budgetdraft.decoding.sampling import sampling_from_args
 from budgetdraft.evaluation.cellfile import write_cell
+from budgetdraft.evaluation.measure import autoregressive, speculative
 from budgetdraft.evaluation.prefill import check_covers, load_prefills
 
 CELL_COLUMNS = [
@@ -79,8 +79,9 @@ NO_EOS: list[int] = []  # fixed-length generations
 
 
 def make_decoder(args, verifier, prefilled=None):
-    """A function (prompt_ids, new_tokens) -> Generation for the cell's method (``prefilled``: shared verifier
-    prefills, see ``budgetdraft.evaluation.prefill``)."""
+    """A function (prompt_ids, new_tokens) -> Generation for the cell's method, measured (``stats``: the row's
+    timings and memory, ``budgetdraft.evaluation.measure``; ``prefilled``: shared verifier prefills, see
+    ``budgetdraft.evaluation.prefill``)."""
     sampling = sampling_from_args(args)
     if sampling is not None and args.method not in SAMPLING_METHODS:
         raise ValueError(
