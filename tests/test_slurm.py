@@ -1,16 +1,19 @@
 """The cluster path for real: config/ci.yaml's `comparison` table through `snakemake --profile profiles/slurm-local`
 on the single-node SLURM cluster of profiles/slurm-local/cluster.sh (Debian's slurm-wlm + munge).
 
-`comparison` is the ci config's smallest target that passes through every job-running stage (model export,
-prompts, shared prefill, teacher targets, base drafter, a BudgetDraft variant, the EAGLE-3 head, AR / SD /
-BudgetDraft / TriForce / EAGLE-3 cells, a table): ~30 jobs. `all` (120 jobs) pays each cell's cold start
-(two Snakemake start-ups and the torch imports; locally the warm start forks cells) and took too long for CI.
+The SLURM run starts from the session's local run (tests/conftest.py `pipeline_run`, its results hard-linked), with
+what `comparison` reads at dataset lwm taken away: its cells, the shared verifier prefills, one trained variant
+(lambda0.5 of replicate 1) and the EAGLE-3 head. So every kind of job that runs a model goes through sbatch (a
+variant's and the head's training, the prefills, AR / SD / BudgetDraft / TriForce / EAGLE-3 cells, the table)
+without paying the training chain a second time; the stages before it (export, prompts, targets, the base
+drafters) are the same rules the training jobs are, and the local run has just run them.
 
 Every job goes through sbatch and completes; grid cells go in job groups (the profile's `groups:`), each run by
 the resident process its first cell starts (`warm_start: resident`: the GPU path, here on device cpu), which loads
-the verifier once for the group; the cells decode the same tokens, with the same acceptance, as the local run
-(tests/conftest.py `pipeline_run`); a cell job killed with `scancel` is CANCELLED, leaves no cell, and the next
-invocation submits exactly that cell and the table that reads it.
+the verifier once for the group; the cells decode the same tokens, with the same acceptance, as the local run; a
+cell job killed with `scancel` is CANCELLED, leaves no cell, and the next invocation submits exactly that cell and
+the table that reads it. Only the target and the rules that write a settings file from the config (`settings`)
+run in the submitting process.
 
 Skipped when SLURM cannot be started here (not installed, not root); failed instead with
 BUDGETDRAFT_REQUIRE_SLURM=1 (.ci/run sets it when it could install slurm-wlm).
@@ -18,6 +21,7 @@ BUDGETDRAFT_REQUIRE_SLURM=1 (.ci/run sets it when it could install slurm-wlm).
 
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections import Counter
@@ -25,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import CI_SNAKEMAKE, ROOT, ci_snakemake, copy_project, planned_jobs
+from conftest import CI_SNAKEMAKE, ROOT, ci_snakemake, planned_jobs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.pipeline]
 
@@ -39,6 +43,15 @@ DECODED = ["label", "method", "dataset", "context", "budget", "gamma", "sample",
            "prompt_tokens", "new_tokens", "drafted", "accepted", "verifier_forwards", "output_ids"]  # fmt: skip
 TARGET = "comparison"
 CANCELLED_CELL = "results/cells/lambda0.5/r1/lwm/256/B32_g5.parquet"  # one replicate's cell of the comparison table
+LOCAL_RULES = {TARGET, "settings"}  # what runs in the submitting process: the target, settings files from the config
+# what the SLURM run makes again (its cells: every lwm cell file; see the module's docstring)
+TAKEN = [
+    "results/prefill/lwm",
+    "results/drafters/r1/lambda0.5",
+    "results/drafters/eagle3",
+    "results/tables",
+    "results/settings",
+]
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +100,23 @@ def decoded(path: Path) -> list[dict]:
     return [{k: v.tolist() if hasattr(v, "tolist") else v for k, v in row.items()} for row in rows.to_dict("records")]
 
 
+def lwm_cells(work: Path) -> list[Path]:
+    return sorted(p.relative_to(work) for p in (work / "results/cells").rglob("lwm/*/*.parquet"))
+
+
 @pytest.fixture(scope="module")
-def slurm_run(slurm_env, tmp_path_factory):
-    """config/ci.yaml's TARGET through SLURM: (work directory, Snakemake's log)."""
-    work = copy_project(tmp_path_factory.mktemp("slurm"))
+def slurm_run(slurm_env, pipeline_run, tmp_path_factory):
+    """config/ci.yaml's TARGET through SLURM from the local run less what it reads at lwm: (work directory, log)."""
+    work = tmp_path_factory.mktemp("slurm")
+    # Snakemake's own folder and the code are copied (written to); results are linked (every writer replaces a file
+    # whole); logs are not taken, so that each cell's log is the SLURM job's
+    shutil.copytree(
+        pipeline_run, work, dirs_exist_ok=True, symlinks=True, ignore=shutil.ignore_patterns("results", "logs")
+    )
+    shutil.copytree(pipeline_run / "results", work / "results", copy_function=os.link)
+    for path in [*TAKEN, *map(str, lwm_cells(work))]:
+        target = work / path
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
     start = time.time()
     run = ci_snakemake(work, *PROFILE, TARGET, *RESIDENT, env=slurm_env)
     log = run.stdout + run.stderr
@@ -103,19 +129,21 @@ def test_every_job_went_through_sbatch_and_completed(slurm_run):
     _, log = slurm_run
     remote, local, ids = jobs_of(log)
     planned = planned_jobs(log)
-    assert local == {TARGET: 1}, local  # only the target itself runs in the submitting process
+    assert set(local) == LOCAL_RULES and local[TARGET] == 1, local  # the rest runs through sbatch
     assert remote + local == Counter(planned), (remote, local, planned)
+    kinds = {"train", "train_eagle3", "verifier_prefill", "eval_cell", "eval_replicate_cell", "table"}
+    assert kinds <= set(remote), remote  # every kind of job that runs a model
     cells = remote["eval_cell"] + remote["eval_replicate_cell"]
     grouped = remote.total() - cells + groups_of(log)  # one submission a job group
-    assert len(ids) == len(set(ids)) == grouped > 15 and groups_of(log) < cells, (len(ids), grouped, cells)
+    assert len(ids) == len(set(ids)) == grouped and groups_of(log) < cells, (len(ids), grouped, cells)
     states = job_states(ids)
     assert set(states.values()) == {"COMPLETED"}, {i: s for i, s in states.items() if s != "COMPLETED"}
 
 
 def test_cells_decode_what_the_local_run_decodes(slurm_run, request):
     work, _ = slurm_run
-    local = request.getfixturevalue("pipeline_run")  # after slurm_run: a skipped SLURM test runs nothing
-    cells = sorted(p.relative_to(work) for p in (work / "results/cells").rglob("*.parquet"))
+    local = request.getfixturevalue("pipeline_run")
+    cells = lwm_cells(work)  # every lwm cell was taken: these are the SLURM run's
     # at lwm x 2 contexts: AR, EAGLE-3 (shared) and, in each of the 2 replicates, TriForce, SD and BudgetDraft (x 2 B)
     assert len(cells) == 2 + 2 + 2 * (2 + 2 * 2 + 2 * 2)
     different = [str(c) for c in cells if decoded(local / c) != decoded(work / c)]
