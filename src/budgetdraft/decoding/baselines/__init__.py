@@ -9,3 +9,9 @@ Both drafters are ``budgetdraft.decoding.drafter.Drafter``s that need something 
 it (``reads``) and ``speculative`` hands it to their ``prefill`` (``VerifierPrefill``): no verifier work is
 repeated, and nothing is armed on the verifier between runs. Both draft greedily only (``GreedyDrafter``).
 """
+
+
+def module(method: str) -> str:
+    """The module that builds baseline ``method``'s drafter: eval-cell imports it by this name (computed from
+    --method), and the workflow declares it among the cell's code inputs (budgetdraft.pipeline.plan)."""
+    return f"{__name__}.{method}"
