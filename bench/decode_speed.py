@@ -44,11 +44,11 @@ import torch
 from budgetdraft.decoding import attention, hf
 from budgetdraft.decoding.draftvocab import ReducedHead, frequent_tokens
 from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers, prefill
-from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.models import load_model, load_tokenizer
 from budgetdraft.decoding.policies import POLICIES
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.evaluation.grid import predicted_speedup
+from budgetdraft.evaluation.measure import autoregressive, speculative  # the loops, timed
 
 
 def shakespeare_ids(tokenizer, name: str, count: int) -> list[int]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from budgetdraft.base.defaults import EAGER
 from budgetdraft.base.jsonio import json_object
 from budgetdraft.base.names import EAGLE3, METHODS, SHARED
 from budgetdraft.decoding import sparse_drafter as drafters
@@ -136,7 +137,7 @@ def run_cell(args) -> pd.DataFrame:
     decode = make_decoder(args, verifier, prefilled)
     config = json.dumps({k: v for k, v in sorted(vars(args).items())})
     warm_prompt, warm_tokens = list(prompts.iloc[0]["input_ids"]), args.max_new_tokens
-    if args.engine == "eager":  # graphs: the timed runs' shapes (prompt, tokens) are compiled and captured here
+    if args.engine == EAGER:  # graphs: the timed runs' shapes (prompt, tokens) are compiled and captured here
         warm_prompt = warm_prompt[-args.warmup_prompt_tokens :] if args.warmup_prompt_tokens else warm_prompt
         warm_tokens = args.warmup_tokens or warm_tokens
     for _ in range(args.warmup):  # discarded: first-call costs (allocator, kernels, lazy imports, compilation)
