@@ -66,7 +66,7 @@ include: "workflow/rules/warm.smk"
 rule all:
     default_target: True
     input:
-        artifact_files(TABLES_IN_ALL + list(FIGURES.values())),
+        PLAN.artifact_files(PLAN.tables_in_all + list(PLAN.figures.values())),
         "results/claims.md",
         REPORT_PAGES,
     localrule: True
@@ -74,25 +74,25 @@ rule all:
 
 rule main:
     input:
-        artifact_files(["main"]),
+        PLAN.artifact_files(["main"]),
     localrule: True
 
 
 rule comparison:
     input:
-        artifact_files(["comparison"]),
+        PLAN.artifact_files(["comparison"]),
     localrule: True
 
 
 rule ablation_lc:
     input:
-        artifact_files(["ablation_lc"]),
+        PLAN.artifact_files(["ablation_lc"]),
     localrule: True
 
 
 rule lambda:
     input:
-        artifact_files(["lambda"]),
+        PLAN.artifact_files(["lambda"]),
     localrule: True
 
 
@@ -100,37 +100,37 @@ rule variants:
     """The variants a config adds beyond the paper's four that are not λ variants, beside BudgetDraft (results/tables/
     variants.tex); in `all` when the config has one (λ variants are in the λ table)."""
     input:
-        artifact_files(["variants"]),
+        PLAN.artifact_files(["variants"]),
     localrule: True
 
 
 rule single_budget:
     input:
-        artifact_files(["single_budget"]),
+        PLAN.artifact_files(["single_budget"]),
     localrule: True
 
 
 rule vram:
     input:
-        artifact_files(["vram", "vram_gamma"]),
+        PLAN.artifact_files(["vram", "vram_gamma"]),
     localrule: True
 
 
 rule figures:
     input:
-        artifact_files(list(FIGURES.values())),
+        PLAN.artifact_files(list(PLAN.figures.values())),
     localrule: True
 
 
 rule policies:
     """Acceptance and speedup vs budget under each sparse policy (config `policies`); not part of `all`."""
     input:
-        artifact_files(["fig_policies"]),
+        PLAN.artifact_files(["fig_policies"]),
     localrule: True
 
 
 rule cells:
     """Every grid cell of the configuration, without building tables."""
     input:
-        all_cells(),
+        PLAN.all_cells(),
     localrule: True

@@ -10,6 +10,7 @@ from conftest import copy_project
 
 from budgetdraft.base.importgraph import code_files, command_imports, import_graph, imports_closure, packages_above
 from budgetdraft.base.names import BASELINES
+from budgetdraft.decoding import baselines
 from budgetdraft.pipeline.cli import COMMANDS
 
 SNAKEMAKE = shutil.which("snakemake")
@@ -71,7 +72,7 @@ def command_code(shell: str) -> set[str]:
     """The source files a job's `python -m budgetdraft COMMAND ...` runs (an eval-cell's baseline method too)."""
     command = re.search(r"python -m budgetdraft ([\w-]+)", shell).group(1)
     method = re.search(r"--method (\w+)", shell)
-    extra = (f"budgetdraft.decoding.baselines.{method.group(1)}",) if method and method.group(1) in BASELINES else ()
+    extra = (baselines.module(method.group(1)),) if method and method.group(1) in BASELINES else ()
     return set(code_files(command, extra))
 
 

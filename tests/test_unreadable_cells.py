@@ -1,6 +1,8 @@
 """A cell file cut short (a full disk, a killed copy), damaged (a flipped bit) or that lies (rows no decoder writes,
 another cell's rows) is treated as missing: named with the reason, moved aside, measured again
-(budgetdraft.evaluation.cellfile; tests/test_cell_integrity.py tests the checks themselves)."""
+(budgetdraft.evaluation.cellfile; tests/test_cell_integrity.py tests the checks themselves). The step that moves it
+(budgetdraft.pipeline.plan.set_aside_unreadable) runs once, before any job is planned, never in an input function:
+in process below, then in real runs of the pipeline."""
 
 import os
 import shutil
@@ -11,7 +13,41 @@ import pytest
 from conftest import ci_snakemake as snakemake
 from conftest import planned_jobs
 
+from budgetdraft.base.names import SHARED
 from budgetdraft.evaluation import cellfile
+from budgetdraft.pipeline.plan import set_aside_unreadable
+
+
+def test_the_step_moves_only_what_fails_and_says_so(tmp_path, monkeypatch):
+    """Whole cells stay; a bad one is named with its reason and moved to FILE.unreadable (FILE.unreadable.N beside an
+    earlier one), never deleted; a dry run moves nothing and says what a run would do; a missing file is no problem."""
+    from test_cell_integrity import rows
+
+    monkeypatch.chdir(tmp_path)
+    whole = cellfile.cell_path("sd", "gs", "1K", 32, 5, 1)
+    bad = cellfile.cell_path("sd", "gs", "1K", 64, 5, SHARED)
+    cellfile.write_cell(rows("sd", "gs", "1K", 32, 5, 1), whole)
+    cellfile.write_cell(rows("sd", "gs", "1K", 64, 5, SHARED), bad)
+    data = open(bad, "rb").read()
+    open(bad, "wb").write(data[: len(data) // 2])
+    asked = [whole, bad, bad, cellfile.cell_path("ar", "gs", "1K", 0, 0)]  # twice; and one not measured yet
+    (dry,) = set_aside_unreadable(asked, dry_run=True)
+    assert dry == (
+        f"unreadable cell file {bad} (not a whole parquet file): a run will move it to {bad}.unreadable "
+        "and measure the cell again (this dry run plans as if it were whole)"
+    )
+    assert open(bad, "rb").read() == data[: len(data) // 2]
+    (moved,) = set_aside_unreadable(asked, dry_run=False)
+    assert (
+        moved
+        == f"unreadable cell file {bad} (not a whole parquet file): moved to {bad}.unreadable, measuring the cell again"
+    )
+    assert open(f"{bad}.unreadable", "rb").read() == data[: len(data) // 2] and cellfile.problem(whole) is None
+    open(bad, "wb").write(b"PAR1")
+    assert set_aside_unreadable(asked, dry_run=False)[0].endswith(
+        f"moved to {bad}.unreadable.1, measuring the cell again"
+    )
+    assert set_aside_unreadable(asked, dry_run=False) == []
 
 
 @pytest.fixture()

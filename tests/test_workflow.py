@@ -1,8 +1,10 @@
-"""The Snakemake workflow: dry runs plan the right grid, lint/format are clean, bad configs fail early and clearly.
+"""The Snakemake workflow wires the plan: real dry runs plan the grid of each config end to end, lint and format are
+clean, a bad config fails early and clearly, and editing a module reruns exactly its stage.
 
-Each test works on a copy of the workflow in a temporary directory (never on the repository's results/) whose
-`src/budgetdraft/*.py` are empty stand-ins, so planning does not depend on the library being complete; only
-`names.py`, which the workflow itself reads (labels, artifacts), is the real one.
+The plan's logic itself (counts, which cells, hyper-parameters, settings) is tested in process on
+budgetdraft.pipeline.plan.Plan (tests/test_plan.py); the dry runs here check what only Snakemake shows (the jobs and
+their commands), each run once and shared by the tests that read it (`dry_run`). Each works on a copy of the workflow
+and library in a temporary directory, never on the repository's results/.
 """
 
 import json
@@ -15,21 +17,30 @@ from pathlib import Path
 
 import pytest
 import yaml
+from snakemake.cli import parse_config
+from test_plan import EXTRA_VARIANTS, SCHEMA, expected_cells, replicated
+
+from budgetdraft.pipeline.configcheck import check_config
+from budgetdraft.pipeline.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake")
 pytestmark = [pytest.mark.workflow, pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")]
 
 
-@pytest.fixture()
-def workdir(tmp_path):
+def copy_workflow(dest: Path) -> Path:
     for name in ("Snakefile", "workflow", "config", "profiles", "envs"):
         src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
     shutil.copytree(
-        ROOT / "src" / "budgetdraft", tmp_path / "src" / "budgetdraft", ignore=shutil.ignore_patterns("__pycache__")
+        ROOT / "src" / "budgetdraft", dest / "src" / "budgetdraft", ignore=shutil.ignore_patterns("__pycache__")
     )
-    return tmp_path
+    return dest
+
+
+@pytest.fixture()
+def workdir(tmp_path):
+    return copy_workflow(tmp_path)
 
 
 def snakemake(workdir, *args, check=True):
@@ -41,49 +52,56 @@ def snakemake(workdir, *args, check=True):
     return proc.returncode, out
 
 
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """`snakemake -n -p ARGS` in one copy of the workflow, run once per ARGS and shared by the tests that read it."""
+    work, plans = copy_workflow(tmp_path_factory.mktemp("plans")), {}
+
+    def run(*args):
+        if args not in plans:
+            plans[args] = snakemake(work, "-n", "-p", *args)[1]
+        return plans[args]
+
+    return run
+
+
 def job_counts(out: str) -> dict[str, int]:
     table = out.split("Job stats:", 1)[1].split("\n\n", 1)[0] if "Job stats:" in out else ""
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
-def expected_cells(cfg: dict) -> set:
-    """Cells docs/artifacts.md asks for, counted independently of workflow/rules/common.smk."""
-    ds, ctx, budgets = list(cfg["datasets"]), list(cfg["contexts"]), cfg["budgets"]
-    cells = {("ar", d, c, 0, 0) for d in ds for c in ctx}
-    for label in ("sd", "lambda0.5"):  # main: the whole γ sweep
-        cells |= {(label, d, c, b, g) for d in ds for c in ctx for b in budgets for g in cfg["gammas"][c]}
-    for label in ("sd", "la_only", "lambda0.5", "lambda1.0"):  # ablation, λ, VRAM at γ fixed
-        cells |= {(label, d, c, b, cfg["gamma_fixed"]) for d in ds for c in ctx for b in budgets}
-    cmp = cfg["comparison"]
-    for label in ["sd", "lambda0.5"]:
-        cells |= {(label, cmp["dataset"], c, b, cmp["gamma"]) for c in cmp["contexts"] for b in budgets}
-    for label in cfg["baselines"].get("enabled", []):  # TriForce / EAGLE-3 do not use B: the largest only
-        cells |= {(label, cmp["dataset"], c, max(budgets), cmp["gamma"]) for c in cmp["contexts"]}
-    one = cfg["single_budget"]
-    for label in ("single_budget", "lambda0.5"):
-        cells |= {(label, one["dataset"], one["context"], b, one["gamma"]) for b in budgets}
-    col = cfg["collapse"]
-    cells |= {("sd", col["dataset"], c, b, col["gamma"]) for c in ctx for b in budgets}
-    return cells
+def outputs(out: str, rule: str) -> set[str]:
+    """The output files of every job of ``rule`` in a dry run's plan."""
+    blocks = re.split(r"\n(?=(?:local)?rule \w+:)", out)
+    return {
+        m.group(1)
+        for block in blocks
+        if re.match(rf"(?:local)?rule {rule}:", block)
+        for m in [re.search(r"^\s+output: (.+)$", block, re.M)]
+        if m
+    }
 
 
-def replicated(cfg: dict, label: str) -> bool:
-    """A cell measured once per training replicate: a trained variant, or SD / TriForce on a trained base drafter."""
-    return label in cfg["variants"] or ("base_drafter" in cfg and label in ("sd", "triforce"))
+def checked(name: str, **overrides) -> dict:
+    cfg = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
+    check_config(cfg, schema=SCHEMA, overrides=overrides)
+    return cfg
 
 
 @pytest.mark.parametrize(
     "name, cells, files", [("config", 233, 11 + 222 * 3), ("ci", 84, 8 + 76 * 2), ("paper", 693, 693)]
 )
-def test_dry_run_plans_every_cell(workdir, name, cells, files):
+def test_dry_run_plans_every_cell(dry_run, name, cells, files):
+    """The grid's logic (which cells, how many): tests/test_plan.py; here, that Snakemake plans a job for each of the
+    plan's cells and the stages behind them."""
     cfg = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
     grid = expected_cells(cfg)
     assert len(grid) == cells
-    assert sum(cfg["replicates"] if replicated(cfg, c[0]) else 1 for c in grid) == files
-    _, out = snakemake(workdir, "-n", "all", "--configfile", f"config/{name}.yaml")
+    out = dry_run("all", "--configfile", f"config/{name}.yaml")
     counts = job_counts(out)
     assert counts.get("eval_cell", 0) + counts.get("eval_replicate_cell", 0) == files, counts
     assert counts.get("eval_cell", 0) == sum(not replicated(cfg, c[0]) for c in grid), counts  # shared cells once
+    assert outputs(out, "eval_cell") | outputs(out, "eval_replicate_cell") == set(Plan(checked(name)).all_cells())
     reps = cfg["replicates"]
     assert counts["train"] == 4 * reps and counts["table"] == 7 and counts["figure"] == 3 and counts["claims"] == 1
     assert counts.get("train_base", 0) == ("base_drafter" in cfg) * reps  # the paper's llama-68m: untouched
@@ -100,26 +118,6 @@ def test_budgetdraft_trains_where_it_evaluates(name):
     cfg = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
     data = cfg["training_data"]
     assert data["prefix_len"] + data["cont_len"] == max(cfg["contexts"].values())
-
-
-def test_position_limit_is_the_configured_verifiers_not_a_stale_exports(workdir):
-    """A checkout that ran the embedded default holds SmolLM2's export (8,192 positions): planning the paper's
-    config (16K contexts, a 131,072-position verifier) must not read that file as the paper verifier's limit."""
-    stale = workdir / "results/models/verifier/config.json"
-    stale.parent.mkdir(parents=True)
-    stale.write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 8192}))
-    code, out = snakemake(workdir, "-n", "all", "--configfile", "config/paper.yaml", check=False)
-    assert code == 0 and "positions" not in out.split("Job stats")[0], out[-2000:]
-
-
-def test_named_target_plans_only_its_cells(workdir):
-    _, out = snakemake(workdir, "-n", "ablation_lc")
-    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    n_ds, n_ctx, n_b = len(cfg["datasets"]), len(cfg["contexts"]), len(cfg["budgets"])
-    counts = job_counts(out)
-    assert counts["eval_cell"] == n_ds * n_ctx  # AR, shared
-    assert counts["eval_replicate_cell"] == n_ds * n_ctx * 2 * n_b * cfg["replicates"]  # L_A-only + λ=0.5 at γ fixed
-    assert counts["train"] == 2 * cfg["replicates"] and counts["table"] == 1 and "figure" not in counts
 
 
 def test_lint_and_format_are_clean(workdir):
@@ -176,19 +174,27 @@ def _touch_everything(workdir, configfile):
     assert "Nothing to be done" in out, out[-2000:]
 
 
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A copy of the workflow whose every output of config/ci.yaml exists, its mtimes those of a finished run."""
+    work = copy_workflow(tmp_path_factory.mktemp("finished"))
+    _touch_everything(work, "config/ci.yaml")
+    return work
+
+
 def _edit(path: Path):
     path.write_text(path.read_text() + "# edited\n")
     later = time.time() + 10
     os.utime(path, (later, later))
 
 
-def test_policies_target_plans_its_cells_apart_from_the_grid(workdir):
+def test_policies_target_plans_its_cells_apart_from_the_grid(dry_run):
     """`snakemake policies` (not in `all`): SD and λ = 0.5 under each policy at every context and budget of one
     dataset; the config's own policy reuses the grid's cells (plain labels), the others get LABEL@POLICY cells
-    whose command passes their policy."""
+    whose command passes their policy (the cells themselves: tests/test_plan.py)."""
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     pol, n_ctx, n_b, n_r = cfg["policies"], len(cfg["contexts"]), len(cfg["budgets"]), cfg["replicates"]
-    _, out = snakemake(workdir, "-n", "-p", "policies", "--configfile", "config/ci.yaml")
+    out = dry_run("policies", "--configfile", "config/ci.yaml")
     counts = job_counts(out)
     assert counts["eval_cell"] == n_ctx, counts  # AR, shared by the replicates
     assert counts["eval_replicate_cell"] == n_ctx * 2 * len(pol["names"]) * n_b * n_r, counts  # 2 drafters x policies
@@ -199,13 +205,14 @@ def test_policies_target_plans_its_cells_apart_from_the_grid(workdir):
     commands = [line for line in out.splitlines() if "eval-cell" in line]
     assert any("--label sd@verifier_guided" in c and "--policy verifier_guided" in c for c in commands)
     assert all("--policy topk_chunks" in c for c in commands if "@" not in c.split("--label ")[1].split()[0])
-    _, everything = snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml")
+    everything = dry_run("all", "--configfile", "config/ci.yaml")
     assert "@" not in everything and "policies.pdf" not in everything  # `all` is unchanged
 
 
 @pytest.mark.parametrize("module", ["report/paper", "training/train"])
-def test_src_edits_rerun_only_their_stage(workdir, module):
-    _touch_everything(workdir, "config/ci.yaml")
+def test_src_edits_rerun_only_their_stage(finished, tmp_path, module):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir, symlinks=True)  # mtimes and Snakemake's records kept
     _edit(workdir / f"src/budgetdraft/{module}.py")
     counts = job_counts(snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml", *NO_PROFILE)[1])
     if module == "report/paper":  # formatting of tables/figures: never the grid, nor claims (which does not import it)
@@ -219,56 +226,75 @@ def test_src_edits_rerun_only_their_stage(workdir, module):
         assert counts["eval_replicate_cell"] == 76 * reps and counts["eval_cell"] == len(contexts)  # EAGLE-3's
 
 
-@pytest.mark.parametrize(
-    "edit, message",
-    [
-        (lambda c: c["datasets"].update(xx={"source": "wikitext", "name": "X"}), "['datasets']['xx']['source']"),
-        (lambda c: c.update(budgets=[0, 32]), "['budgets'][0]"),
-        (lambda c: c["gammas"].update({"128": [0, 3]}), "['gammas']['128'][0]"),
-        (lambda c: c["contexts"].update({"256": 9000}), "contexts.256 = 9000"),
-        (lambda c: c["collapse"].update(dataset="wikitext"), "collapse.dataset = 'wikitext'"),
-        (lambda c: c["comparison"].update(contexts=["1M"]), "context '1M'"),
-        (lambda c: c["collapse"].update(gama=5), "'gama' was unexpected"),
-        (lambda c: c["variants"].pop("la_only"), "variants must define 'la_only'"),
-        (lambda c: c["single_budget"].update(trained_budget=32), "single_budget.trained_budget = 32"),
-        (
-            lambda c: c.update(verifier="embedded:no_such_model"),
-            "verifier = 'embedded:no_such_model': unknown embedded",
-        ),
-        (lambda c: c.update(drafter="embedded:smollm2:layers=x"), "drafter = 'embedded:smollm2:layers=x'"),
-        (lambda c: c.update(budgets=[0, 32]), "budgets[0] = 0: must be >= 1 (drafter KV budget B in tokens)"),
-        (lambda c: c["policies"].update(dataset="pg19"), "policies.dataset = 'pg19'"),
-        (lambda c: c["policies"].update(names=["h2o"]), "policies.names[0] = 'h2o'"),
-        (lambda c: c.update(device="gpu"), "device = 'gpu': must match"),
-        (lambda c: c["training"].update(device="gpu:0"), "training.device = 'gpu:0': must match"),
-    ],
-    ids=[
-        "unknown-dataset-source",
-        "budget-0",
-        "gamma-0",
-        "context-too-long",
-        "unknown-dataset-key",
-        "unknown-context",
-        "typo-in-collapse",
-        "no-la-only",
-        "trained-budget-mismatch",
-        "unknown-embedded-verifier",
-        "bad-layer-count",
-        "plain-schema-line",
-        "unknown-policies-dataset",
-        "unknown-policy",
-        "device-gpu",
-        "training-device-gpu",
-    ],
-)
-def test_bad_config_fails_naming_the_key(workdir, edit, message):
+def refusal(cfg: dict, *config_args: str) -> str:
+    """The one-line refusal of the Snakefile's config check (budgetdraft.pipeline.configcheck.check_config, called
+    once before any job is planned; tests/test_config_refusals.py runs it through Snakemake), with ``config_args``
+    given as Snakemake's --config."""
+    argv = ["--config", *config_args] if config_args else []
+    with pytest.raises(ValueError) as refused:
+        check_config(cfg, schema=SCHEMA, argv=argv, overrides=parse_config(config_args))
+    return str(refused.value)
+
+
+BAD_CONFIGS = [
+    (lambda c: c["datasets"].update(xx={"source": "wikitext", "name": "X"}), "['datasets']['xx']['source']"),
+    (lambda c: c.update(budgets=[0, 32]), "['budgets'][0]"),
+    (lambda c: c["gammas"].update({"128": [0, 3]}), "['gammas']['128'][0]"),
+    (lambda c: c["contexts"].update({"256": 9000}), "contexts.256 = 9000"),
+    (lambda c: c["collapse"].update(dataset="wikitext"), "collapse.dataset = 'wikitext'"),
+    (lambda c: c["comparison"].update(contexts=["1M"]), "context '1M'"),
+    (lambda c: c["collapse"].update(gama=5), "'gama' was unexpected"),
+    (lambda c: c["variants"].pop("la_only"), "variants must define 'la_only'"),
+    (lambda c: c["single_budget"].update(trained_budget=32), "single_budget.trained_budget = 32"),
+    (
+        lambda c: c.update(verifier="embedded:no_such_model"),
+        "verifier = 'embedded:no_such_model': unknown embedded",
+    ),
+    (lambda c: c.update(drafter="embedded:smollm2:layers=x"), "drafter = 'embedded:smollm2:layers=x'"),
+    (lambda c: c.update(budgets=[0, 32]), "budgets[0] = 0: must be >= 1 (drafter KV budget B in tokens)"),
+    (lambda c: c["policies"].update(dataset="pg19"), "policies.dataset = 'pg19'"),
+    (lambda c: c["policies"].update(names=["h2o"]), "policies.names[0] = 'h2o'"),
+    (lambda c: c.update(device="gpu"), "device = 'gpu': must match"),
+    (lambda c: c["training"].update(device="gpu:0"), "training.device = 'gpu:0': must match"),
+]
+BAD_CONFIG_IDS = [
+    "unknown-dataset-source",
+    "budget-0",
+    "gamma-0",
+    "context-too-long",
+    "unknown-dataset-key",
+    "unknown-context",
+    "typo-in-collapse",
+    "no-la-only",
+    "trained-budget-mismatch",
+    "unknown-embedded-verifier",
+    "bad-layer-count",
+    "plain-schema-line",
+    "unknown-policies-dataset",
+    "unknown-policy",
+    "device-gpu",
+    "training-device-gpu",
+]
+
+
+@pytest.mark.parametrize("edit, message", BAD_CONFIGS, ids=BAD_CONFIG_IDS)
+def test_bad_config_fails_naming_the_key(edit, message):
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     edit(cfg)
+    assert message in refusal(cfg)  # refused: no plan is made of it
+
+
+def test_a_bad_config_stops_snakemake_before_any_job(workdir):
+    """The wiring: the Snakefile's one check refuses a config file's problem, and --config's, before any job."""
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    BAD_CONFIGS[0][0](cfg)
     (workdir / "bad.yaml").write_text(yaml.safe_dump(cfg))
     code, out = snakemake(workdir, "-n", "all", "--configfile", "bad.yaml", check=False)
-    assert code != 0
-    assert message in out, out[-2000:]
+    assert code != 0 and BAD_CONFIGS[0][1] in out, out[-2000:]
     assert "Job stats" not in out  # rejected before planning any job
+    bad = f"variants={json.dumps({'sd': {'lambda_c': 0.25}})}"
+    code, out = snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml", "--config", bad, check=False)
+    assert code != 0 and VARIANT_NAMES[0][1] in out and "Job stats" not in out, out[-2000:]
 
 
 def test_every_schema_problem_is_one_plain_line():
@@ -297,34 +323,29 @@ def test_every_schema_problem_is_one_plain_line():
 
 
 @pytest.mark.parametrize("key", ["max_new_tokens", "repeats"])
-def test_the_size_of_a_run_has_one_source_the_config(workdir, key):
+def test_the_size_of_a_run_has_one_source_the_config(key):
     """No default in the schema or in `eval-cell` competes with the config's value: a config without it is rejected."""
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     cfg.pop(key)
-    (workdir / "bad.yaml").write_text(yaml.safe_dump(cfg))
-    code, out = snakemake(workdir, "-n", "all", "--configfile", "bad.yaml", check=False)
-    assert code != 0 and f"'{key}' is a required property" in out, out[-2000:]
+    assert f"'{key}' is a required property" in refusal(cfg)
 
 
-def sampled_cell_command(workdir, sampling, baselines=()):
-    """The planned `eval-cell` command of one SD cell of config/ci.yaml with `sampling:` set (None: left out)."""
+def sampled_config(sampling, baselines=()) -> dict:
+    """config/ci.yaml with `sampling:` set (None: left out) and `baselines.enabled` = ``baselines``."""
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     if sampling is not None:
         cfg["sampling"] = sampling
     cfg["baselines"]["enabled"] = list(baselines)
-    (workdir / "s.yaml").write_text(yaml.safe_dump(cfg))
-    code, out = snakemake(
-        workdir, "-n", "-p", "results/cells/sd/r0/gs/128/B16_g5.parquet", "--configfile", "s.yaml", check=False
-    )
-    return code, out, next((line for line in out.splitlines() if "eval-cell" in line), "")
+    return cfg
 
 
-def test_sampling_reaches_the_cells_only_when_set(workdir):
-    _, _, greedy = sampled_cell_command(workdir, None, ["triforce", "eagle3"])
-    assert greedy and "--temperature" not in greedy and "--seed" not in greedy  # greedy: the command as it was
-    _, _, explicit_greedy = sampled_cell_command(workdir, {"temperature": 0, "top_k": 5}, ["triforce"])
-    assert explicit_greedy == greedy
-    _, _, hot = sampled_cell_command(workdir, {"temperature": 0.7, "top_p": 0.9})
+def test_sampling_reaches_the_cells_only_when_set(workdir, dry_run):
+    """What a cell is handed (no flags when greedy): tests/test_plan.py; here, where the command carries them."""
+    greedy = [line for line in dry_run("all", "--configfile", "config/ci.yaml").splitlines() if "eval-cell" in line]
+    assert greedy and not any("--temperature" in c or "--seed" in c for c in greedy)  # greedy: as it was
+    (workdir / "s.yaml").write_text(yaml.safe_dump(sampled_config({"temperature": 0.7, "top_p": 0.9})))
+    _, out = snakemake(workdir, "-n", "-p", "results/cells/sd/r0/gs/128/B16_g5.parquet", "--configfile", "s.yaml")
+    hot = next(line for line in out.splitlines() if "eval-cell" in line)
     assert "--temperature 0.7 --top-p 0.9 --top-k 0 --seed 0 --out" in hot
 
 
@@ -338,39 +359,35 @@ def test_sampling_reaches_the_cells_only_when_set(workdir):
         ({"temperature": 0.5}, ["triforce"], "sampling.temperature = 0.5 but baselines.enabled = ['triforce']"),
     ],
 )
-def test_bad_sampling_fails_naming_the_key(workdir, sampling, baselines, message):
-    code, out, _ = sampled_cell_command(workdir, sampling, baselines)
-    assert code != 0 and message in out, out[-2000:]
-    assert "Job stats" not in out
+def test_bad_sampling_fails_naming_the_key(sampling, baselines, message):
+    assert message in refusal(sampled_config(sampling, baselines))
 
 
-def test_a_graphs_run_plans_eager_companions_on_their_own_engine(workdir):
-    """`engine: graphs` (on CUDA; planning needs no GPU): every cell decodes on graphs, and AR, SD and BudgetDraft
-    are also planned eagerly (LABEL+eager) at γ_fixed on the comparison dataset, for the claims' finding E1."""
+def test_a_graphs_run_plans_eager_companions_on_their_own_engine(dry_run):
+    """`engine: graphs` (on CUDA; planning needs no GPU): an eager companion (LABEL+eager) decodes on the eager
+    engine, every other cell on graphs (which cells: tests/test_plan.py)."""
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
-    _, out = snakemake(workdir, "-n", "-p", "claims", "--configfile", "config/ci.yaml", "--config", "device=cuda",
-                       "engine=graphs")  # fmt: skip
+    dataset = cfg["comparison"]["dataset"]
+    cells = [f"results/cells/{label}/r0/{dataset}/128/B16_g5.parquet" for label in ("sd+eager", "sd")]
+    cells += [f"results/cells/{label}/{dataset}/128/B0_g0.parquet" for label in ("ar+eager", "ar")]
+    out = dry_run(*cells, "--configfile", "config/ci.yaml", "--config", "device=cuda", "engine=graphs")
     commands = [line for line in out.splitlines() if "eval-cell" in line]
     eager = [c for c in commands if "+eager" in c.split("--label ")[1].split()[0]]
-    n_ctx, n_b, n_r = len(cfg["contexts"]), len(cfg["budgets"]), cfg["replicates"]
-    assert len(eager) == n_ctx + 2 * n_ctx * n_b * n_r  # AR, then SD and BudgetDraft per budget and replicate
-    assert all("--engine eager" in c and f"--dataset {cfg['comparison']['dataset']}" in c for c in eager)
+    assert len(commands) == 4 and len(eager) == 2
+    assert all("--engine eager" in c and f"--dataset {dataset}" in c for c in eager)
     assert all("--engine graphs" in c for c in commands if c not in eager)
-    _, plain = snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml")
-    assert "+eager" not in plain  # an eager run has no companions
+    assert "+eager" not in dry_run("all", "--configfile", "config/ci.yaml")  # an eager run has no companions
 
 
-EXTRA_VARIANTS = {"lambda0.25": {"lambda_c": 0.25}, "budgets_mix": {"budgets": [16, 32], "budget_weights": [0.9, 0.1]}}
-
-
-def test_extra_variants_are_trained_and_evaluated_like_the_papers(workdir):
+def test_extra_variants_are_trained_and_evaluated_like_the_papers(dry_run, tmp_path):
     """`--config variants={...}` adds a λ variant (λ = 0.25) and another (a budget mix) to the paper's four: each is
     trained per replicate and measured at γ_fixed over every dataset x context x budget (as lambda1.0); the λ table
-    reads the λ variant's cells, the `variants` table (in `all` because the config has such a variant) the other's."""
+    reads the λ variant's cells, the `variants` table (in `all` because the config has such a variant) the other's
+    (the plan's side of it, and a λ variant alone: tests/test_plan.py)."""
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     reps, g = cfg["replicates"], cfg["gamma_fixed"]
     extra = f"variants={json.dumps(EXTRA_VARIANTS)}"
-    _, out = snakemake(workdir, "-n", "-p", "all", "--configfile", "config/ci.yaml", "--config", extra)
+    out = dry_run("all", "--configfile", "config/ci.yaml", "--config", extra)
     counts = job_counts(out)
     assert counts["train"] == 6 * reps and counts["table"] == 7 + 1, counts
     places = [(d, c, b) for d in cfg["datasets"] for c in cfg["contexts"] for b in cfg["budgets"]]
@@ -385,36 +402,32 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers(workdir):
     }
     assert "lambda0.25/r1/" in commands["lambda"] and "budgets_mix/" not in commands["lambda"]
     assert "budgets_mix/r1/" in commands["variants"] and "lambda0.25/" not in commands["variants"]
-    # each table reads its settings from a file (rule settings): written here for real (the rule has no input)
-    snakemake(workdir, "--cores", "1", "results/settings/lambda.json", "results/settings/variants.json",
-              "--configfile", "config/ci.yaml", "--config", extra)  # fmt: skip
-    shown = {
-        a: json.loads((workdir / f"results/settings/{a}.json").read_text())["variants"] for a in ("lambda", "variants")
-    }
-    assert shown["lambda"]["lambda0.25"]["lambda_c"] == 0.25 and "budgets_mix" not in shown["lambda"]
-    assert shown["variants"]["budgets_mix"] == {"lambda_c": 0.5, "budgets": [16, 32], "steps": 10}
     assert all(f"--settings results/settings/{a}.json" in commands[a] for a in commands)
     assert "lambda0.25/" not in commands["main"] and "budgets_mix/" not in commands["main"]
     trained = next(line for line in out.splitlines() if "train --init" in line and "r0/lambda0.25 " in line)
     assert '"lambda_c": 0.25' in trained
-    # a λ variant alone: the λ table shows it, and `all` builds no `variants` table (`snakemake variants` would)
-    only = f"variants={json.dumps({'lambda0.25': {'lambda_c': 0.25}})}"
-    _, out = snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml", "--config", only)
-    assert job_counts(out)["table"] == 7 and "variants.tex" not in out
-    _, out = snakemake(workdir, "-n", "variants", "--configfile", "config/ci.yaml", "--config", only)
-    assert "results/tables/variants.tex" in out and "lambda0.25" not in out.split("rule table:", 1)[1]
+    # each table reads its settings from a file (rule settings): written here for real (the rule has no input; no
+    # warm process for two local rules)
+    work = copy_workflow(tmp_path)
+    snakemake(work, "--cores", "1", "results/settings/lambda.json", "results/settings/variants.json",
+              "--configfile", "config/ci.yaml", "--config", extra, "warm_start=false")  # fmt: skip
+    shown = {a: json.loads((work / f"results/settings/{a}.json").read_text()) for a in ("lambda", "variants")}
+    plan = Plan(checked("ci", variants=EXTRA_VARIANTS))
+    assert shown == {a: json.loads(plan.artifact_settings(a)) for a in shown}  # what the plan says, as a file
+    assert shown["lambda"]["variants"]["lambda0.25"]["lambda_c"] == 0.25
+    assert "budgets_mix" not in shown["lambda"]["variants"]
+    assert shown["variants"]["variants"]["budgets_mix"] == {"lambda_c": 0.5, "budgets": [16, 32], "steps": 10}
 
 
-@pytest.mark.parametrize(
-    "name, message",
-    [
-        ("sd", "variants = 'sd': must not be one of ['ar', 'sd', 'triforce', 'eagle3']"),
-        ("bd@snapkv", "variants = 'bd@snapkv': must match"),
-        ("bd+eager", "variants = 'bd+eager': must match"),
-        ("..", "variants = '..': must match"),
-    ],
-)
-def test_a_variant_name_that_is_unsafe_or_a_method_label_fails_naming_the_key(workdir, name, message):
-    bad = f"variants={json.dumps({name: {'lambda_c': 0.25}})}"
-    code, out = snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml", "--config", bad, check=False)
-    assert code != 0 and message in out and "Job stats" not in out, out[-2000:]
+VARIANT_NAMES = [
+    ("sd", "variants = 'sd': must not be one of ['ar', 'sd', 'triforce', 'eagle3']"),
+    ("bd@snapkv", "variants = 'bd@snapkv': must match"),
+    ("bd+eager", "variants = 'bd+eager': must match"),
+    ("..", "variants = '..': must match"),
+]
+
+
+@pytest.mark.parametrize("name, message", VARIANT_NAMES)
+def test_a_variant_name_that_is_unsafe_or_a_method_label_fails_naming_the_key(name, message):
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    assert message in refusal(cfg, f"variants={json.dumps({name: {'lambda_c': 0.25}})}")

@@ -2,7 +2,7 @@ rule prepare_prompts:
     """Prompts of exactly the context's length for one dataset (the same documents at every context)."""
     input:
         verifier="results/models/verifier",
-        code=SRC["data"],
+        code=PLAN.code("data"),
     output:
         "results/data/prompts/{dataset}/{context}.parquet",
     log:
@@ -14,11 +14,9 @@ rule prepare_prompts:
         source=lambda wc: config["datasets"][wc.dataset]["source"],
         length=lambda wc: config["contexts"][wc.context],
         select=" ".join(str(n) for n in config["contexts"].values()),
-        samples=lambda wc: samples(wc.dataset),
+        samples=lambda wc: PLAN.samples(wc.dataset),
         seed=config["seed"],
-        revision=lambda wc: revision_flag(
-            revisions.HUB_DATASETS.get(config["datasets"][wc.dataset]["source"])
-        ),
+        revision=lambda wc: data_revision_flag(config["datasets"][wc.dataset]["source"]),
     shell:
         "python -m budgetdraft prepare prompts --dataset {wildcards.dataset} --source {params.source}"
         " --context {wildcards.context} --length {params.length} --select-length {params.select}"
@@ -33,28 +31,26 @@ rule prepare_train:
         verifier="results/models/verifier",
         prompts=expand(
             "results/data/prompts/{dataset}/{context}.parquet",
-            dataset=DATASETS,
-            context=CONTEXTS,
+            dataset=PLAN.datasets,
+            context=PLAN.contexts,
         ),
-        code=SRC["data"],
+        code=PLAN.code("data"),
     output:
         "results/data/train/{stage}.parquet",
     log:
         "logs/data/train/{stage}.log",
     wildcard_constraints:
-        stage="|".join(TRAINING_STAGES),
+        stage="|".join(PLAN.training_stages),
     priority: 50  # the training chain is the critical path: before any grid cell
     conda:
         "../../envs/budgetdraft.yaml"
     params:
-        source=lambda wc: training_data(wc.stage)["source"],
-        length=lambda wc: training_data(wc.stage)["prefix_len"]
-        + training_data(wc.stage)["cont_len"],
-        sequences=lambda wc: training_data(wc.stage)["sequences"],
+        source=lambda wc: PLAN.training_data(wc.stage)["source"],
+        length=lambda wc: PLAN.training_data(wc.stage)["prefix_len"]
+        + PLAN.training_data(wc.stage)["cont_len"],
+        sequences=lambda wc: PLAN.training_data(wc.stage)["sequences"],
         seed=config["seed"],
-        revision=lambda wc: revision_flag(
-            revisions.HUB_DATASETS.get(training_data(wc.stage)["source"])
-        ),
+        revision=lambda wc: data_revision_flag(PLAN.training_data(wc.stage)["source"]),
     shell:
         "python -m budgetdraft prepare train --source {params.source} --length {params.length}"
         " --sequences {params.sequences} --seed {params.seed} --tokenizer {input.verifier}"

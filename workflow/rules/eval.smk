@@ -5,7 +5,7 @@ rule verifier_prefill:
     input:
         verifier="results/models/verifier",
         prompts="results/data/prompts/{dataset}/{context}.parquet",
-        code=SRC["prefill"],
+        code=PLAN.code("prefill"),
     output:
         "results/prefill/{dataset}/{context}.safetensors",
     log:
@@ -16,11 +16,11 @@ rule verifier_prefill:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
     resources:
-        gpu=gpu_slots(config["device"]),
+        gpu=PLAN.gpu_slots(config["device"]),
     params:
         device=config["device"],
         dtype=config["verifier_dtype"],
-        runs=PREFILL_RUNS,
+        runs=defaults.PREFILL_RUNS,
     shell:
         "python -m budgetdraft prefill --verifier {input.verifier} --prompts {input.prompts} --repeats {params.runs}"
         " --device {params.device} --dtype {params.dtype} --threads {threads} --out {output} > {log} 2>&1"
@@ -41,23 +41,19 @@ rule eval_cell:
     benchmark:
         "benchmarks/cells/{label}/{dataset}/{context}/B{budget}_g{gamma}.tsv"
     wildcard_constraints:
-        label="|".join(re.escape(label) for label in METHOD if not replicated(label)),
-        dataset="|".join(DATASETS),
-        context="|".join(re.escape(c) for c in CONTEXTS),
-        budget=r"\d+",
-        gamma=r"\d+",
+        **PLAN.cell_wildcards(replicated=False),
     conda:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
     resources:
-        gpu=gpu_slots(config["device"]),
+        gpu=PLAN.gpu_slots(config["device"]),
     params:
-        method=lambda wc: METHOD[wc.label],
+        method=lambda wc: PLAN.method[wc.label],
         drafter=cell_drafter_flag,
-        extra=cell_extra_flag,
+        extra=lambda wc: PLAN.extra_flag(wc.label),
         prefill=cell_prefill_flag,
-        sampling=cell_sampling_flags(),
-        policy=lambda wc: names.label_policy(wc.label, POLICY)[1],
+        sampling=PLAN.sampling_flags(),
+        policy=lambda wc: PLAN.label_policy(wc.label),
         chunk_size=config["chunk_size"],
         score_window=config["score_window"],
         max_new_tokens=config["max_new_tokens"],
@@ -66,7 +62,7 @@ rule eval_cell:
         warmup_prompt_tokens=config["warmup_prompt_tokens"],
         repeats=config["repeats"],
         device=config["device"],
-        engine=cell_engine,
+        engine=lambda wc: PLAN.label_engine(wc.label),
         verifier_dtype=config["verifier_dtype"],
         drafter_dtype=config["drafter_dtype"],
         replicate=lambda wc: (
@@ -95,9 +91,4 @@ use rule eval_cell as eval_replicate_cell with:
     benchmark:
         "benchmarks/cells/{label}/r{replicate}/{dataset}/{context}/B{budget}_g{gamma}.tsv"
     wildcard_constraints:
-        label="|".join(re.escape(label) for label in METHOD if replicated(label)),
-        dataset="|".join(DATASETS),
-        context="|".join(re.escape(c) for c in CONTEXTS),
-        budget=r"\d+",
-        gamma=r"\d+",
-        replicate="|".join(str(r) for r in REPLICATES),
+        **PLAN.cell_wildcards(replicated=True),

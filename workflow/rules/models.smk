@@ -2,7 +2,7 @@ rule export_model:
     """Materialise the verifier / the untrained drafter once as plain Hugging Face directories, in the dtype each is
     used in (`export_dtype`)."""
     input:
-        code=SRC["models"],
+        code=PLAN.code("models"),
     output:
         directory("results/models/{role}"),
     log:
@@ -17,12 +17,8 @@ rule export_model:
         spec=lambda wc: (
             config["verifier"] if wc.role == "verifier" else config["drafter"]
         ),
-        dtype=lambda wc: export_dtype(wc.role),
-        revision=lambda wc: revision_flag(
-            revisions.hub_model(
-                config["verifier" if wc.role == "verifier" else "drafter"]
-            )
-        ),
+        dtype=lambda wc: PLAN.export_dtype(wc.role),
+        revision=model_revision_flag,
     shell:
         "python -m budgetdraft export-model --spec {params.spec:q} --dtype {params.dtype} {params.revision}"
         " --out {output} > {log} 2>&1"

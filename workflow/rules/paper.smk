@@ -26,24 +26,30 @@ STAGE_BENCHMARKS = {
     "export_model": lambda: expand(
         rules.export_model.benchmark, role=["verifier", "drafter_untrained"]
     ),
-    "targets": lambda: expand(rules.targets.benchmark, stage=TRAINING_STAGES),
+    "targets": lambda: expand(rules.targets.benchmark, stage=PLAN.training_stages),
     "train_base": lambda: (
-        expand(rules.train_base.benchmark, replicate=REPLICATES) if BASE else []
+        expand(rules.train_base.benchmark, replicate=PLAN.replicates)
+        if PLAN.base
+        else []
     ),
     "train": lambda: expand(
-        rules.train.benchmark, replicate=REPLICATES, variant=VARIANTS
+        rules.train.benchmark, replicate=PLAN.replicates, variant=PLAN.variants
     ),
     "train_eagle3": lambda: (
-        [str(rules.train_eagle3.benchmark)] if names.EAGLE3 in BASELINES else []
+        [str(rules.train_eagle3.benchmark)] if names.EAGLE3 in PLAN.baselines else []
     ),
     "verifier_prefill": lambda: (
-        expand(rules.verifier_prefill.benchmark, dataset=DATASETS, context=CONTEXTS)
+        expand(
+            rules.verifier_prefill.benchmark,
+            dataset=PLAN.datasets,
+            context=PLAN.contexts,
+        )
         if config["share_verifier_prefill"]
         else []
     ),
     "eval (cells)": lambda: [
         str(r.benchmark.apply_wildcards(r.get_wildcards(path)))
-        for path in all_cells()
+        for path in PLAN.all_cells()
         for r in (rules.eval_replicate_cell.rule, rules.eval_cell.rule)
         if r.is_producer(path)
     ],
@@ -60,10 +66,10 @@ rule settings:
     log:
         "logs/settings/{name}.log",
     wildcard_constraints:
-        name="|".join([*ALL_TABLES, *ALL_FIGURES.values(), "claims"]),
+        name="|".join([*PLAN.all_tables, *PLAN.all_figures.values(), "claims"]),
     localrule: True
     params:
-        settings=lambda wc: artifact_settings(wc.name),
+        settings=lambda wc: PLAN.artifact_settings(wc.name),
     run:
         Path(output[0]).write_text(params.settings, encoding="utf-8")
 
@@ -71,10 +77,10 @@ rule settings:
 rule table:
     """One LaTeX table of the paper from its cells (formatting changes rerun only this rule, never the grid)."""
     input:
-        cells=lambda wc: artifact_cells(wc.artifact),
+        cells=lambda wc: PLAN.artifact_cells(wc.artifact),
         settings="results/settings/{artifact}.json",
         drafters=artifact_drafter_dirs,
-        code=SRC["paper"],
+        code=PLAN.code("paper"),
         render=RENDER,
     output:
         tex=report(
@@ -101,7 +107,7 @@ rule table:
     log:
         "logs/tables/{artifact}.log",
     wildcard_constraints:
-        artifact="|".join(ALL_TABLES),
+        artifact="|".join(PLAN.all_tables),
     conda:
         "../../envs/budgetdraft.yaml"
     params:
@@ -118,9 +124,9 @@ rule figure:
     """One figure (.pdf for LaTeX, .png next to it), captioned in the Snakemake report: the paper's, and the
     extra ones of their own targets (`policies`)."""
     input:
-        cells=lambda wc: artifact_cells(ALL_FIGURES[wc.figure]),
-        settings=lambda wc: f"results/settings/{ALL_FIGURES[wc.figure]}.json",
-        code=SRC["paper"],
+        cells=lambda wc: PLAN.artifact_cells(PLAN.all_figures[wc.figure]),
+        settings=lambda wc: f"results/settings/{PLAN.all_figures[wc.figure]}.json",
+        code=PLAN.code("paper"),
         render=RENDER,
     output:
         pdf="results/figures/{figure}.pdf",
@@ -140,11 +146,11 @@ rule figure:
     log:
         "logs/figures/{figure}.log",
     wildcard_constraints:
-        figure="|".join(ALL_FIGURES),
+        figure="|".join(PLAN.all_figures),
     conda:
         "../../envs/budgetdraft.yaml"
     params:
-        artifact=lambda wc: ALL_FIGURES[wc.figure],
+        artifact=lambda wc: PLAN.all_figures[wc.figure],
         name=lambda wc: f"{names.PAPER_NAMES.get(wc.figure, 'Figure')} ({wc.figure})",
     shell:
         "python -m budgetdraft paper --artifact {params.artifact} --out {output.pdf}"
@@ -156,9 +162,9 @@ rule claims:
     """Which findings of the paper hold in this run: this run's figure, a 95 % bootstrap interval over prompts and
     a verdict per finding (results/claims.md and .json), from every cell of the grid."""
     input:
-        cells=all_cells(),
+        cells=PLAN.all_cells(),
         settings="results/settings/claims.json",
-        code=SRC["claims"],
+        code=PLAN.code("claims"),
         render=RENDER,
     output:
         md="results/claims.md",
@@ -191,7 +197,7 @@ rule run_record:
     as a file rule run_summary reads: its params would be embedded in the report's <script> (see rule settings).
     """
     input:
-        cells=all_cells(),
+        cells=PLAN.all_cells(),
     output:
         "results/report/run.json",
     log:

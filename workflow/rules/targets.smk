@@ -5,7 +5,7 @@ rule targets:
     input:
         verifier="results/models/verifier",
         sequences="results/data/train/{stage}.parquet",
-        code=SRC["targets"],
+        code=PLAN.code("targets"),
     output:
         "results/targets/{stage}.safetensors",
     log:
@@ -13,19 +13,19 @@ rule targets:
     benchmark:
         "benchmarks/targets/{stage}.tsv"
     wildcard_constraints:
-        stage="|".join(TRAINING_STAGES),
+        stage="|".join(PLAN.training_stages),
     priority: 50  # the training chain is the critical path: before any grid cell
     conda:
         "../../envs/budgetdraft.yaml"
     threads: config["training"].get("threads", config["threads"])
     resources:
-        gpu=gpu_slots(TRAINING_DEVICE),
+        gpu=PLAN.gpu_slots(PLAN.training_device),
     params:
-        prefix_len=lambda wc: training_data(wc.stage)["prefix_len"],
-        cont_len=lambda wc: training_data(wc.stage)["cont_len"],
-        device=TRAINING_DEVICE,
+        prefix_len=lambda wc: PLAN.training_data(wc.stage)["prefix_len"],
+        cont_len=lambda wc: PLAN.training_data(wc.stage)["cont_len"],
+        device=PLAN.training_device,
         dtype=config["verifier_dtype"],
-        teacher=lambda wc: BASE["teacher"] if wc.stage == "base" else "verifier",
+        teacher=lambda wc: PLAN.base["teacher"] if wc.stage == "base" else "verifier",
     shell:
         "python -m budgetdraft targets --teacher {params.teacher} --verifier {input.verifier}"
         " --sequences {input.sequences}"

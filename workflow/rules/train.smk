@@ -1,5 +1,5 @@
 # config `base_drafter`; without it the exported drafter is the base (the paper's llama-68m)
-if BASE:
+if PLAN.base:
 
     rule train_base:
         """The base drafter: the exported drafter trained with L_A alone on short full-cache windows (config
@@ -10,7 +10,7 @@ if BASE:
         input:
             init="results/models/drafter_untrained",
             targets="results/targets/base.safetensors",
-            code=SRC["train"],
+            code=PLAN.code("train"),
         output:
             directory("results/models/drafter_base/r{replicate}"),
         log:
@@ -24,9 +24,9 @@ if BASE:
             "../../envs/budgetdraft.yaml"
         threads: config["training"].get("threads", config["threads"])
         resources:
-            gpu=gpu_slots(TRAINING_DEVICE),
+            gpu=PLAN.gpu_slots(PLAN.training_device),
         params:
-            hparams=lambda wc: base_hparams(wc.replicate),
+            hparams=lambda wc: PLAN.base_hparams(wc.replicate),
         shell:
             "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {output}"
             " --hparams {params.hparams:q} --variant drafter_base --replicate {wildcards.replicate} > {log} 2>&1"
@@ -41,9 +41,9 @@ rule train:
     or interrupted job keeps its checkpoints, and re-running resumes.
     """
     input:
-        init=lambda wc: base_drafter_dir(wc.replicate),
+        init=lambda wc: PLAN.base_drafter_dir(wc.replicate),
         targets="results/targets/budgetdraft.safetensors",
-        code=SRC["train"],
+        code=PLAN.code("train"),
     output:
         directory("results/drafters/r{replicate}/{variant}"),
     log:
@@ -51,16 +51,16 @@ rule train:
     benchmark:
         "benchmarks/drafters/r{replicate}/{variant}.tsv"
     wildcard_constraints:
-        variant="|".join(re.escape(v) for v in VARIANTS),
+        variant="|".join(re.escape(v) for v in PLAN.variants),
         replicate=r"\d+",
     priority: 50  # the training chain is the critical path: before any grid cell
     conda:
         "../../envs/budgetdraft.yaml"
     threads: config["training"].get("threads", config["threads"])
     resources:
-        gpu=gpu_slots(TRAINING_DEVICE),
+        gpu=PLAN.gpu_slots(PLAN.training_device),
     params:
-        hparams=lambda wc: variant_hparams(wc.variant, wc.replicate),
+        hparams=lambda wc: PLAN.variant_hparams(wc.variant, wc.replicate),
     shell:
         "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {output}"
         " --hparams {params.hparams:q} --variant {wildcards.variant} --replicate {wildcards.replicate} > {log} 2>&1"
@@ -71,7 +71,7 @@ rule train_eagle3:
     input:
         verifier="results/models/verifier",
         targets="results/targets/budgetdraft.safetensors",
-        code=SRC["eagle3"],
+        code=PLAN.code("eagle3"),
     output:
         directory("results/drafters/eagle3"),
     log:
@@ -82,9 +82,9 @@ rule train_eagle3:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
     resources:
-        gpu=gpu_slots(EAGLE3_TRAINING["device"]),
+        gpu=PLAN.gpu_slots(PLAN.eagle3_training["device"]),
     params:
-        hparams=json.dumps(EAGLE3_TRAINING, sort_keys=True),
+        hparams=PLAN.eagle3_hparams(),
     shell:
         "python -m budgetdraft train-eagle3 --verifier {input.verifier} --targets {input.targets}"
         " --out {output} --hparams {params.hparams:q} > {log} 2>&1"

@@ -36,7 +36,25 @@ from budgetdraft.base.names import SHARED
 
 DIGEST_KEY = b"budgetdraft.sha256"
 FIX = "delete it and re-run to re-measure it"  # the workflow sets such a file aside by itself (docs/pipeline.md)
-CELL_NAME = re.compile(r"B(\d+)_g(\d+)\.parquet")
+
+# The one home of a cell file's path, ROOT/LABEL[/rR]/DATASET/CONTEXT/B{B}_g{γ}.parquet: formatted here (`cell_path`,
+# `cell_parts`; `cell_pattern`: the workflow's eval rules' patterns, tests/test_plan.py holds them to it) and parsed
+# here (`path_key`, `CELL_NAME`), from these segments. The segment `r{replicate}` is there only for a cell of one
+# training replicate (replicate >= 0; a shared cell's replicate is SHARED).
+CELLS = "results/cells"  # where the workflow keeps them
+SEGMENTS = ("{label}", "r{replicate}", "{dataset}", "{context}", "B{budget}_g{gamma}.{ext}")
+NUMBER = r"\d+"  # a replicate, B and γ in a path (the eval rules' wildcard constraints)
+
+
+def _parser(segment: str, ext: str = "parquet") -> re.Pattern:
+    """A regex of one numbered segment, its numbers (replicate, budget, gamma) as groups in order."""
+    text = re.escape(segment.replace("{ext}", ext))
+    for field in ("replicate", "budget", "gamma"):
+        text = text.replace(re.escape("{" + field + "}"), f"({NUMBER})")
+    return re.compile(text)
+
+
+CELL_NAME, REPLICATE_DIR = _parser(SEGMENTS[-1]), _parser(SEGMENTS[1])
 
 COUNTS = ("sample", "repeat", "prompt_tokens", "drafted", "accepted", "verifier_forwards", "draft_steps")
 TIMES = ("verifier_prefill_s", "drafter_prefill_s", "decode_s", "total_s", "draft_s", "verify_s")
@@ -224,9 +242,24 @@ IDENTITY = ("label", "dataset", "context", "budget", "gamma", "replicate")
 
 
 def cell_parts(label, dataset, context, budget, gamma, replicate=SHARED) -> tuple[str, ...]:
-    """The trailing path segments of a cell's file under results/cells/ (the workflow's `cell`)."""
-    where = (str(label),) if int(replicate) == SHARED else (str(label), f"r{int(replicate)}")
-    return (*where, str(dataset), str(context), f"B{int(budget)}_g{int(gamma)}.parquet")
+    """The trailing path segments of a cell's file under results/cells/ (`SEGMENTS`)."""
+    replicate = int(replicate)
+    values = dict(label=label, replicate=replicate, dataset=dataset, context=context, ext="parquet")
+    values.update(budget=int(budget), gamma=int(gamma))
+    return tuple(s.format(**values) for s in SEGMENTS if replicate != SHARED or "{replicate}" not in s)
+
+
+def cell_path(label, dataset, context, budget, gamma, replicate=SHARED, root: str = CELLS) -> str:
+    """A cell's file: ROOT/LABEL[/rR]/DATASET/CONTEXT/B{B}_g{γ}.parquet (`cell_parts`), as the workflow names it."""
+    return "/".join((root, *cell_parts(label, dataset, context, budget, gamma, replicate)))
+
+
+def cell_pattern(replicated: bool, root: str = CELLS, ext: str = "parquet") -> str:
+    """Every cell's file as a Snakemake pattern (wildcards label, replicate when ``replicated``, dataset, context,
+    budget, gamma): the eval rules' output, and with another ``root`` and ``ext`` their log and benchmark (their
+    constraints: budgetdraft.pipeline.plan.Plan.cell_wildcards)."""
+    parts = (s for s in SEGMENTS if replicated or "{replicate}" not in s)
+    return "/".join((root, *parts)).replace("{ext}", ext)
 
 
 def check_identity(table: pa.Table, path) -> None:
@@ -261,7 +294,7 @@ def path_key(path) -> dict:
     if match is None or len(parts) < 4:
         return {}
     key = {"dataset": parts[-3], "context": parts[-2], "budget": int(match[1]), "gamma": int(match[2])}
-    replicate = re.fullmatch(r"r(\d+)", parts[-4])
+    replicate = REPLICATE_DIR.fullmatch(parts[-4])
     if replicate and len(parts) >= 5:
         return {"label": parts[-5], **key, "replicate": int(replicate[1])}
     return {"label": parts[-4], **key, "replicate": SHARED}

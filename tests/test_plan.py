@@ -1,0 +1,378 @@
+"""The workflow's plan (budgetdraft.pipeline.plan.Plan) in process, without Snakemake: the grid of each config (counted
+independently from docs/artifacts.md), each artifact's cells, replicated labels, the policy and engine companions,
+drafters, hyper-parameters and their seeds, settings (checked against PaperSettings), the cell path (formatted and
+parsed in one place) and the code each stage runs. tests/test_workflow.py plans the same configs with Snakemake,
+where the wiring itself is what it tests; the unreadable-cell step: tests/test_unreadable_cells.py."""
+
+import copy
+import functools
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from budgetdraft.base import defaults, names
+from budgetdraft.base.importgraph import code_files
+from budgetdraft.decoding import baselines
+from budgetdraft.evaluation import cellfile
+from budgetdraft.pipeline.configcheck import check_config
+from budgetdraft.pipeline.plan import STAGE_COMMANDS, Plan
+from budgetdraft.report.settings import PaperSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+CONFIGS = ("config", "ci", "paper")
+EXTRA_VARIANTS = {"lambda0.25": {"lambda_c": 0.25}, "budgets_mix": {"budgets": [16, 32], "budget_weights": [0.9, 0.1]}}
+
+
+def raw_config(name: str) -> dict:
+    return yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
+
+
+@functools.cache
+def _checked(name: str, overrides: str) -> dict:
+    cfg = raw_config(name)
+    check_config(cfg, schema=SCHEMA, overrides=json.loads(overrides))
+    return cfg
+
+
+def config(name: str = "ci", **overrides) -> dict:
+    """config/NAME.yaml as the Snakefile has it after check_config (``overrides`` merged in as --config's)."""
+    return copy.deepcopy(_checked(name, json.dumps(overrides, sort_keys=True)))
+
+
+def plan(name: str = "ci", **overrides) -> Plan:
+    return Plan(config(name, **overrides))
+
+
+# ------------------------------------------------------------------------------------- the grid, counted apart
+
+
+def expected_cells(cfg: dict) -> set:
+    """Cells docs/artifacts.md asks for, counted independently of budgetdraft.pipeline.plan."""
+    ds, ctx, budgets = list(cfg["datasets"]), list(cfg["contexts"]), cfg["budgets"]
+    cells = {("ar", d, c, 0, 0) for d in ds for c in ctx}
+    for label in ("sd", "lambda0.5"):  # main: the whole γ sweep
+        cells |= {(label, d, c, b, g) for d in ds for c in ctx for b in budgets for g in cfg["gammas"][c]}
+    for label in ("sd", "la_only", "lambda0.5", "lambda1.0"):  # ablation, λ, VRAM at γ fixed
+        cells |= {(label, d, c, b, cfg["gamma_fixed"]) for d in ds for c in ctx for b in budgets}
+    cmp = cfg["comparison"]
+    for label in ["sd", "lambda0.5"]:
+        cells |= {(label, cmp["dataset"], c, b, cmp["gamma"]) for c in cmp["contexts"] for b in budgets}
+    for label in cfg["baselines"].get("enabled", []):  # TriForce / EAGLE-3 do not use B: the largest only
+        cells |= {(label, cmp["dataset"], c, max(budgets), cmp["gamma"]) for c in cmp["contexts"]}
+    one = cfg["single_budget"]
+    for label in ("single_budget", "lambda0.5"):
+        cells |= {(label, one["dataset"], one["context"], b, one["gamma"]) for b in budgets}
+    col = cfg["collapse"]
+    cells |= {("sd", col["dataset"], c, b, col["gamma"]) for c in ctx for b in budgets}
+    return cells
+
+
+def replicated(cfg: dict, label: str) -> bool:
+    """A cell measured once per training replicate: a trained variant, or SD / TriForce on a trained base drafter."""
+    return label in cfg["variants"] or ("base_drafter" in cfg and label in ("sd", "triforce"))
+
+
+def cell_files(cfg: dict, grid: set) -> set:
+    """The files of ``grid``'s cells: results/cells/LABEL/rR/... per replicate, results/cells/LABEL/... shared."""
+
+    def where(label):
+        return [f"{label}/r{r}" for r in range(cfg["replicates"])] if replicated(cfg, label) else [label]
+
+    return {f"results/cells/{w}/{d}/{c}/B{b}_g{g}.parquet" for label, d, c, b, g in grid for w in where(label)}
+
+
+def key(path: str) -> dict:
+    return cellfile.path_key(path)
+
+
+def drafters(p: Plan, cells) -> set:
+    """The per-replicate trained drafters (one `train` job each) that ``cells`` decode with."""
+    dirs = set()
+    for path in cells:
+        k = key(path)
+        if p.replicated(k["label"]):
+            dirs.add(p.drafter_dir(k["label"], k["replicate"]))
+    return {d for d in dirs if d.startswith("results/drafters/r")}
+
+
+@pytest.mark.parametrize(
+    "name, cells, files", [("config", 233, 11 + 222 * 3), ("ci", 84, 8 + 76 * 2), ("paper", 693, 693)]
+)
+def test_the_grid_is_every_cell_the_artifacts_ask_for(name, cells, files):
+    cfg = config(name)
+    grid = expected_cells(cfg)
+    assert len(grid) == cells
+    assert sum(cfg["replicates"] if replicated(cfg, c[0]) else 1 for c in grid) == files
+    p = Plan(cfg)
+    assert len(p.all_cells()) == files and set(p.all_cells()) == cell_files(cfg, grid)
+    shared = [c for c in p.all_cells() if key(c)["replicate"] == names.SHARED]
+    assert len(shared) == sum(not replicated(cfg, c[0]) for c in grid)  # shared cells once
+    reps = cfg["replicates"]
+    assert len(drafters(p, p.all_cells())) == 4 * reps  # every variant, once per replicate
+    assert p.tables_in_all == list(names.TABLES) and len(p.tables_in_all) == 7 and len(p.figures) == 3
+    assert p.artifact_files(p.tables_in_all + list(p.figures.values())) == [
+        *(f"results/tables/{t}.tex" for t in names.TABLES),
+        *(f"results/figures/{s}.{x}" for s in ("collapse", "gamma_sensitivity", "errorbar") for x in ("pdf", "png")),
+    ]
+    assert p.training_stages == (["base", "budgetdraft"] if "base_drafter" in cfg else ["budgetdraft"])
+    assert p.replicates == list(range(reps)) and bool(p.base) == ("base_drafter" in cfg)
+    assert (names.EAGLE3 in p.baselines) == ("eagle3" in cfg["baselines"]["enabled"])
+
+
+def test_a_named_target_asks_for_its_artifacts_cells_only():
+    """`snakemake ablation_lc`: AR (shared), L_A-only and λ = 0.5 at γ fixed per replicate, one table."""
+    cfg = config("config")
+    p = Plan(cfg)
+    n_ds, n_ctx, n_b = len(cfg["datasets"]), len(cfg["contexts"]), len(cfg["budgets"])
+    cells = p.artifact_cells("ablation_lc")
+    shared = [c for c in cells if key(c)["replicate"] == names.SHARED]
+    assert len(shared) == n_ds * n_ctx and {key(c)["label"] for c in shared} == {names.AR}
+    assert len(cells) - len(shared) == n_ds * n_ctx * 2 * n_b * cfg["replicates"]
+    assert len(drafters(p, cells)) == 2 * cfg["replicates"]
+    assert p.artifact_files(["ablation_lc"]) == ["results/tables/ablation_lc.tex"]  # one table, no figure
+
+
+# ------------------------------------------------------------------------------------- labels and companions
+
+
+def test_replicated_labels_and_their_drafters():
+    ci, paper = plan("ci"), plan("paper")  # ci trains a base drafter, the paper's llama-68m is untouched
+    for label in (names.SD, names.TRIFORCE, *ci.variants, "sd@snapkv", "lambda0.5@streaming"):
+        assert ci.replicated(label), label
+    for label in (names.AR, names.EAGLE3):
+        assert not ci.replicated(label) and not paper.replicated(label), label
+    assert not paper.replicated(names.SD) and not paper.replicated(names.TRIFORCE)
+    assert all(paper.replicated(v) for v in paper.variants)
+    assert ci.drafter_dir(names.AR) is None
+    assert ci.drafter_dir(names.SD, 1) == ci.drafter_dir(names.TRIFORCE, 1) == "results/models/drafter_base/r1"
+    assert paper.drafter_dir(names.SD) == paper.base_drafter_dir(0) == "results/models/drafter_untrained"
+    assert ci.drafter_dir(names.EAGLE3) == "results/drafters/eagle3"
+    assert ci.drafter_dir("lambda0.5@snapkv", 1) == ci.drafter_dir(names.BD, 1) == "results/drafters/r1/lambda0.5"
+    assert ci.method == {
+        **{m: m for m in names.METHODS},
+        **{v: names.SD for v in ci.variants},
+        **{f"{d}@{pol}": names.SD for d in (names.SD, names.BD) for pol in ("streaming", "snapkv", "verifier_guided")},
+    }
+    assert ci.comparison_drafters() == {
+        names.SD: ["results/models/drafter_base/r0"],
+        names.BD: ["results/drafters/r0/lambda0.5"],
+        names.TRIFORCE: ["results/models/drafter_base/r0", "results/models/verifier"],
+        names.EAGLE3: ["results/drafters/eagle3"],
+    }
+    assert ci.artifact_drafters("main") == {}
+
+
+def test_the_policies_target_asks_for_its_cells_apart_from_the_grid():
+    """`snakemake policies` (not in `all`): SD and λ = 0.5 under each policy at every context and budget of one
+    dataset; the config's own policy reuses the grid's cells (plain labels), the others get LABEL@POLICY cells
+    that decode with their policy."""
+    cfg = config("ci")
+    p = Plan(cfg)
+    pol, n_ctx, n_b, n_r = cfg["policies"], len(cfg["contexts"]), len(cfg["budgets"]), cfg["replicates"]
+    cells = p.artifact_cells("fig_policies")
+    shared = [c for c in cells if key(c)["replicate"] == names.SHARED]
+    assert len(shared) == n_ctx  # AR, shared by the replicates
+    assert len(cells) - len(shared) == n_ctx * 2 * len(pol["names"]) * n_b * n_r  # 2 drafters x policies
+    assert p.artifact_files(["fig_policies"]) == ["results/figures/policies.pdf", "results/figures/policies.png"]
+    assert f"results/cells/lambda0.5@snapkv/r1/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in cells
+    assert f"results/cells/sd/r0/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in cells  # the grid's own cell
+    assert p.label_policy("sd@verifier_guided") == "verifier_guided"
+    assert all(p.label_policy(key(c)["label"]) == "topk_chunks" for c in cells if "@" not in key(c)["label"])
+    everything = p.all_cells() + p.artifact_files(p.tables_in_all + list(p.figures.values()))
+    assert not any("@" in f or "policies.pdf" in f for f in everything)  # `all` is unchanged
+    assert p.policies == {"names": pol["names"], "dataset": pol["dataset"], "gamma": pol["gamma"]}
+    # the schema's defaults are base.defaults' (a config without `policies:`)
+    bare = raw_config("ci")
+    bare.pop("policies")
+    check_config(bare, schema=SCHEMA)
+    assert Plan(bare).policies == {
+        "names": list(defaults.COMPARED_POLICIES),
+        "dataset": list(bare["datasets"])[0],
+        "gamma": defaults.GAMMA,
+    }
+
+
+def test_a_graphs_run_asks_for_eager_companions_on_their_own_engine():
+    """`engine: graphs` (on CUDA; planning needs no GPU): every cell decodes on graphs, and AR, SD and BudgetDraft
+    are also measured eagerly (LABEL+eager) at γ_fixed on the comparison dataset, for the claims' finding E1."""
+    cfg = config("ci", device="cuda", engine="graphs")
+    p = Plan(cfg)
+    eager = [c for c in p.all_cells() if "+eager" in key(c)["label"]]
+    n_ctx, n_b, n_r = len(cfg["contexts"]), len(cfg["budgets"]), cfg["replicates"]
+    assert len(eager) == n_ctx + 2 * n_ctx * n_b * n_r  # AR, then SD and BudgetDraft per budget and replicate
+    assert all(p.label_engine(key(c)["label"]) == "eager" for c in eager)
+    assert all(key(c)["dataset"] == cfg["comparison"]["dataset"] for c in eager)
+    assert all(p.label_engine(key(c)["label"]) == "graphs" for c in p.all_cells() if c not in eager)
+    assert p.method["ar+eager"] == names.AR and p.method["lambda0.5+eager"] == names.SD
+    assert p.drafter_dir("sd+eager", 1) == p.drafter_dir(names.SD, 1)
+    plain = plan("ci")
+    assert not any("+eager" in c for c in plain.every_cell()) and plain.engine_labels == []  # an eager run
+
+
+# ------------------------------------------------------------------------------------- variants beyond the paper's
+
+
+def test_extra_variants_are_trained_and_evaluated_like_the_papers():
+    """`--config variants={...}` adds a λ variant (λ = 0.25) and another (a budget mix) to the paper's four: each is
+    trained per replicate and measured at γ_fixed over every dataset x context x budget (as lambda1.0); the λ table
+    reads the λ variant's cells, the `variants` table (in `all` because the config has such a variant) the other's."""
+    cfg = config("ci", variants=EXTRA_VARIANTS)
+    p = Plan(cfg)
+    reps, g = cfg["replicates"], cfg["gamma_fixed"]
+    assert len(drafters(p, p.all_cells())) == 6 * reps and len(p.tables_in_all) == 7 + 1
+    places = [(d, c, b) for d in cfg["datasets"] for c in cfg["contexts"] for b in cfg["budgets"]]
+    per_replicate = [c for c in p.all_cells() if key(c)["replicate"] != names.SHARED]
+    assert len(per_replicate) == 76 * reps + 2 * len(places) * reps
+    for label in EXTRA_VARIANTS:
+        assert all(f"results/drafters/r{r}/{label}" in drafters(p, p.all_cells()) for r in range(reps))
+        for r in range(reps):
+            assert all(f"results/cells/{label}/r{r}/{d}/{c}/B{b}_g{g}.parquet" in p.all_cells() for d, c, b in places)
+    cells = {a: "\n".join(p.artifact_cells(a)) for a in ("lambda", "variants", "main")}
+    assert "lambda0.25/r1/" in cells["lambda"] and "budgets_mix/" not in cells["lambda"]
+    assert "budgets_mix/r1/" in cells["variants"] and "lambda0.25/" not in cells["variants"]
+    assert "lambda0.25/" not in cells["main"] and "budgets_mix/" not in cells["main"]
+    assert p.lambda_variants == ["lambda0.25", "lambda0.5", "lambda1.0"] and p.other_variants == ["budgets_mix"]
+    shown = {a: json.loads(p.artifact_settings(a))["variants"] for a in ("lambda", "variants")}
+    assert shown["lambda"]["lambda0.25"]["lambda_c"] == 0.25 and "budgets_mix" not in shown["lambda"]
+    assert shown["variants"]["budgets_mix"] == {"lambda_c": 0.5, "budgets": [16, 32], "steps": 10}
+    assert '"lambda_c": 0.25' in p.variant_hparams("lambda0.25", 0)
+    # a λ variant alone: the λ table shows it, and `all` builds no `variants` table (`snakemake variants` would)
+    only = Plan(config("ci", variants={"lambda0.25": {"lambda_c": 0.25}}))
+    assert only.tables_in_all == list(names.TABLES)
+    assert "results/tables/variants.tex" not in only.artifact_files(only.tables_in_all + list(only.figures.values()))
+    assert only.artifact_files(["variants"]) == ["results/tables/variants.tex"]
+    assert not any("lambda0.25" in c for c in only.artifact_cells("variants"))
+
+
+# ------------------------------------------------------------------------------------- hyper-parameters, settings
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_each_replicate_trains_with_its_own_seed(name):
+    cfg = config(name)
+    p = Plan(cfg)
+    seed = cfg["training"]["seed"]
+    for r in p.replicates:
+        for v in p.variants:
+            hparams = json.loads(p.variant_hparams(v, r))
+            assert hparams == {**cfg["training"], "device": p.training_device, **cfg["variants"][v], "seed": seed + r}
+        if p.base:
+            hparams = json.loads(p.base_hparams(r))
+            assert hparams["seed"] == seed + r and hparams["lambda_c"] == 0.0
+            assert {k: hparams[k] for k in cfg["base_drafter"]["training"] if k != "seed"} == {
+                k: v for k, v in cfg["base_drafter"]["training"].items() if k != "seed"
+            }
+    assert p.variant_hparams(names.BD) == p.variant_hparams(names.BD, 0)  # replicate 0: a run without replicates
+    eagle3 = json.loads(p.eagle3_hparams())
+    assert eagle3["device"] == cfg["baselines"].get("eagle3", {}).get("training", {}).get("device", cfg["device"])
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_artifacts_settings_hold_their_contract(name):
+    cfg = config(name)
+    p = Plan(cfg)
+    for artifact in [*p.all_tables, *p.all_figures.values(), "claims"]:
+        settings = json.loads(p.artifact_settings(artifact))
+        PaperSettings.from_json(settings)
+        assert settings["replicates"] == cfg["replicates"] and settings["budgets"] == cfg["budgets"]
+        assert settings["verifier_prefill_runs"] == (defaults.PREFILL_RUNS if cfg["share_verifier_prefill"] else 0)
+        assert settings["comparison"]["budgets"] == {b: max(cfg["budgets"]) for b in p.baselines}
+        assert ("policies" in settings) == (artifact == "fig_policies")
+    policies = json.loads(p.artifact_settings("fig_policies"))["policies"]
+    assert policies == {**p.policies, "default": cfg["policy"]}
+
+
+def test_the_flags_of_a_cell():
+    """Sampling flags only when the temperature is above 0 (a greedy cell's command is what it always was); a
+    baseline's `--extra` is its config section without its training."""
+    greedy, hot = plan("ci"), plan("ci", sampling={"temperature": 0.7, "top_p": 0.9}, baselines={"enabled": []})
+    explicit = plan("ci", sampling={"temperature": 0, "top_k": 5}, baselines={"enabled": ["triforce"]})
+    assert greedy.sampling_flags() == explicit.sampling_flags() == ""
+    assert greedy.extra_flag(names.SD) == explicit.extra_flag(names.SD) == ""
+    assert hot.sampling_flags() == " --temperature 0.7 --top-p 0.9 --top-k 0 --seed 0"
+    assert greedy.extra_flag(names.TRIFORCE) == (
+        """--extra '{"chunk_size": 8, "gamma_inner": 1, "retrieval_budget": 64, "sinks": 4, "streaming_budget": 16}'"""
+    )
+    assert greedy.extra_flag(names.EAGLE3) == "--extra '{}'"  # its section is only its training
+    assert greedy.export_dtype("verifier") == "float32" and plan("paper").export_dtype("verifier") == "float16"
+
+
+def test_the_stale_export_of_another_config_is_not_read(tmp_path, monkeypatch, capsys):
+    """A checkout that ran the embedded default holds SmolLM2's export (8,192 positions): planning the paper's
+    config (16K contexts, a 131,072-position verifier) must not read that file as the paper verifier's limit."""
+    stale = tmp_path / "results/models/verifier/config.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 8192}))
+    monkeypatch.chdir(tmp_path)
+    cfg = raw_config("paper")
+    check_config(cfg, schema=SCHEMA)  # no refusal
+    assert len(Plan(cfg).all_cells()) == 693
+    assert "positions" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- the cell path, code
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_a_cell_path_is_formatted_and_parsed_in_one_place(name):
+    """Every cell file the plan can ask for parses back to the cell it formats, and exactly one of the two eval
+    rules (shared cells, one replicate's cells) makes it: its output pattern and wildcard constraints."""
+    p = plan(name)
+    rules = {}
+    for shared in (True, False):
+        pattern, constraints = cellfile.cell_pattern(not shared), p.cell_wildcards(not shared)
+        regex = re.escape(pattern)
+        for wildcard, allowed in constraints.items():
+            regex = regex.replace(re.escape("{" + wildcard + "}"), f"(?:{allowed})")
+        rules[shared] = re.compile(regex)
+    for path in p.every_cell():
+        k = key(path)
+        assert cellfile.cell_path(**k) == path and p.is_cell(path)
+        replicate = None if k["replicate"] == names.SHARED else k["replicate"]
+        assert p.cell(k["label"], k["dataset"], k["context"], k["budget"], k["gamma"], replicate) == path
+        made_by = [shared for shared, rule in rules.items() if rule.fullmatch(path)]
+        assert made_by == [replicate is None], path
+        wildcards = {**k, "replicate": k["replicate"]}
+        assert cellfile.cell_pattern(replicate is not None).format(**wildcards) == path
+    assert cellfile.cell_pattern(True, root="logs/cells", ext="log") == (
+        "logs/cells/{label}/r{replicate}/{dataset}/{context}/B{budget}_g{gamma}.log"
+    )
+    assert not p.is_cell("results/tables/main.tex") and not p.is_cell("results/cells/sd/gs/notacell.parquet")
+
+
+def test_the_eval_rules_write_the_cell_path_the_plan_formats():
+    """The eval rules' outputs, logs and benchmarks (literal patterns, which the docs' tests read) are the patterns of
+    the cell path's one home, budgetdraft.evaluation.cellfile."""
+    text = (ROOT / "workflow" / "rules" / "eval.smk").read_text()
+    patterns = set(re.findall(r'"((?:results|logs|benchmarks)/cells/[^"]+)"', text))
+    assert patterns == {
+        cellfile.cell_pattern(replicated, root, ext)
+        for replicated in (False, True)
+        for root, ext in (("results/cells", "parquet"), ("logs/cells", "log"), ("benchmarks/cells", "tsv"))
+    }
+
+
+def test_each_stage_runs_the_code_its_command_imports():
+    p = plan("ci")
+    for stage, command in STAGE_COMMANDS.items():
+        assert p.code(stage) == code_files(command), stage
+    for method in names.BASELINES:  # eval-cell imports it by a name computed from --method: declared by the plan
+        assert baselines.module(method) == f"budgetdraft.decoding.baselines.{method}"
+        assert f"src/budgetdraft/decoding/baselines/{method}.py" in p.cell_code(method)
+        assert set(code_files("eval-cell")) < set(p.cell_code(method))
+    for label in (names.AR, names.SD, names.BD, "sd@snapkv"):
+        assert p.cell_code(label) == code_files("eval-cell")
+        assert not any("/baselines/" in f for f in p.cell_code(label))
+    inputs = p.cell_inputs(names.BD, "gs", "128", 1)
+    assert inputs == {
+        "verifier": "results/models/verifier",
+        "prompts": "results/data/prompts/gs/128.parquet",
+        "code": code_files("eval-cell"),
+        "prefill": "results/prefill/gs/128.safetensors",
+        "drafter": "results/drafters/r1/lambda0.5",
+    }
+    assert "drafter" not in p.cell_inputs(names.AR, "gs", "128")
