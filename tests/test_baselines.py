@@ -15,11 +15,11 @@ from transformers import LlamaForCausalLM
 
 from budgetdraft.decoding.baselines import eagle3, triforce
 from budgetdraft.decoding.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
-from budgetdraft.training import eagle3 as eagle3_training
 from budgetdraft.decoding.baselines.triforce import TriForceDrafter, retrieval_indices
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.verifier import SharedPrefill, Verifier, ids_tensor, prompt_key
 from budgetdraft.pipeline.cli import main as cli
+from budgetdraft.training import eagle3 as eagle3_training
 from budgetdraft.training.targets import save_targets, teacher_targets
 
 torch.set_num_threads(1)
