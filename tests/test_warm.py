@@ -174,20 +174,20 @@ def test_a_preloaded_model_is_handed_out_once_and_never_after_its_files_change(t
     import torch
     from conftest import tiny_llama
 
-    from budgetdraft.decoding import models
+    from budgetdraft.decoding.models import ModelStore
     from budgetdraft.evaluation.cells import preload_models
 
     models_and_prompts(tmp_path)
-    monkeypatch.setattr(models, "PRELOADED", {})
+    store = ModelStore()  # a forking server's
     argv = tiny_cell_args(tmp_path, tmp_path / "out.parquet")
-    assert preload_models(argv) == [str(tmp_path / "v"), str(tmp_path / "d")]
-    assert preload_models(argv) == []  # already there
-    verifier, drafter = models.PRELOADED.values()
-    assert models.load_model(str(tmp_path / "v")) is verifier
-    assert models.load_model(str(tmp_path / "v")) is not verifier  # once: a second load is the command's own
+    assert preload_models(argv, store) == [str(tmp_path / "v"), str(tmp_path / "d")]
+    assert preload_models(argv, store) == []  # already there
+    verifier, drafter = store.models.values()
+    assert store.load(str(tmp_path / "v")) is verifier
+    assert store.load(str(tmp_path / "v")) is not verifier  # once: a second load is the command's own
     tiny_llama(seed=2, layers=1).save_pretrained(tmp_path / "d")  # the drafter retrained after the preload
-    fresh = models.load_model(str(tmp_path / "d"))
-    assert fresh is not drafter and models.PRELOADED  # the stale copy is neither handed out nor taken
+    fresh = store.load(str(tmp_path / "d"))
+    assert fresh is not drafter and store.models  # the stale copy is neither handed out nor taken
     weight = "model.layers.0.mlp.down_proj.weight"
     assert torch.equal(fresh.state_dict()[weight], tiny_llama(seed=2, layers=1).state_dict()[weight])
     assert not torch.equal(fresh.state_dict()[weight], drafter.state_dict()[weight])
@@ -304,20 +304,19 @@ def test_a_resident_model_a_command_left_hooked_is_dropped_but_not_for_transform
     import torch
     from conftest import tiny_llama
 
-    from budgetdraft.decoding import models
     from budgetdraft.decoding.kvcache import QueryCapture
+    from budgetdraft.decoding.models import ModelStore
 
     tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
-    monkeypatch.setattr(models, "PRELOADED", {})
-    monkeypatch.setattr(models, "KEEP", True)
-    model = models.load_model(str(tmp_path / "v"))
+    store = ModelStore(keep=True)  # a resident server's
+    model = store.load(str(tmp_path / "v"))
     with torch.no_grad():
         model(torch.tensor([[1, 2, 3]]), output_hidden_states=True)
     assert any(m._forward_hooks for m in model.modules())  # transformers' own, left in place
-    assert models.release_changed() == [] and models.load_model(str(tmp_path / "v")) is model
+    assert store.release_changed() == [] and store.load(str(tmp_path / "v")) is model
     QueryCapture(model, window=2)  # never removed
-    assert models.release_changed() == [str((tmp_path / "v").resolve())]
-    assert models.load_model(str(tmp_path / "v")) is not model
+    assert store.release_changed() == [str((tmp_path / "v").resolve())]
+    assert store.load(str(tmp_path / "v")) is not model
 
 
 def _inode(path) -> tuple[int, int] | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -123,6 +123,11 @@ class Emission:
 def _start(verifier_model, prompt_ids: list[int], max_new_tokens: int, options: dict, drafter=None, gamma: int = 0):
     """Check the request (``drafter`` None: AR) and build what both loops start from, given their keyword
     ``options`` (``Options``): the verifier, the sampler (None: greedy), the emission and the prompt on the device."""
+    unknown = sorted(set(options) - {f.name for f in fields(Options)})
+    if unknown:
+        raise TypeError(
+            f"unknown decoding option(s) {unknown}; the options: {', '.join(f.name for f in fields(Options))}"
+        )
     opts = Options(**options)
     if drafter is None:
         check_request(verifier_model, len(prompt_ids), max_new_tokens)

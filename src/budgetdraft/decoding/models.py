@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
+from budgetdraft.base.defaults import DEVICE, DTYPE
 from budgetdraft.base.revisions import hub_model
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -256,47 +257,81 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
-# (directory, device, dtype, its files' names / sizes / mtimes) -> model loaded ahead by ``preload``, or kept loaded
-PRELOADED: dict[tuple, object] = {}
-# True in the resident process (``budgetdraft warm --resident``): it runs commands one after another in itself, so
-# every model ``load_model`` loads stays loaded for the next command instead of being handed out once
-KEEP = False
-
-
-def _preload_key(spec: str, device: str, dtype: str) -> tuple | None:
-    """The key of a model directory as its files stand now (None for hub ids): rewriting the directory changes it."""
-    path = Path(resolve(spec))
-    if not path.is_dir():
-        return None
-    files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file()))
-    return str(path.resolve()), device, dtype, files
-
-
-def preload(spec: str, device: str = "cpu", dtype: str = "float32") -> bool:
-    """Load ``spec`` into this process once, so that every process forked from it later takes the model from
-    ``load_model`` without reading it again (the warm process of a local pipeline run: budgetdraft.pipeline.warm). Local
-    directories on CPU only: a fork must not inherit CUDA state. True when it loaded the model now."""
-    import torch
-
-    if torch.device(device).type != "cpu":
-        return False
-    key = _preload_key(spec, device, dtype)
-    if key is None or key in PRELOADED:
-        return False
-    PRELOADED[key] = _load(spec, device, dtype)
-    return True
-
-
-def load_model(spec: str, device: str = "cpu", dtype: str = "float32"):
-    """The causal LM named by ``spec``, in eval mode on ``device``; ``trust_remote_code`` stays off. A model this
-    process (or the process it was forked from) preloaded from the same files is handed out, once per process;
-    in the resident process (``KEEP``) every model stays loaded and is handed to each command that names it."""
+def load_model(spec: str, device: str = DEVICE, dtype: str = DTYPE):
+    """The causal LM named by ``spec``, in eval mode on ``device``; ``trust_remote_code`` stays off. (A warm process
+    hands out the models it holds through its ``ModelStore``.)"""
     check_device(device)
-    key = _preload_key(spec, device, dtype) if PRELOADED or KEEP else None
-    if KEEP and key is not None:
-        return _resident(key, spec)
-    model = PRELOADED.pop(key, None) if key else None
-    return model if model is not None else _load(spec, device, dtype)
+    return _load(spec, device, dtype)
+
+
+class ModelStore:
+    """The models a warm process holds, keyed by (directory, device, dtype, its files' names / sizes / mtimes), so
+    that a rewritten directory (a retrained drafter) is another key. Owned by the warm server (budgetdraft.pipeline.
+    warm), which hands it to the commands it runs (``run(args, models)`` of eval-cell and prefill):
+
+    - forking (``keep`` False): ``preload`` loads a cell's CPU models before the fork, and ``load`` hands each out
+      once in the fork (copy-on-write: the cells of one model share one read of it);
+    - resident (``keep`` True): every model ``load`` loads stays loaded and is handed to each command that names it
+      (a grid on one GPU reads its verifier once); ``release_changed`` drops one a command left changed."""
+
+    def __init__(self, keep: bool = False):
+        self.keep = keep
+        self.models: dict[tuple, object] = {}
+
+    @staticmethod
+    def key(spec: str, device: str, dtype: str) -> tuple | None:
+        """A model directory as its files stand now (None for a hub id: nothing to hold)."""
+        path = Path(resolve(spec))
+        if not path.is_dir():
+            return None
+        files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file()))
+        return str(path.resolve()), device, dtype, files
+
+    def preload(self, spec: str, device: str = DEVICE, dtype: str = DTYPE) -> bool:
+        """Load ``spec`` now, for a command forked later. Local directories on CPU only: a fork must not inherit CUDA
+        state. True when it loaded the model now."""
+        import torch
+
+        key = self.key(spec, device, dtype) if torch.device(device).type == "cpu" else None
+        if key is None or key in self.models:
+            return False
+        self.models[key] = _load(spec, device, dtype)
+        return True
+
+    def load(self, spec: str, device: str = DEVICE, dtype: str = DTYPE):
+        """``load_model``, from what this store holds: a preloaded model handed out once, or a kept one (resident)."""
+        check_device(device)
+        key = self.key(spec, device, dtype)
+        if key is None:
+            return _load(spec, device, dtype)
+        if not self.keep:
+            model = self.models.pop(key, None)
+            return model if model is not None else _load(spec, device, dtype)
+        return self._resident(key, spec)
+
+    def _resident(self, key: tuple, spec: str):
+        """The kept model of ``key``, loaded now if it is not kept yet; a copy of the same directory from files that
+        have changed since (a retrained drafter) is dropped first, freeing its memory. Says which, on stderr."""
+        import sys
+
+        if key in self.models:
+            print(f"budgetdraft: {spec} ({key[1]}, {key[2]}) is resident: not loaded again", file=sys.stderr)
+            return self.models[key]
+        for stale in [k for k in self.models if k[:3] == key[:3]]:
+            del self.models[stale]
+        self.models[key] = _load(spec, key[1], key[2])
+        print(f"budgetdraft: loaded {spec} ({key[1]}, {key[2]}); it stays resident", file=sys.stderr)
+        return self.models[key]
+
+    def release_changed(self) -> list[str]:
+        """Drop every kept model a command left changed (a forward hook of budgetdraft's still registered, or train
+        mode): the next command then loads it afresh instead of inheriting the change. Returns the directories
+        dropped. transformers' own hooks stay: it installs its output-capturing hooks once, on the first
+        ``output_hidden_states`` call (EAGLE-3's prefill), and leaves them in place, inert, for the model's life."""
+        changed = [key for key, model in self.models.items() if model.training or _our_hooks(model)]
+        for key in changed:
+            del self.models[key]
+        return [key[0] for key in changed]
 
 
 def check_device(device: str) -> None:
@@ -355,32 +390,6 @@ def remake_text(directory: Path) -> str:
         target = Path(*parts[parts.index("results") :])
         return f"recreate it with `rm -r {target} && snakemake {target}` (with the run's --configfile)"
     return f"restore it, or export it again: python -m budgetdraft export-model --spec SPEC --out {directory}"
-
-
-def _resident(key: tuple, spec: str):
-    """The kept model of ``key``, loaded now if it is not kept yet; a copy of the same directory from files that
-    have changed since (a retrained drafter) is dropped first, freeing its memory. Says which, on stderr."""
-    import sys
-
-    if key in PRELOADED:
-        print(f"budgetdraft: {spec} ({key[1]}, {key[2]}) is resident: not loaded again", file=sys.stderr)
-        return PRELOADED[key]
-    for stale in [k for k in PRELOADED if k[:3] == key[:3]]:
-        del PRELOADED[stale]
-    PRELOADED[key] = _load(spec, key[1], key[2])
-    print(f"budgetdraft: loaded {spec} ({key[1]}, {key[2]}); it stays resident", file=sys.stderr)
-    return PRELOADED[key]
-
-
-def release_changed() -> list[str]:
-    """Drop every kept model a command left changed (a forward hook of budgetdraft's still registered, or train
-    mode): the next command then loads it afresh instead of inheriting the change. Returns the directories
-    dropped. transformers' own hooks stay: it installs its output-capturing hooks once, on the first
-    ``output_hidden_states`` call (EAGLE-3's prefill), and leaves them in place, inert, for the model's life."""
-    changed = [key for key, model in PRELOADED.items() if model.training or _our_hooks(model)]
-    for key in changed:
-        del PRELOADED[key]
-    return [key[0] for key in changed]
 
 
 def _our_hooks(model) -> bool:
@@ -445,7 +454,7 @@ def check_pair(drafter, verifier) -> None:
         raise ValueError(f"drafter vocab_size {dv} differs from verifier vocab_size {vv}: they cannot share token ids")
 
 
-def export(spec: str, out: str | Path, dtype: str = "float32", revision: str = "") -> Path:
+def export(spec: str, out: str | Path, dtype: str = DTYPE, revision: str = "") -> Path:
     """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer), its
     weights stored in ``dtype``: the dtype the run uses, so that a 7B fp16 verifier is written (and read by every
     job) as 13.5 GB, not as a 27 GB float32 copy. ``revision``: the hub commit of a hub id (budgetdraft.base.revisions)."""
@@ -469,7 +478,7 @@ def export(spec: str, out: str | Path, dtype: str = "float32", revision: str = "
 def configure_parser(parser) -> None:
     parser.add_argument("--spec", required=True, help="model spec (embedded:..., hub id or directory)")
     parser.add_argument("--out", required=True, help="output Hugging Face directory")
-    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="dtype the weights are stored in")
+    parser.add_argument("--dtype", default=DTYPE, choices=DTYPES, help="dtype the weights are stored in")
     parser.add_argument("--revision", default="", help="hub commit to read a hub id at (config `revisions:`)")
 
 

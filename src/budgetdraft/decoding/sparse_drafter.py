@@ -136,15 +136,16 @@ class SparseDrafter:
         return [*module_tensors(self.model), *head]
 
 
-def drafter_factory(verifier, args, extra: dict):
+def drafter_factory(verifier, args, extra: dict, load=None):
     """``eval-cell`` / ``decode`` method sd: the drafter model of ``args`` (its budget, policy, chunk size, score
-    window, draft vocabulary and engine), loaded once; returns () -> a fresh drafter per run, as a baseline
-    module's ``drafter_factory`` does (``extra``: no settings of its own)."""
+    window, draft vocabulary and engine), loaded once by ``load`` (spec, device, dtype; default ``load_model``);
+    returns () -> a fresh drafter per run, as a baseline module's ``drafter_factory`` does (``extra``: no settings
+    of its own)."""
     from budgetdraft.decoding.models import load_model
 
     if extra:
         raise ValueError(f"method sd takes no --extra settings, got {sorted(extra)}")
-    model = load_model(args.drafter, args.device, args.drafter_dtype)
+    model = (load or load_model)(args.drafter, args.device, args.drafter_dtype)
     vocab = load_vocab(args.draft_vocab) if args.draft_vocab else None
     return lambda: SparseDrafter(
         model, args.budget, args.policy, args.chunk_size, args.score_window, draft_vocab=vocab, engine=args.engine

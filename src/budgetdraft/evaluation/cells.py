@@ -24,9 +24,10 @@ import torch
 from budgetdraft.base.defaults import EAGER
 from budgetdraft.base.jsonio import json_object
 from budgetdraft.base.names import EAGLE3, METHODS, SHARED
-from budgetdraft.decoding import sparse_drafter as drafters
+from budgetdraft.decoding import baselines
+from budgetdraft.decoding import sparse_drafter
 from budgetdraft.decoding.flags import add_decode_flags
-from budgetdraft.decoding.models import load_model, preload
+from budgetdraft.decoding.models import ModelStore, load_model
 from budgetdraft.decoding.sampling import sampling_from_args
 from budgetdraft.evaluation.cellfile import write_cell
 from budgetdraft.evaluation.measure import autoregressive, speculative
@@ -79,10 +80,10 @@ SAMPLING_METHODS = ("ar", "sd")  # the baselines draft greedily only
 NO_EOS: list[int] = []  # fixed-length generations
 
 
-def make_decoder(args, verifier, prefilled=None):
+def make_decoder(args, verifier, prefilled=None, load=load_model):
     """A function (prompt_ids, new_tokens) -> Generation for the cell's method, measured (``stats``: the row's
     timings and memory, ``budgetdraft.evaluation.measure``; ``prefilled``: shared verifier prefills, see
-    ``budgetdraft.evaluation.prefill``)."""
+    ``budgetdraft.evaluation.prefill``; ``load``: what loads the drafter, a warm process's ``ModelStore.load``)."""
     sampling = sampling_from_args(args)
     if sampling is not None and args.method not in SAMPLING_METHODS:
         raise ValueError(
@@ -98,11 +99,9 @@ def make_decoder(args, verifier, prefilled=None):
     if not args.drafter:
         raise ValueError(f"method {args.method!r} needs --drafter")
     extra = json_object(args.extra, "--extra")
-    # drafters (the paper's) or a baseline module: drafter_factory(verifier, args, extra) -> () -> a fresh drafter
-    module = (
-        drafters if args.method == "sd" else importlib.import_module(f"budgetdraft.decoding.baselines.{args.method}")
-    )
-    new_drafter = module.drafter_factory(verifier, args, extra)
+    # the paper's drafter or a baseline's module: drafter_factory(verifier, args, extra, load) -> () -> a fresh drafter
+    module = sparse_drafter if args.method == "sd" else importlib.import_module(baselines.module(args.method))
+    new_drafter = module.drafter_factory(verifier, args, extra, load)
     return lambda ids, n: speculative(
         new_drafter(),
         verifier,
@@ -121,7 +120,9 @@ def device_name(device: str) -> str:
     return f"cuda:{torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else "cpu"
 
 
-def run_cell(args) -> pd.DataFrame:
+def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
+    """The cell's rows: every prompt decoded ``repeats`` times after ``warmup`` discarded runs, measured. ``models``:
+    the warm process's models (budgetdraft.pipeline.warm), else each is read from its files."""
     if args.method not in METHODS:
         raise ValueError(f"--method {args.method!r} is not one of {', '.join(METHODS)}")
     if args.repeats < 1:
@@ -129,12 +130,13 @@ def run_cell(args) -> pd.DataFrame:
     prompts = pd.read_parquet(args.prompts)
     if prompts.empty:
         raise ValueError(f"no prompts in {args.prompts}")
-    verifier = load_model(args.verifier, args.device, args.verifier_dtype)
+    load = models.load if models is not None else load_model
+    verifier = load(args.verifier, args.device, args.verifier_dtype)
     prefilled = None
     if args.verifier_prefill:
         prefilled = load_prefills(args.verifier_prefill, args.device)
         check_covers(prefilled, [list(ids) for ids in prompts["input_ids"]], args.verifier_prefill)
-    decode = make_decoder(args, verifier, prefilled)
+    decode = make_decoder(args, verifier, prefilled, load)
     config = json.dumps({k: v for k, v in sorted(vars(args).items())})
     warm_prompt, warm_tokens = list(prompts.iloc[0]["input_ids"]), args.max_new_tokens
     if args.engine == EAGER:  # graphs: the timed runs' shapes (prompt, tokens) are compiled and captured here
@@ -225,19 +227,19 @@ def configure_parser(parser) -> None:
     parser.add_argument("--out", required=True)
 
 
-def preload_models(argv: list[str]) -> list[str]:
-    """Preload the verifier and drafter an ``eval-cell`` command line names (``budgetdraft.decoding.models.preload``): the
-    warm process calls this before it forks the cell, so the cells of one model share one read of it. Returns
-    the models it loaded now."""
+def preload_models(argv: list[str], models: ModelStore) -> list[str]:
+    """Preload into ``models`` the verifier and drafter an ``eval-cell`` command line names (``ModelStore.preload``):
+    the forking warm process calls this before it forks the cell, so the cells of one model share one read of it.
+    Returns the models it loaded now."""
     parser = argparse.ArgumentParser(add_help=False)
     configure_parser(parser)
     args, _ = parser.parse_known_args(argv)
     wanted = [(args.verifier, args.verifier_dtype)]
     if args.drafter and args.method != EAGLE3:  # an EAGLE-3 drafter is a head directory, not a causal LM
         wanted.append((args.drafter, args.drafter_dtype))
-    return [spec for spec, dtype in wanted if preload(spec, args.device, dtype)]
+    return [spec for spec, dtype in wanted if models.preload(spec, args.device, dtype)]
 
 
-def run(args) -> None:
+def run(args, models: ModelStore | None = None) -> None:
     torch.set_num_threads(args.threads)
-    write_atomically(run_cell(args), args.out)
+    write_atomically(run_cell(args, models), args.out)

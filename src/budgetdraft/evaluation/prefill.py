@@ -107,7 +107,8 @@ def configure_parser(parser) -> None:
     parser.add_argument("--out", required=True, help="output .safetensors")
 
 
-def run(args) -> None:
+def run(args, models=None) -> None:
+    """``models``: the resident warm process's (``ModelStore``), else the verifier is read from its files."""
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     torch.set_num_threads(args.threads)
@@ -115,7 +116,8 @@ def run(args) -> None:
     if not prompts:
         raise ValueError(f"no prompts in {args.prompts}")
     with torch.no_grad():
-        tensors, meta = record_prefills(load_model(args.verifier, args.device, args.dtype), prompts, args.repeats)
+        load = models.load if models is not None else load_model
+        tensors, meta = record_prefills(load(args.verifier, args.device, args.dtype), prompts, args.repeats)
     save_prefills(tensors, meta, args.out)
     for m in meta.values():
         print(f"{m['prompt_tokens']} tokens: prefill {m['seconds']:.3f} s (runs {m['runs_s']})")

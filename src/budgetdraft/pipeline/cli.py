@@ -55,7 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
+# commands whose run(args, models) takes a warm process's models (budgetdraft.decoding.models.ModelStore)
+MODEL_COMMANDS = ("eval-cell", "prefill")
+
+
+def main(argv: list[str] | None = None, models=None) -> None:
+    """Run ``python -m budgetdraft ARGV``; ``models``: the ``ModelStore`` of the warm process running it, if one is."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         build_parser().parse_args(argv)  # prints usage / the unknown-command error and exits
@@ -72,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     module.configure_parser(parser)
     args = parser.parse_args(rest)
     try:
-        module.run(args)
+        module.run(args, models) if models is not None and name in MODEL_COMMANDS else module.run(args)
     except (ValueError, FileNotFoundError) as err:
         # Bad input: one clear line naming the problem, no traceback, non-zero exit.
         sys.exit(f"budgetdraft {name}: error: {err}")

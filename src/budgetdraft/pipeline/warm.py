@@ -7,7 +7,7 @@ starts ``python -m budgetdraft warm --socket PATH`` for local runs and exports `
 which forks, runs the command in the child exactly as ``python -m budgetdraft`` would, and returns its exit
 status. Without the variable, or when nothing answers on the socket, the command runs in its own process as
 usual. Timings are taken inside the child, so a cell measures the same thing either way. Before forking an
-``eval-cell`` the warm process also loads the CPU models it names, once each (``budgetdraft.decoding.models.preload``):
+``eval-cell`` the warm process also loads the CPU models it names, once each (its ``ModelStore``'s ``preload``):
 the children share them copy-on-write instead of each reading the weights. The warm process never touches CUDA, runs torch on one thread, loads without transformers' loader
 threads and starts no threads of its own (fork safety). It serves for as long as the process that started it
 (Snakemake) lives, however long the training stages keep the grid waiting, and exits when that process is gone
@@ -20,7 +20,7 @@ with SIGTERM, so no orphaned cell goes on computing and writing while other cell
 
 **Resident** (``--resident``; the pipeline's choice when ``device`` is an accelerator, ``warm_start: resident``
 forces it on the CPU): CUDA cannot be used across a fork, so this server forks nothing. It runs ``eval-cell`` and
-``prefill`` requests itself, one after another, and keeps every model they load (``budgetdraft.decoding.models.KEEP``,
+``prefill`` requests itself, one after another, and keeps every model they load (a ``ModelStore`` with ``keep``,
 keyed by the directory's files as the preload is): a grid on one GPU reads its verifier once, not once per cell.
 Every other command is answered "not served" and runs in its own process. A client whose socket closes interrupts
 its command (KeyboardInterrupt in the server's main thread); a model a command left changed (a hook still
@@ -45,7 +45,6 @@ import contextlib
 import errno
 import json
 import os
-import runpy
 import select
 import signal
 import socket
@@ -243,7 +242,7 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
     return json.loads(body), fds
 
 
-def _child(request: dict, fds: list[int]) -> int:
+def _child(request: dict, fds: list[int], models) -> int:
     global _command_running
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
@@ -265,8 +264,10 @@ def _child(request: dict, fds: list[int]) -> int:
     tempfile.tempdir = None  # read $TMPDIR again: the job's, not the one the server first saw
     os.environ[ASYNC_LOAD_OFF] = "1"  # a fork must not start transformers' loader threads (torch's OpenMP pool)
     sys.argv = ["budgetdraft", *request["argv"]]
-    try:  # the program's entry point, as `python -m budgetdraft ARGV` runs it (not the cli module's API)
-        runpy.run_module("budgetdraft", run_name="__main__", alter_sys=True)
+    try:  # the command line's entry point, as `python -m budgetdraft ARGV` runs it, handed this server's models
+        from budgetdraft.pipeline.cli import main
+
+        main(request["argv"], models=models)
         return 0
     except SystemExit as exit_:
         if exit_.code is None or isinstance(exit_.code, int):
@@ -289,7 +290,7 @@ def _child(request: dict, fds: list[int]) -> int:
         sys.stderr.flush()
 
 
-def _keep(conn: socket.socket, request: dict, fds: list[int]) -> int:
+def _keep(conn: socket.socket, request: dict, fds: list[int], models) -> int:
     """In a fork of the server: run the command in a child leading its own process group; send its exit status
     (128 + N when signal N ended it) to the client, or kill the group with SIGTERM when the client's end of
     ``conn`` closes first (client killed). Returns the status."""
@@ -299,7 +300,7 @@ def _keep(conn: socket.socket, request: dict, fds: list[int]) -> int:
     if pid == 0:
         conn.close()
         os.close(done)
-        os._exit(_child(request, fds))
+        os._exit(_child(request, fds, models))
     with contextlib.suppress(ProcessLookupError):  # a child that already exited
         os.setpgid(pid, pid)  # here, not in the child: the group must exist before any kill below
     for fd in (done_w, *fds):
@@ -315,16 +316,17 @@ def _keep(conn: socket.socket, request: dict, fds: list[int]) -> int:
     return code
 
 
-def _preload(request: dict) -> None:
-    """Preload the models of an ``eval-cell`` request before forking it. A failure is left to the command, which
-    meets it again when it loads the model itself and reports it in its own log."""
+def _preload(request: dict, models) -> None:
+    """Preload into ``models`` (this server's ``ModelStore``) the models of an ``eval-cell`` request before forking
+    it. A failure is left to the command, which meets it again when it loads the model itself and reports it in its
+    own log."""
     if request["argv"][:1] != ["eval-cell"]:
         return
     from budgetdraft.evaluation.cells import preload_models
 
     try:
         with contextlib.chdir(request["cwd"]):
-            for spec in preload_models(request["argv"][1:]):
+            for spec in preload_models(request["argv"][1:], models):
                 print(f"budgetdraft warm: preloaded {spec}", flush=True)
     except (Exception, SystemExit) as err:
         print(f"budgetdraft warm: nothing preloaded for {request['argv']}: {err!r}", flush=True)
@@ -357,7 +359,7 @@ def _watch(conn: socket.socket, done: int) -> None:
         ready, _, _ = select.select([done], [], [], REINTERRUPT_S)
 
 
-def _run_here(conn: socket.socket, request: dict, fds: list[int]) -> int:
+def _run_here(conn: socket.socket, request: dict, fds: list[int], models) -> int:
     """Run the command in this process (the resident server), then restore the server's own standard streams,
     environment, working directory and argv. Returns the command's exit status (130 when its client left)."""
     global _command_running
@@ -368,7 +370,7 @@ def _run_here(conn: socket.socket, request: dict, fds: list[int]) -> int:
     try:
         _command_running = True  # before the watcher starts: a client already gone interrupts the command
         watcher.start()
-        return _child(request, fds)
+        return _child(request, fds, models)
     finally:
         _command_running = False  # from here on an interrupt is dropped (no call before this: nothing handles one)
         os.write(done_w, b"x")
@@ -385,16 +387,16 @@ def _run_here(conn: socket.socket, request: dict, fds: list[int]) -> int:
         os.chdir(cwd)
 
 
-def _serve_here(conn: socket.socket, request: dict, fds: list[int]) -> None:
+def _serve_here(conn: socket.socket, request: dict, fds: list[int], models) -> None:
     """The resident server's handling of one request: run a resident command here, or answer NOT_SERVED."""
     code = NOT_SERVED
     if request["argv"][0] in RESIDENT_COMMANDS:
         try:
-            code = _run_here(conn, request, fds)
+            code = _run_here(conn, request, fds, models)
         except KeyboardInterrupt:  # the client left just as its command ended
             code = 130
         finally:
-            _after_command()
+            _after_command(models)
     else:
         for fd in fds:
             os.close(fd)
@@ -403,10 +405,8 @@ def _serve_here(conn: socket.socket, request: dict, fds: list[int]) -> None:
     conn.close()
 
 
-def _after_command() -> None:
-    from budgetdraft.decoding.models import release_changed
-
-    for path in release_changed():
+def _after_command(models) -> None:
+    for path in models.release_changed():
         print(f"budgetdraft warm: dropped {path}: the last command left it changed", flush=True)
     import torch
 
@@ -435,9 +435,9 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
     import torch
     from transformers.utils import logging as hf_logging
 
-    from budgetdraft.decoding import models
+    from budgetdraft.decoding.models import ModelStore
 
-    models.KEEP = resident
+    models = ModelStore(keep=resident)  # this server's models, handed to the commands it runs
     torch.set_num_threads(1)  # no OpenMP pool for a fork to inherit; each command sets its own --threads
     os.environ[ASYNC_LOAD_OFF] = "1"  # transformers loads weights in a thread pool otherwise
     hf_logging.disable_progress_bar()  # tqdm's monitor thread
@@ -467,9 +467,9 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
                 continue
             request, fds = received
             if resident:
-                _serve_here(conn, request, fds)
+                _serve_here(conn, request, fds, models)
             else:
-                _fork_keeper(server, conn, request, fds)
+                _fork_keeper(server, conn, request, fds, models)
             last_request = time.monotonic()
     finally:
         server.close()
@@ -531,13 +531,13 @@ def _clean_up(path: str, own: tuple[int, int], rendezvous_dir: str | None) -> No
             os.rmdir(rendezvous_dir)
 
 
-def _fork_keeper(server: socket.socket, conn: socket.socket, request: dict, fds: list[int]) -> None:
-    _preload(request)
+def _fork_keeper(server: socket.socket, conn: socket.socket, request: dict, fds: list[int], models) -> None:
+    _preload(request, models)
     if os.fork() == 0:  # keeper: run the command, report its status, leave
         server.close()
         code = 1
         try:
-            code = _keep(conn, request, fds)
+            code = _keep(conn, request, fds, models)
         finally:
             os._exit(code)
     for fd in fds:

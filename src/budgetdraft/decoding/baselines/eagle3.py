@@ -246,7 +246,9 @@ class Eagle3Drafter(GreedyDrafter):
         return module_tensors(self.head)  # its embedding and LM head are the verifier's, counted with it
 
 
-def drafter_factory(verifier, args, extra: dict):
+def drafter_factory(verifier, args, extra: dict, load=None):
+    """``eval-cell`` method eagle3: its head (a head directory, not a causal LM: ``load`` is not asked) loaded once;
+    returns () -> a fresh EAGLE-3 drafter per run."""
     if extra:
         raise ValueError(f"eagle3 takes no --extra settings besides `training`, got {sorted(extra)}")
     head = load_head(args.drafter, args.device, args.drafter_dtype)

@@ -238,9 +238,11 @@ def settings(args, extra: dict) -> dict:
     return {k: int(v) for k, v in out.items()}
 
 
-def drafter_factory(verifier, args, extra: dict):
+def drafter_factory(verifier, args, extra: dict, load=None):
+    """``eval-cell`` method triforce: its small drafter loaded once by ``load`` (default ``load_model``); returns ()
+    -> a fresh TriForce drafter per run."""
     from budgetdraft.decoding.models import load_model
 
-    small = load_model(args.drafter, args.device, args.drafter_dtype)
+    small = (load or load_model)(args.drafter, args.device, args.drafter_dtype)
     cfg = settings(args, extra or {})
     return lambda: TriForceDrafter(verifier, small, **cfg)
