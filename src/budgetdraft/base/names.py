@@ -1,7 +1,7 @@
 """The one home of the names the library and the workflow share: cell labels, methods, the paper's artifacts.
 
 No imports beyond the standard library and `budgetdraft.base.defaults` (which has none): the workflow
-(`workflow/rules/common.smk`) reads this module too, before any job runs and without the heavy dependencies of the
+(`workflow/rules/common.smk` and `budgetdraft.pipeline.plan`) read this module too, before any job runs and without the heavy dependencies of the
 other modules.
 """
 

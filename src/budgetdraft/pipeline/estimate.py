@@ -4,7 +4,7 @@
     python -m budgetdraft estimate --configfile config/config.yaml --gpu cpu
 
 The jobs are the workflow's own: a forced dry run (`snakemake -n --forceall`) of the target lists every job and
-output, so the grid has one home (workflow/rules/common.smk). Each job is then costed from the models' shapes
+output, so the grid has one home (budgetdraft.pipeline.plan). Each job is then costed from the models' shapes
 (`MODELS`, or a local directory's config.json) and the config: a forward pass takes the longer of its FLOPs at the
 device's throughput and its bytes (weights and KV cache read) at its memory bandwidth, plus a fixed cost per layer
 (Python and kernel launches). A decode step is what our engine runs (`budgetdraft.decoding.engine`): a fixed-shape step over
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -34,6 +33,7 @@ import yaml
 
 from budgetdraft.base.defaults import EAGER, ENGINE, ENGINES, GRAPHS, PREFILL_RUNS, SLOT_ROUNDING, rounded_capacity
 from budgetdraft.decoding.flags import add_engine_flag
+from budgetdraft.evaluation.cellfile import path_key
 from budgetdraft.training.hparams import TrainingHparams
 
 
@@ -105,9 +105,6 @@ MODELS = {
     "JackFram/llama-68m": dict(layers=2, hidden=768, ffn=3072, heads=12, kv_heads=12, vocab=32000, tied=False),
     "embedded:smollm2": dict(layers=30, hidden=576, ffn=1536, heads=9, kv_heads=3, vocab=49152, tied=True),
 }
-CELL = re.compile(
-    r"results/cells/(?P<label>[^/]+)/(?:r\d+/)?(?P<dataset>[^/]+)/(?P<context>[^/]+)/B(?P<b>\d+)_g(?P<g>\d+)"
-)
 
 
 # ------------------------------------------------------------------------------------------------------- models
@@ -358,10 +355,10 @@ def costs(cfg: dict, jobs, est: Estimator) -> dict[str, Cost]:
     for rule, outputs in jobs:
         path = outputs[0]
         if rule in ("eval_cell", "eval_replicate_cell"):
-            m = CELL.search(path)
+            m = path_key(path)  # the cell a path names, read where the path is formatted (evaluation.cellfile)
             context = cfg["contexts"][m["context"]]
             out[f"cells {m['label'].split('@')[0]} {m['context']}"].add(
-                est.cell(m["label"], m["dataset"], context, int(m["b"]), int(m["g"]))
+                est.cell(m["label"], m["dataset"], context, m["budget"], m["gamma"])
             )
         elif rule == "verifier_prefill":
             dataset, context = Path(path).parent.name, Path(path).stem
