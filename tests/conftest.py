@@ -38,6 +38,14 @@ def planned_jobs(plan: str) -> dict[str, int]:
     return {rule: int(count) for rule, count in (line.split() for line in table) if rule != "total"}
 
 
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist's workers (pyproject's addopts: -n 2 --dist loadgroup), every test that reads the session's
+    pipeline run goes to one worker (xdist_group), so that the run is made once, not once per worker."""
+    for item in items:
+        if "pipeline_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("pipeline_run"))
+
+
 @pytest.fixture(scope="session")
 def pipeline_run(tmp_path_factory):
     """config/ci.yaml run locally end to end (`snakemake all`), once per session: tests/test_pipeline.py checks its

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from budgetdraft.pipeline.cli import COMMANDS
+from budgetdraft.pipeline.commands import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

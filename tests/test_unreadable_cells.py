@@ -93,33 +93,42 @@ def another_cell(cell, whole):
     return other.read_bytes()
 
 
+DAMAGES = [  # (damage, what the line says of it)
+    (truncated, "not a whole parquet file"),
+    (flipped, ""),  # the page checksum's or the digest's words, whichever pyarrow reaches first
+    (forged, "row 0: accepted = -7 is negative"),
+    (another_cell, "its rows are another cell (budget "),
+]
+
+
 @pytest.mark.pipeline
-@pytest.mark.parametrize(
-    "damage, reason",
-    [
-        (truncated, "not a whole parquet file"),
-        (flipped, ""),  # the page checksum's or the digest's words, whichever pyarrow reaches first
-        (forged, "row 0: accepted = -7 is negative"),
-        (another_cell, "its rows are another cell (budget "),
-    ],
-    ids=["truncated", "flipped", "forged", "another-cell"],
-)
-def test_a_bad_cell_is_set_aside_and_measured_again(finished_run, damage, reason):
-    cell = next(p for p in (finished_run / "results/cells/lambda0.5/r1").rglob("B*_g*.parquet") if "B0_" not in p.name)
-    name = str(cell.relative_to(finished_run))
-    whole = cell.read_bytes()
-    bad = damage(cell, whole)
-    assert bad != whole
-    cell.unlink()  # a new inode: the session's run keeps its file
-    cell.write_bytes(bad)
+def test_bad_cells_are_set_aside_and_measured_again(finished_run):
+    """Each damage on a cell of its own (in four folders: another_cell's source stays whole), in one run: a dry run
+    names each with its reason and moves nothing; a run moves each aside, keeps its bytes and measures it again,
+    and nothing else."""
+    folders = sorted({p.parent for p in (finished_run / "results/cells/lambda0.5/r1").rglob("B*_g*.parquet")})
+    damaged = []  # (cell, its name, its bad bytes, reason)
+    for folder, (damage, reason) in zip(folders, DAMAGES, strict=False):
+        cell = next(p for p in sorted(folder.glob("B*_g*.parquet")) if "B0_" not in p.name)
+        whole = cell.read_bytes()
+        bad = damage(cell, whole)
+        assert bad != whole
+        cell.unlink()  # a new inode: the session's run keeps its file
+        cell.write_bytes(bad)
+        damaged.append((cell, str(cell.relative_to(finished_run)), bad, reason))
+    assert len(damaged) == len(DAMAGES)
     dry = snakemake(finished_run, "-n", "main")
-    assert dry.returncode == 0 and f"unreadable cell file {name} ({reason}" in dry.stderr, dry.stderr[-2000:]
-    assert cell.read_bytes() == bad  # a dry run only says so
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    for cell, name, bad, reason in damaged:
+        assert f"unreadable cell file {name} ({reason}" in dry.stderr, (name, dry.stderr[-2000:])
+        assert cell.read_bytes() == bad  # a dry run only says so
     run = snakemake(finished_run, "main")
     assert run.returncode == 0, run.stderr[-3000:]
-    said = [line for line in run.stderr.splitlines() if line.startswith(f"unreadable cell file {name} (")]
-    assert len(said) == 1 and said[0].endswith(f": moved to {name}.unreadable, measuring the cell again"), said
-    assert reason in said[0]
-    assert cell.with_name(cell.name + ".unreadable").read_bytes() == bad  # kept, never deleted
-    assert cellfile.problem(cell) is None and (finished_run / "results/tables/main.tex").is_file()
+    for cell, name, bad, reason in damaged:
+        said = [line for line in run.stderr.splitlines() if line.startswith(f"unreadable cell file {name} (")]
+        assert len(said) == 1 and said[0].endswith(f": moved to {name}.unreadable, measuring the cell again"), said
+        assert reason in said[0]
+        assert cell.with_name(cell.name + ".unreadable").read_bytes() == bad  # kept, never deleted
+        assert cellfile.problem(cell) is None
+    assert (finished_run / "results/tables/main.tex").is_file()
     assert set(planned_jobs(snakemake(finished_run, "-n", "main").stdout)) == {"table", "main"}  # nothing else

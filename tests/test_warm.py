@@ -5,11 +5,13 @@ model loaded across cells, forks nothing, and can be started by the first cell o
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -381,8 +383,8 @@ def test_a_server_never_unlinks_a_socket_that_is_not_its_own(tmp_path):
 def test_a_snakemake_killed_with_sigkill_leaves_nothing_in_the_temporary_directory(tmp_path):
     """The server exits when its owner is gone; after a kill -9 no onstart/atexit removes the rendezvous
     directory, which stayed in $TMPDIR (empty) for good. The server removes its socket and that directory."""
-    tmp = tmp_path / "t"  # the owner's and the server's $TMPDIR: what the test inspects
-    tmp.mkdir()
+    # the owner's and the server's $TMPDIR, what the test inspects: short, as a socket path must be (108 bytes)
+    tmp = Path(tempfile.mkdtemp(prefix="bd-", dir="/tmp"))
     starter = (
         "import os, subprocess, sys; from budgetdraft.pipeline.warm import rendezvous; path = rendezvous('test'); "
         "argv = [sys.executable, '-m', 'budgetdraft', 'warm', '--socket', path, '--owner', str(os.getpid())]; "
@@ -410,3 +412,4 @@ def test_a_snakemake_killed_with_sigkill_leaves_nothing_in_the_temporary_directo
         snakemake.stdout.close()
         with contextlib.suppress(ProcessLookupError):
             os.kill(server, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)

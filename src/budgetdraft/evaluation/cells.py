@@ -24,8 +24,7 @@ import torch
 from budgetdraft.base.defaults import EAGER
 from budgetdraft.base.jsonio import json_object
 from budgetdraft.base.names import EAGLE3, METHODS, SHARED
-from budgetdraft.decoding import baselines
-from budgetdraft.decoding import sparse_drafter
+from budgetdraft.decoding import baselines, sparse_drafter
 from budgetdraft.decoding.flags import add_decode_flags
 from budgetdraft.decoding.models import ModelStore, load_model
 from budgetdraft.decoding.sampling import sampling_from_args

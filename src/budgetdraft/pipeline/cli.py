@@ -1,83 +1,21 @@
-"""`python -m budgetdraft <command> ...`: one sub-command per pipeline stage.
+"""`python -m budgetdraft <command> ...`: one sub-command per pipeline stage (`budgetdraft.pipeline.commands`), offered
+first to the warm process of a pipeline run (`budgetdraft.pipeline.warm`), else run in this process."""
 
-Each command lives in its module as `configure_parser(parser)` + `run(args)`; modules are imported only when
-their command runs, so `--help` and light commands start fast.
-"""
-
-import argparse
-import importlib
 import sys
 
-COMMANDS = {
-    "export-model": ("budgetdraft.decoding.models", "materialise a verifier/drafter as a Hugging Face directory"),
-    "decode": (
-        "budgetdraft.decoding.decode",
-        "decode one prompt with AR or speculative decoding, print text + metrics",
-    ),
-    "prepare": ("budgetdraft.training.data", "tokenised prompts for one dataset x context, or the training sequences"),
-    "prefill": (
-        "budgetdraft.evaluation.prefill",
-        "the verifier's prefill of each prompt, computed once for every grid cell",
-    ),
-    "targets": ("budgetdraft.training.targets", "verifier greedy teacher targets for the training sequences"),
-    "train": ("budgetdraft.training.train", "train a drafter with L_A + lambda * L_C"),
-    "draft-vocab": (
-        "budgetdraft.decoding.draftvocab",
-        "the most frequent tokens of training data: a reduced draft vocabulary",
-    ),
-    "eval-cell": ("budgetdraft.evaluation.cells", "run one evaluation grid cell and write its parquet file"),
-    "paper": ("budgetdraft.report.paper", "build one table or figure of the paper from cell files"),
-    "claims": (
-        "budgetdraft.report.claims",
-        "report which of the paper's findings hold in this run, with bootstrap intervals",
-    ),
-    "train-eagle3": ("budgetdraft.training.eagle3", "train the EAGLE-3 draft head baseline"),
-    "warm": ("budgetdraft.pipeline.warm", "serve pre-imported forks to the commands of a local pipeline run"),
-    "estimate": ("budgetdraft.pipeline.estimate", "what a configuration will cost on a device, before it runs"),
-    "pin": (
-        "budgetdraft.base.revisions",
-        "the hub commits of a config's models and datasets, as its `revisions:` block",
-    ),
-    "export-hf-generate": (
-        "budgetdraft.decoding.hf",
-        "write custom_generate/ beside a drafter: publish it with its loop",
-    ),
-}
-# every pipeline stage: the warm process saves each job its start-up (1-6 s of imports; budgetdraft.pipeline.warm)
-WARM_COMMANDS = tuple(name for name in COMMANDS if name not in ("warm", "estimate", "pin", "export-hf-generate"))
+from budgetdraft.pipeline.commands import COMMANDS, WARM_COMMANDS, build_parser, run
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="budgetdraft", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (_module, help_text) in COMMANDS.items():
-        sub.add_parser(name, help=help_text, add_help=False)
-    return parser
-
-
-# commands whose run(args, models) takes a warm process's models (budgetdraft.decoding.models.ModelStore)
-MODEL_COMMANDS = ("eval-cell", "prefill")
-
-
-def main(argv: list[str] | None = None, models=None) -> None:
-    """Run ``python -m budgetdraft ARGV``; ``models``: the ``ModelStore`` of the warm process running it, if one is."""
+def main(argv: list[str] | None = None) -> None:
+    """Run ``python -m budgetdraft ARGV``."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         build_parser().parse_args(argv)  # prints usage / the unknown-command error and exits
         return
-    name, rest = argv[0], argv[1:]
-    if name in WARM_COMMANDS:
+    if argv[0] in WARM_COMMANDS:
         from budgetdraft.pipeline.warm import delegate
 
         status = delegate(argv)
         if status is not None:
             sys.exit(status)
-    module = importlib.import_module(COMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog=f"budgetdraft {name}", description=COMMANDS[name][1])
-    module.configure_parser(parser)
-    args = parser.parse_args(rest)
-    try:
-        module.run(args, models) if models is not None and name in MODEL_COMMANDS else module.run(args)
-    except (ValueError, FileNotFoundError) as err:
-        # Bad input: one clear line naming the problem, no traceback, non-zero exit.
-        sys.exit(f"budgetdraft {name}: error: {err}")
+    run(argv)

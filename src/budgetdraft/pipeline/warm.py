@@ -264,10 +264,10 @@ def _child(request: dict, fds: list[int], models) -> int:
     tempfile.tempdir = None  # read $TMPDIR again: the job's, not the one the server first saw
     os.environ[ASYNC_LOAD_OFF] = "1"  # a fork must not start transformers' loader threads (torch's OpenMP pool)
     sys.argv = ["budgetdraft", *request["argv"]]
-    try:  # the command line's entry point, as `python -m budgetdraft ARGV` runs it, handed this server's models
-        from budgetdraft.pipeline.cli import main
+    try:  # the command, as `python -m budgetdraft ARGV` runs it after no warm process took it; with this server's models
+        from budgetdraft.pipeline.commands import run
 
-        main(request["argv"], models=models)
+        run(request["argv"], models=models)
         return 0
     except SystemExit as exit_:
         if exit_.code is None or isinstance(exit_.code, int):
