@@ -38,12 +38,39 @@ def planned_jobs(plan: str) -> dict[str, int]:
     return {rule: int(count) for rule, count in (line.split() for line in table) if rule != "total"}
 
 
+# The test files that read the session's pipeline run (the fixture below): under pytest-xdist's two workers
+# (pyproject's addopts) their tests are one unit of work, run by one worker, so that the run is made once (and one
+# worker brings the SLURM cluster up and down). The scheduler sees test ids only; pytest_collection_modifyitems
+# below refuses a test that uses the fixture from a file not listed here.
+PIPELINE_RUN_FILES = {
+    "tests/test_pipeline.py",
+    "tests/test_report.py",
+    "tests/test_slurm.py",
+    "tests/test_unreadable_cells.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's load scheduling, with the tests of PIPELINE_RUN_FILES one unit (its largest: sent first). (Its own
+    `--dist loadgroup` marks do nothing with pytest 9, whose test ids no longer read the `_nodeid` xdist sets.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class PipelineRunScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "pipeline_run" if nodeid.split("::", 1)[0] in PIPELINE_RUN_FILES else nodeid
+
+    return PipelineRunScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist's workers (pyproject's addopts: -n 2 --dist loadgroup), every test that reads the session's
-    pipeline run goes to one worker (xdist_group), so that the run is made once, not once per worker."""
-    for item in items:
-        if "pipeline_run" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("pipeline_run"))
+    outside = [
+        i.nodeid
+        for i in items
+        if "pipeline_run" in i.fixturenames and i.nodeid.split("::")[0] not in PIPELINE_RUN_FILES
+    ]
+    if outside:
+        raise pytest.UsageError(f"tests/conftest.py: add the files of {outside} to PIPELINE_RUN_FILES")
 
 
 @pytest.fixture(scope="session")
