@@ -61,3 +61,46 @@ def test_whole_number_floats_plan_as_integers(tmp_path):
     assert "replicates: 2.0" in text and "budgets: [16.0, 32.0]" in text
     code, out = dry_run(tmp_path, text)
     assert code == 0 and "results/cells/lambda0.5/r1/gs/128/B16_g5.parquet" in out, out[-2000:]
+
+
+LONG = "v" * 300
+HOSTILE = [  # (an edit of config/ci.yaml's text, the line the plan stops with)
+    (
+        (
+            '  lwm: {source: kjv_lwm, name: "LWM"}',
+            '  lwm: {source: kjv_lwm, name: "LWM"}\n  LWM: {source: kjv_lwm, name: "L2"}',
+        ),
+        "datasets: 'LWM' differs only by case from datasets 'lwm'",
+    ),
+    (
+        ("lambda1.0: {lambda_c: 1.0}", "lambda1.0: {lambda_c: 1.0}\n  SD: {lambda_c: 0.7}"),
+        "variants: 'SD' differs only by case",
+    ),
+    (
+        ('gammas: {"128": [3, 5]', 'gammas: {"128": [3, 5, 100000]'),
+        "gammas.128[2] = 100000 is more than max_new_tokens",
+    ),
+    (
+        ("seed: 0\n", "seed: 10000000000000000000000000000000000000000\n"),
+        "seed = 10000000000000000000000000000000000000000",
+    ),
+    (
+        ("lambda1.0: {lambda_c: 1.0}", f"lambda1.0: {{lambda_c: 1.0}}\n  {LONG}: {{lambda_c: 0.7}}"),
+        "has 300 characters",
+    ),
+    (
+        ("lambda1.0: {lambda_c: 1.0}", 'lambda1.0: {lambda_c: 1.0}\n  "lam\\n": {lambda_c: 0.7}'),
+        "the key 'lam\\n' has a control",
+    ),
+    (('name: "GS"', 'name: "</script><img src=x onerror=alert(1)>"'), "datasets.gs.name = '</script>"),
+]
+
+
+@pytest.mark.parametrize(
+    "edit, line", HOSTILE, ids=["case-datasets", "case-method", "gamma", "seed", "long", "newline", "markup"]
+)
+def test_a_name_or_number_that_fails_late_is_refused_before_any_job(tmp_path, edit, line):
+    text = (ROOT / "config" / "ci.yaml").read_text()
+    assert edit[0] in text, edit[0]
+    code, out = dry_run(tmp_path, text.replace(edit[0], edit[1], 1))
+    assert code != 0 and line in out and "Job stats" not in out, out[-2000:]
