@@ -40,6 +40,18 @@ def test_paper_settings_name_unknown_and_missing_keys():
         PaperSettings.from_json({**PAPER, "collapse": {"dataset": "d1", "gamma": 2, "size": 1}})
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_paper_settings_refuse_non_finite_numbers_naming_the_key(bad):
+    """Settings a user writes by hand (Python's JSON reads NaN and Infinity) are checked as the plan's are."""
+    with pytest.raises(ValueError, match="settings key 'near_tie_margin' must be a finite number"):
+        PaperSettings.from_json({**PAPER, "near_tie_margin": bad})
+    with pytest.raises(ValueError, match="settings key 'variants.lambda_c' must be a finite number"):
+        PaperSettings.from_json({**PAPER, "variants": {"lambda0.5": {"lambda_c": bad}}})
+    with pytest.raises(ValueError, match="settings key 'comparison.contexts' must be a finite number"):
+        PaperSettings.from_json({**PAPER, "comparison": {**PAPER["comparison"], "contexts": ["1K", bad]}})
+    assert PaperSettings.from_json({**PAPER, "datasets": {"nan": "NaN"}}).datasets == {"nan": "NaN"}  # names stay
+
+
 def test_hparams_defaults_round_trip_and_checks():
     hp = TrainingHparams.from_json({"lambda_c": 0, "budgets": [128], "budget_weights": [1]})
     assert (hp.lambda_c, hp.budgets, hp.budget_weights, hp.steps) == (0.0, [128], [1.0], 5000)

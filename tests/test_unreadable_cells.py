@@ -15,7 +15,7 @@ from conftest import planned_jobs
 
 from budgetdraft.base.names import SHARED
 from budgetdraft.evaluation import cellfile
-from budgetdraft.pipeline.plan import set_aside_unreadable
+from budgetdraft.pipeline.plan import runs_no_job, set_aside_unreadable
 
 
 def test_the_step_moves_only_what_fails_and_says_so(tmp_path, monkeypatch):
@@ -48,6 +48,27 @@ def test_the_step_moves_only_what_fails_and_says_so(tmp_path, monkeypatch):
         f"moved to {bad}.unreadable.1, measuring the cell again"
     )
     assert set_aside_unreadable(asked, dry_run=False) == []
+
+
+@pytest.mark.parametrize(
+    "argv, no_job",
+    [
+        (["-c1", "main"], False),
+        (["-pt", "main"], True),  # touch in a cluster of short options, as Snakemake reads it
+        (["-tp", "-c", "1"], True),
+        (["--touch"], True),
+        (["-np"], True),
+        (["--lint"], True),
+        (["--unlock"], True),
+        (["-l"], True),
+        (["--lt"], True),
+        (["-pc1"], False),  # -p, then -c 1: no t
+        (["--config", "note=-t"], False),  # a value, not a flag
+        (["--no-such-flag-of-snakemake", "-pt"], True),
+    ],
+)
+def test_a_command_line_that_runs_no_job_is_read_as_snakemake_reads_it(argv, no_job):
+    assert runs_no_job(argv) is no_job
 
 
 @pytest.fixture()
@@ -104,7 +125,7 @@ DAMAGES = [  # (damage, what the line says of it)
 @pytest.mark.pipeline
 def test_bad_cells_are_set_aside_and_measured_again(finished_run):
     """Each damage on a cell of its own (in four folders: another_cell's source stays whole), in one run: a dry run
-    names each with its reason and moves nothing; a run moves each aside, keeps its bytes and measures it again,
+    and a touch (`-pt`) name each with its reason and move nothing; a run moves each aside, keeps its bytes and measures it again,
     and nothing else."""
     folders = sorted({p.parent for p in (finished_run / "results/cells/lambda0.5/r1").rglob("B*_g*.parquet")})
     damaged = []  # (cell, its name, its bad bytes, reason)
@@ -117,11 +138,12 @@ def test_bad_cells_are_set_aside_and_measured_again(finished_run):
         cell.write_bytes(bad)
         damaged.append((cell, str(cell.relative_to(finished_run)), bad, reason))
     assert len(damaged) == len(DAMAGES)
-    dry = snakemake(finished_run, "-n", "main")
-    assert dry.returncode == 0, dry.stderr[-2000:]
-    for cell, name, bad, reason in damaged:
-        assert f"unreadable cell file {name} ({reason}" in dry.stderr, (name, dry.stderr[-2000:])
-        assert cell.read_bytes() == bad  # a dry run only says so
+    for no_run in (["-n"], ["-pt"]):  # a dry run; touch, in a cluster of short options
+        dry = snakemake(finished_run, *no_run, "main")
+        assert dry.returncode == 0, dry.stderr[-2000:]
+        for cell, name, bad, reason in damaged:
+            assert f"unreadable cell file {name} ({reason}" in dry.stderr, (no_run, name, dry.stderr[-2000:])
+            assert cell.read_bytes() == bad  # only says so
     run = snakemake(finished_run, "main")
     assert run.returncode == 0, run.stderr[-3000:]
     for cell, name, bad, reason in damaged:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 # src/ is on sys.path (Snakefile): the workflow runs the library it declares as code inputs.
 from budgetdraft.base import defaults, names, revisions
-from budgetdraft.pipeline.plan import Plan, set_aside_unreadable
+from budgetdraft.pipeline.plan import Plan, runs_no_job, set_aside_unreadable
 
 PLAN = Plan(config)
 
@@ -29,20 +29,17 @@ if unpinned := revisions.unpinned(config):
 # ---------------------------------------------------------------- unreadable cell files, once, before any job
 # An existing cell file that cannot be used (cut short, damaged, or not the cell its path names:
 # budgetdraft.pipeline.plan.set_aside_unreadable) is moved to FILE.unreadable (never deleted), saying so, here and
-# before Snakemake plans a job: its cell is then missing and is measured again. Checked: every cell file a target
-# can ask for (PLAN.every_cell) and any cell file named on the command line. A dry run (-n), --touch, --lint,
-# --unlock and --list-rules only name each file a run would move. A cluster job's own Snakemake checks nothing:
-# the Snakemake that submitted it did, and each job would pay the check again. Its cost (pyarrow reads each file,
-# its digest is recomputed), measured with config/config.yaml's 893 cell files present (677 of `all`, 216 of
-# `policies`): 3.8-8.3 s, 5 s of CPU, on the shared 2-core CPU at load 3.5-5 (the input function it replaces paid
-# as much per cell job it planned: `snakemake -n all` took 14-15 s before, 8-15 s after); none present: 13 ms.
-NO_RUN = "-t --touch --lint --unlock -l --list-rules --lt --list-target-rules".split()
+# before Snakemake plans a job: its cell is then missing and is measured again. Checked: every cell file a target can
+# ask for (PLAN.every_cell) and any cell file named on the command line. A dry run (-n), --touch (-t, -pt), --lint,
+# --unlock and --list-rules only name each file a run would move. A cluster job's own Snakemake checks nothing: the
+# Snakemake that submitted it did, and each job would pay the check again. Its cost (pyarrow reads each file, its digest
+# is recomputed), measured with config/config.yaml's 893 cell files present (677 of `all`, 216 of `policies`):
+# 3.8-8.3 s, 5 s of CPU, on the shared 2-core CPU at load 3.5-5 (the input function it replaces paid as much per cell
+# job it planned: `snakemake -n all` took 14-15 s before, 8-15 s after); none present: 13 ms.
 if workflow.is_main_process:
     asked = PLAN.every_cell() + [a for a in sys.argv[1:] if PLAN.is_cell(a)]
-    no_run = any(a.split("=")[0] in NO_RUN for a in sys.argv[1:])
-    for line in set_aside_unreadable(
-        asked, dry_run=workflow.output_settings.dryrun or no_run
-    ):
+    no_run = workflow.output_settings.dryrun or runs_no_job(sys.argv[1:])
+    for line in set_aside_unreadable(asked, dry_run=no_run):
         print(line, file=sys.stderr)
 
 

@@ -55,8 +55,9 @@ def plain(value, strict: bool = False):
 
 
 def checked_keys(cls, data, what: str, where: str = "") -> dict:
-    """``data`` as a dict of the fields of record ``cls``: an error names unknown keys, or the first missing
-    required one (a field without a default)."""
+    """``data`` as a dict of the fields of record ``cls``: an error names unknown keys, the first missing required
+    one (a field without a default), or the first whose number (or a number in its list) is NaN or infinite (NaN
+    passes every bound: ``lambda_c > 0`` and ``< 0`` are both False; Python's JSON reads ``NaN`` and ``Infinity``)."""
     if not isinstance(data, dict):
         raise ValueError(f"{what} {where or 'settings'} must be a JSON object, got {type(data).__name__}")
     known = [f.name for f in fields(cls)]
@@ -67,6 +68,9 @@ def checked_keys(cls, data, what: str, where: str = "") -> dict:
     missing = [name for name in required if name not in data]
     if missing:
         raise ValueError(f"settings: missing key '{where + '.' if where else ''}{missing[0]}'")
+    for key, value in data.items():
+        if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, list) else [value])):
+            raise ValueError(f"{what} key '{where + '.' if where else ''}{key}' must be a finite number, got {value!r}")
     return dict(data)
 
 

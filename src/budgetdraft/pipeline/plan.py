@@ -10,6 +10,8 @@ is planned, over the cell files the plan can ask for (`Plan.every_cell`), and pr
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -493,6 +495,21 @@ def aside_name(path: Path) -> Path:
     while aside.exists():
         aside, n = path.with_name(f"{path.name}.unreadable.{n}"), n + 1
     return aside
+
+
+def runs_no_job(argv: list[str]) -> bool:
+    """Whether the Snakemake command line ``argv`` (without the program) runs no job: a dry run, --touch, --lint,
+    --unlock or a listing, spelled in any of the ways Snakemake reads it (``-pt``, ``-tp``, ``--touch``), read by
+    Snakemake's own argument parser. (The Snakefile cannot ask the workflow: its touch setting is made after it is
+    read.) A command line that parser refuses (Snakemake run through its API, not its command line) counts as a run."""
+    from snakemake.cli import get_argument_parser
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            args, _ = get_argument_parser().parse_known_args(argv)
+    except SystemExit:
+        return False
+    return any([args.dryrun, args.touch, args.lint, args.unlock, args.list_rules, args.list_target_rules])
 
 
 def set_aside_unreadable(paths, dry_run: bool) -> list[str]:
