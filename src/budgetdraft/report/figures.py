@@ -7,7 +7,6 @@ them so that `paper.trace_file` can re-derive every plotted point from the cells
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -22,7 +21,7 @@ from budgetdraft.base.atomic import atomic_path  # noqa: E402
 from budgetdraft.base.jsonio import plain  # noqa: E402
 from budgetdraft.base.names import BD, METHOD_NAMES, SD, policy_label  # noqa: E402
 from budgetdraft.evaluation.grid import Grid
-from budgetdraft.report.settings import Settings  # noqa: E402
+from budgetdraft.report.settings import Settings, with_dataset_names  # noqa: E402
 
 
 def save(fig, out: Path) -> list[Path]:
@@ -247,18 +246,8 @@ def plain_title(text: str) -> str:
     return str(text).replace("$", r"\$")
 
 
-def with_plain_names(builder):
-    """``builder`` drawing the dataset names as written (escaped for matplotlib's titles)."""
-
-    def build(grid: Grid, s: Settings):
-        return builder(grid, replace(s, datasets={k: plain_title(v) for k, v in s.datasets.items()}))
-
-    build.__name__, build.__doc__ = builder.__name__, builder.__doc__
-    return build
-
-
 FIGURE_BUILDERS = {
-    name: with_plain_names(builder)
+    name: with_dataset_names(builder, plain_title)
     for name, builder in {
         "fig_collapse": fig_collapse,
         "fig_gamma": fig_gamma,

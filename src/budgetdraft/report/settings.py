@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from budgetdraft.base.jsonio import JsonRecord, checked_keys, json_object
 from budgetdraft.training.hparams import TrainingHparams
@@ -178,3 +178,14 @@ def parse_settings(text_or_path) -> Settings:
 def settings_dict(text_or_path) -> dict:
     """The settings as a plain dict, from a dict, a JSON string or a JSON file."""
     return json_object(text_or_path, "--settings")
+
+
+def with_dataset_names(builder, write):
+    """``builder`` (grid, settings) -> artifact, handed the datasets' display names as ``write`` gives them: they are
+    plain text in the config (LaTeX text for a table, text matplotlib prints as written for a figure)."""
+
+    def build(grid, s: Settings):
+        return builder(grid, replace(s, datasets={k: write(v) for k, v in s.datasets.items()}))
+
+    build.__name__, build.__doc__ = builder.__name__, builder.__doc__
+    return build

@@ -7,7 +7,7 @@ Each builder returns a `Table`: its LaTeX lines and, for every number in them, t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from budgetdraft.base.names import (
     extra_variants,
 )
 from budgetdraft.evaluation.grid import Grid, cell_name
-from budgetdraft.report.settings import Settings
+from budgetdraft.report.settings import Settings, with_dataset_names
 
 SD_NAME, BD_NAME = METHOD_NAMES[SD], METHOD_NAMES[BD]
 X = r"$\times$"
@@ -479,18 +479,8 @@ def latex_text(text: str) -> str:
     return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text))
 
 
-def with_latex_names(builder):
-    """``builder`` laying out the dataset names as LaTeX text (they are plain text in the config)."""
-
-    def build(grid: Grid, s: Settings) -> Table:
-        return builder(grid, replace(s, datasets={k: latex_text(v) for k, v in s.datasets.items()}))
-
-    build.__name__, build.__doc__ = builder.__name__, builder.__doc__
-    return build
-
-
 TABLE_BUILDERS = {
-    name: with_latex_names(builder)
+    name: with_dataset_names(builder, latex_text)
     for name, builder in {
         "main": table_main,
         "comparison": table_comparison,
