@@ -379,9 +379,7 @@ def test_a_truncated_cell_file_is_named_with_its_fix(cells, tmp_path):
         cut.write_bytes(data[:size])
         with pytest.raises(
             ValueError,
-            match=re.escape(
-                f"{cut}: not a readable parquet file (truncated by a kill?): delete it and re-run to re-measure it"
-            ),
+            match=re.escape(f"{cut}: not a whole parquet file: delete it and re-run to re-measure it"),
         ):
             load_cells([cells[("sd", "d1", "1K", 32, 2)], cut])
 

@@ -157,18 +157,35 @@ def os_reason(error: OSError) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
+PARQUET_MAGIC = b"PAR1"
+
+
+def parquet_whole(path: Path) -> bool:
+    """Whether ``path`` has a parquet file's magic at both ends and a footer that fits inside it (a file cut short
+    by a full disk or a killed copy has not)."""
+    size = path.stat().st_size
+    if size < 12:
+        return False
+    with open(path, "rb") as f:
+        head = f.read(4)
+        f.seek(-8, os.SEEK_END)
+        tail = f.read(8)
+    footer = int.from_bytes(tail[:4], "little")
+    return head == PARQUET_MAGIC and tail[4:] == PARQUET_MAGIC and footer + 12 <= size
+
+
 def read_table(path: str | Path) -> pa.Table:
-    """A cell file's whole table, its page checksums verified and its digest recomputed and compared; a file
-    without a digest (written before cells were sealed, or by hand) is refused."""
+    """A cell file's whole table, its page checksums verified and its digest recomputed and compared; a file cut
+    short (`parquet_whole`), or without a digest (written before cells were sealed, or by hand), is refused."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"cell file not found: {path}")
+    if not parquet_whole(path):
+        raise BadCell(path, "not a whole parquet file")
     try:
         table = pq.read_table(path, page_checksum_verification=True)
     except Exception as e:  # pyarrow says OSError, ArrowInvalid, ArrowMemoryError, ... for a damaged file
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if isinstance(e, pa.ArrowInvalid) and "arquet" in first and ("magic" in first or "size" in first):
-            raise BadCell(path, "not a readable parquet file (truncated by a kill?)") from None
         raise BadCell(path, f"not a readable parquet file ({type(e).__name__}: {first[:200]})") from None
     stored = (table.schema.metadata or {}).get(DIGEST_KEY)
     if stored is None:

@@ -461,32 +461,10 @@ class Plan:
 # A cell file cut short (a full disk, a killed copy or sync; the cell rule itself writes atomically), damaged (a
 # flipped bit) or that lies (edited by hand, copied to another cell's path) would stop every table that reads it, or
 # worse be published; Snakemake would delete the previous table when that job fails. So before any job is planned
-# each existing cell file is checked: a parquet file starts and ends with b"PAR1" and its footer fits inside it, then
-# the cell proves its integrity and identity (budgetdraft.evaluation.cellfile: the digest written with it, page
-# checksums, its invariants, its rows the cell its path names). A file that fails is moved aside (FILE.unreadable,
-# never deleted) and named with the reason, so the cell is measured again like a missing one; a dry run only names it.
-
-PARQUET_MAGIC = b"PAR1"
-
-
-def parquet_whole(path: Path) -> bool:
-    """Whether ``path`` has a parquet file's magic at both ends and a footer that fits inside it."""
-    size = path.stat().st_size
-    if size < 12:
-        return False
-    with open(path, "rb") as f:
-        head = f.read(4)
-        f.seek(-8, os.SEEK_END)
-        tail = f.read(8)
-    footer = int.from_bytes(tail[:4], "little")
-    return head == PARQUET_MAGIC and tail[4:] == PARQUET_MAGIC and footer + 12 <= size
-
-
-def cell_problem(path: Path) -> str | None:
-    """Why an existing cell file cannot be used, or None."""
-    if not parquet_whole(path):
-        return "not a whole parquet file"
-    return cellfile.problem(path)
+# each existing cell file is checked as every reader checks it (budgetdraft.evaluation.cellfile.problem: a whole
+# parquet file, the digest written with it, page checksums, its invariants, its rows the cell its path names). A
+# file that fails is moved aside (FILE.unreadable, never deleted) and named with the reason, so the cell is measured
+# again like a missing one; a dry run only names it.
 
 
 def aside_name(path: Path) -> Path:
@@ -513,12 +491,12 @@ def runs_no_job(argv: list[str]) -> bool:
 
 
 def set_aside_unreadable(paths, dry_run: bool) -> list[str]:
-    """Move every existing file of ``paths`` that fails `cell_problem` aside (FILE.unreadable, never deleted), so
+    """Move every existing file of ``paths`` that a reader would refuse (`cellfile.problem`) aside (FILE.unreadable, never deleted), so
     that its cell is measured again; with ``dry_run`` move nothing. One line per such file, saying what was done
     (or what a run would do)."""
     lines = []
     for path in map(Path, dict.fromkeys(paths)):
-        if not path.is_file() or (problem := cell_problem(path)) is None:
+        if not path.is_file() or (problem := cellfile.problem(path)) is None:
             continue
         aside = aside_name(path)
         if dry_run:
