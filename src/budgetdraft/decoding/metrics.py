@@ -23,19 +23,27 @@ def synchronize(device: torch.device | str) -> None:
 
 
 class Stopwatch:
-    """Wall-clock seconds between ``start`` and ``stop``, with the device synchronised at both ends."""
+    """Wall-clock seconds between ``start`` and ``stop`` (or over a ``with`` block), with the device synchronised
+    at both ends."""
 
     def __init__(self, device: torch.device | str):
         self.device = device
 
-    def __enter__(self) -> Stopwatch:
+    def start(self) -> None:
         synchronize(self.device)
         self.t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        synchronize(self.device)
+        self.seconds = time.perf_counter() - self.t0
+        return self.seconds
+
+    def __enter__(self) -> Stopwatch:
+        self.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        synchronize(self.device)
-        self.seconds = time.perf_counter() - self.t0
+        self.stop()
 
 
 @functools.cache

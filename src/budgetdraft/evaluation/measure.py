@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from budgetdraft.decoding import loop
-from budgetdraft.decoding.metrics import DecodeCounts, device_bandwidth, kv_bytes_per_token, synchronize
+from budgetdraft.decoding.metrics import DecodeCounts, Stopwatch, device_bandwidth, kv_bytes_per_token
 from budgetdraft.decoding.verifier import Verifier, weight_bytes
 
 
@@ -45,6 +45,7 @@ class Clock:
         self.cuda = self.device.type == "cuda"
         self._seconds: dict[str, float] = defaultdict(float)
         self._events: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+        self._watch = Stopwatch(self.device)
         self.total_s = math.nan
 
     @contextlib.contextmanager
@@ -61,12 +62,10 @@ class Clock:
             self._seconds[phase] += time.perf_counter() - t0
 
     def start(self) -> None:
-        synchronize(self.device)
-        self._t0 = time.perf_counter()
+        self._watch.start()
 
     def stop(self) -> None:
-        synchronize(self.device)
-        self.total_s = time.perf_counter() - self._t0
+        self.total_s = self._watch.stop()
         for phase, start, end in self._events:  # all recorded, the device synchronised: no wait
             self._seconds[phase] += start.elapsed_time(end) / 1000
         self._events = []
