@@ -353,9 +353,10 @@ class Plan:
     def samples(self, dataset: str) -> int:
         return self.config["datasets"][dataset].get("samples", self.config["samples"])
 
-    def paper_settings(self) -> str:
-        """The settings JSON of `budgetdraft paper` (what to lay out where), built from the config and checked
-        against its contract (`budgetdraft.report.settings.PaperSettings`)."""
+    @cached_property
+    def paper_settings(self) -> dict:
+        """The settings of `budgetdraft paper` and `claims` (what to lay out where), built from the config once and
+        checked against their contract (`budgetdraft.report.settings.PaperSettings`)."""
         config, cmp, base = self.config, self.config["comparison"], self.base
         settings = {
             "datasets": {key: d["name"] for key, d in config["datasets"].items()},
@@ -382,22 +383,21 @@ class Plan:
             "base_drafter_teacher": base["teacher"] if base else "",
         }
         PaperSettings.from_json(settings)
-        return json.dumps(settings)
+        return settings
 
     def artifact_settings(self, artifact: str) -> str:
-        """The settings JSON of one artifact: `paper_settings`, for the policies figure with its `policies:` too, for
-        the λ and `variants` tables with only the extra variants each shows (lambda_variants, other_variants)."""
+        """The settings JSON of one artifact (or of the claims): `paper_settings`, for the policies figure with its
+        `policies:` too, for the λ and `variants` tables with only the extra variants each shows (lambda_variants,
+        other_variants)."""
+        settings = dict(self.paper_settings)
         shown = {"lambda": self.lambda_variants, "variants": self.other_variants}.get(artifact)
-        if shown is not None and set(names.extra_variants(self.variants)) - set(shown):
-            settings = json.loads(self.paper_settings())
+        if shown is not None:
             settings["variants"] = {
                 v: x for v, x in settings["variants"].items() if v in names.REQUIRED_VARIANTS or v in shown
             }
-            return json.dumps(settings)
-        if artifact != "fig_policies":
-            return self.paper_settings()
-        settings = {**json.loads(self.paper_settings()), "policies": {**self.policies, "default": self.policy}}
-        PaperSettings.from_json(settings)
+        if artifact == "fig_policies":
+            settings["policies"] = {**self.policies, "default": self.policy}
+            PaperSettings.from_json(settings)
         return json.dumps(settings)
 
     # ------------------------------------------------------------------------------------------------ cell jobs

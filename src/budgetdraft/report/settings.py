@@ -98,7 +98,8 @@ class Policies(JsonRecord):
 
 @dataclass(frozen=True)
 class PaperSettings(JsonRecord):
-    """What `budgetdraft paper` and `budgetdraft claims` lay out where (built by budgetdraft.pipeline.plan.Plan.paper_settings)."""
+    """What `budgetdraft paper` and `budgetdraft claims` lay out where (built by budgetdraft.pipeline.plan.Plan's
+    `paper_settings`, one per artifact by its `artifact_settings`)."""
 
     datasets: dict  # dataset key -> the name the paper prints
     contexts: list  # context labels, in the paper's order
