@@ -532,3 +532,70 @@ def test_extra_variants_are_listed_with_their_acceptance_and_never_judged(grid, 
     assert [(f["id"], f["verdict"]) for f in data["findings"]] == [(f["id"], f["verdict"]) for f in judged]
     assert "lambda0.25" not in text.split("## Findings", 1)[1].split("## Acceptance per training replicate")[0]
     assert "None in this configuration." in (tmp_path / "plain.md").read_text()
+
+
+# ------------------------------------------------------------------ controls the paper did not run (issue 39)
+
+
+def write_controls(root: Path, pi_acceptance: float, full=(0.6, 0.3)) -> list[Path]:
+    """The paper-like grid plus PI (position interpolation, no training: flat `pi_acceptance` at every context) and
+    SD with a full drafter cache (B0: `full` at 0.5K and 1K)."""
+    SPEED.setdefault("pi", 1.3)
+    SPEED.setdefault("sd@full", 1.2)
+
+    def accept(label, dataset, context, budget, sample):
+        if label == "pi":
+            return pi_acceptance + wiggle(sample)
+        if label == "sd@full":
+            return full[SETTINGS["contexts"].index(context)] + wiggle(sample)
+        return paper_like(label, dataset, context, budget, sample)
+
+    paths = list(write_grid(root).values())
+    g = SETTINGS["gamma_fixed"]
+    for d in SETTINGS["datasets"]:
+        for c in SETTINGS["contexts"]:
+            paths += [write_cell(root, accept, "pi", d, c, b, g) for b in SETTINGS["budgets"]]
+            paths.append(write_cell(root, accept, "sd@full", d, c, 0, g))
+    return paths
+
+
+def test_interpolation_alone_is_judged_against_budgetdraft_s_recovery(tmp_path):
+    """At 1K SD accepts 7.5 %, BudgetDraft 80 %: interpolation at 30 % recovers 0.31 of it (holds: less than
+    BudgetDraft); at 85 % it recovers more than BudgetDraft (does not hold: the recovery is positional)."""
+    less = by_id(write_controls(tmp_path / "less", 0.30))["PI/1K"]
+    assert less.verdict == "holds" and less.unit == "ratio"
+    assert less.value == pytest.approx((30 - 7.5) / (80 - 7.5), abs=0.02)
+    assert "PI 30.00 %" in less.detail and "BD − SD" in less.detail
+    more = by_id(write_controls(tmp_path / "more", 0.85))["PI/1K"]
+    assert more.verdict == "does not hold" and more.value > 1 and "positional" in more.why
+
+
+def test_interpolation_share_is_not_judged_where_budgetdraft_recovers_nothing(tmp_path):
+    """SD and BudgetDraft swapped: BudgetDraft loses to SD, so there is no recovery to take a share of."""
+    SPEED.setdefault("pi", 1.3)
+    root = tmp_path / "swapped"
+    paths = list(write_grid(root, reversed_sd_bd).values())
+    g = SETTINGS["gamma_fixed"]
+    for d in SETTINGS["datasets"]:
+        for c in SETTINGS["contexts"]:
+            paths += [write_cell(root, lambda *a: 0.5, "pi", d, c, b, g) for b in SETTINGS["budgets"]]
+    f = by_id(paths)["PI/1K"]
+    assert f.verdict == "not resolved" and "no recovery" in f.why
+
+
+def test_the_collapse_is_split_into_its_positional_and_sparse_parts(tmp_path):
+    """Full-cache SD 60 % at 0.5K and 30 % at 1K: 30 pp are lost with every position kept (positional); SD at the
+    budgets accepts 7.5 % at 1K, so the sparse cache costs 22.5 pp more there. Both are diagnostics."""
+    found = by_id(write_controls(tmp_path, 0.3))
+    pos, sparse = found["C-pos/1K"], found["C-sparse/1K"]
+    assert pos.verdict == sparse.verdict == "diagnostic"
+    assert pos.value == pytest.approx(30.0, abs=0.5) and sparse.value == pytest.approx(22.5, abs=0.5)
+    assert "C-pos/0.5K" not in found and found["C-sparse/0.5K"].value == pytest.approx(60 - 45, abs=0.5)
+
+
+def test_a_finding_whose_interval_is_wider_than_its_effect_names_the_lever(tmp_path):
+    """Replicates that disagree by ±10 pp around +4 pp: the interval spans far more than the effect, the
+    replicates are its whole spread, so the note asks for more training replicates, not more prompts."""
+    f = by_id(write_replicated(tmp_path / "three", [0.0, -0.1, 0.1]))["F2/1K"]
+    assert "power:" in f.note and "training replicates" in f.note and "×" in f.note
+    assert "prompts would" not in f.note

@@ -11,6 +11,9 @@ from budgetdraft.base.defaults import EAGER as EAGER  # re-exported: names.EAGER
 AR, SD, TRIFORCE, EAGLE3 = "ar", "sd", "triforce", "eagle3"
 BD, LA_ONLY, LAMBDA1, SINGLE = "lambda0.5", "la_only", "lambda1.0", "single_budget"
 METHODS = (AR, SD, TRIFORCE, EAGLE3)  # how `eval-cell --method` decodes; a trained variant decodes as SD
+# Controls the paper did not run: the base drafter with its positions interpolated to cover the longest context (no
+# training), and SD with a full drafter cache (no budget: the sparse policy `full`, cells B0).
+PI, SD_FULL = "pi", "sd@full"
 BASELINES = (TRIFORCE, EAGLE3)
 METHOD_NAMES = {AR: "AR", SD: "SD (sparse/full)", TRIFORCE: "TriForce", EAGLE3: "EAGLE-3", BD: "BudgetDraft"}
 REQUIRED_VARIANTS = {  # trained variant (cell label) -> the artifacts that read its cells

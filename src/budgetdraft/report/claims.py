@@ -24,6 +24,9 @@ from budgetdraft.evaluation.grid import KEY, acceptance_by_replicate
 from budgetdraft.report.bootstrap import RESAMPLES, SEED
 from budgetdraft.report.evidence import Evidence, load_claim_cells
 from budgetdraft.report.findings import all_findings
+from budgetdraft.report.positions import TEXT as POSITIONS_TEXT
+from budgetdraft.report.positions import draw as draw_profile
+from budgetdraft.report.positions import load_profile, profile_summary, section
 from budgetdraft.report.settings import Settings, parse_settings
 from budgetdraft.report.tables import timing_text
 from budgetdraft.report.verdicts import DIAGNOSTIC as DIAGNOSTIC  # re-exported: bench/verdict_stability.py reads it
@@ -257,7 +260,7 @@ SPEEDUP_MODEL_TEXT = (
 )
 
 
-def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict]) -> str:
+def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict], profile: dict | None = None) -> str:
     variants = (
         "; ".join(
             f"{label}: λ_C={v.get('lambda_c', '?')}, B∈{v.get('budgets', '?')}" for label, v in head["variants"].items()
@@ -291,6 +294,7 @@ def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict]) 
         for f in found
         if f.why or f.note
     ]
+    lines += ["", "## Positional profile", "", POSITIONS_TEXT, ""] + section(profile or {})
     lines += ["", "## Decode engine and clock", "", CLOCK_TEXT, ""] + clock_rows(ev)
     lines += ["", "## Analytical speedup model", "", SPEEDUP_MODEL_TEXT, ""] + speedup_model_rows(model)
     lines += ["", "## Acceptance per training replicate", "", REPLICATE_TEXT, ""] + replicate_rows(ev)
@@ -343,14 +347,18 @@ def lossless_line(summary: dict) -> str:
     )
 
 
-def build(cells, settings, out, resamples: int = RESAMPLES, seed: int = SEED) -> list[Path]:
-    """Write the claims report (.md) and its .json from cell files; return both paths."""
+def build(
+    cells, settings, out, resamples: int = RESAMPLES, seed: int = SEED, profile=(), profile_figure=None
+) -> list[Path]:
+    """Write the claims report (.md) and its .json from cell files (and the positional profile's files, drawn to
+    ``profile_figure`` when given); return the paths written."""
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
     ev = Evidence(load_claim_cells(cells), s, resamples, seed)
     found, head, model = all_findings(ev), header(ev, len(cells), seed), speedup_model(ev)
+    positions = profile_summary(ev, load_profile(profile))
     out = Path(out)
     json_path = out.with_suffix(".json")
-    atomic_write_text(out, markdown(head, found, ev, model))
+    atomic_write_text(out, markdown(head, found, ev, model, positions))
     atomic_write_text(
         json_path,
         json.dumps(
@@ -362,6 +370,7 @@ def build(cells, settings, out, resamples: int = RESAMPLES, seed: int = SEED) ->
                     "speedup_model": model,
                     "replicate_acceptance": replicate_acceptance(ev),
                     "extra_variants": extra_variant_acceptance(ev),
+                    "positional_profile": positions,
                 },
                 strict=True,
             ),
@@ -369,7 +378,8 @@ def build(cells, settings, out, resamples: int = RESAMPLES, seed: int = SEED) ->
         )
         + "\n",
     )
-    return [out, json_path]
+    figures = draw_profile(positions, Path(profile_figure)) if profile_figure else []
+    return [out, json_path, *figures]
 
 
 # ------------------------------------------------------------------------------------------------- CLI
@@ -383,8 +393,10 @@ def configure_parser(parser) -> None:
     )
     parser.add_argument("--cells", required=True, nargs="+", help="cell parquet files")
     parser.add_argument("--out", required=True, type=Path, help="claims .md; the .json goes next to it")
+    parser.add_argument("--profile", nargs="*", default=[], help="positional profile files (`budgetdraft profile`)")
+    parser.add_argument("--profile-figure", type=Path, help="draw the positional profile here (.pdf, and .png beside)")
 
 
 def run(args) -> None:
-    for path in build(args.cells, args.settings, args.out):
+    for path in build(args.cells, args.settings, args.out, profile=args.profile, profile_figure=args.profile_figure):
         print(path)

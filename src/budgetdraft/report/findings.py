@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from budgetdraft.base.names import AR, BD, EAGER, LA_ONLY, LAMBDA1, SD, SINGLE, engine_label
+from budgetdraft.base.names import AR, BD, EAGER, LA_ONLY, LAMBDA1, PI, SD, SD_FULL, SINGLE, engine_label
 from budgetdraft.evaluation.grid import draft_cost, predicted_speedup
 from budgetdraft.report.bootstrap import estimate, ratio
 from budgetdraft.report.evidence import Evidence
@@ -95,6 +95,11 @@ PAPER = {
     "F8a": PaperFigure("same drafter, same sparse cache: equal peak VRAM (Table vram)"),
     "F8b-B": PaperFigure("drafter cache is O(B)"),
     "F8b-ctx": PaperFigure("drafter cache independent of context length"),
+    "PI": PaperFigure(
+        "not measured: the paper's limitations say positional extrapolation 'does not fully explain' the collapse "
+        "and leave position-extension techniques to future work"
+    ),
+    "C": PaperFigure("not measured: the paper attributes the collapse to the sparse/full mismatch"),
 }
 PAPER_BEST_SPEEDUP = {context: value for value, context in PAPER["F7"].values}
 
@@ -145,9 +150,10 @@ def collapse(ev: Evidence) -> list[Finding]:
         f.why = f"SD accepts {acc_long:.2f} % at {long} vs {acc_short:.2f} % at {short}"
         if acc_long >= acc_short:
             f.why = (
-                f"no fall with context: {f.why}; a possible reason (not measured): every context lies within "
-                "the positions the drafter's layers were pretrained on"
+                f"no fall with context: {f.why}; the positional profile (below) shows whether the contexts lie "
+                "within the positions the drafter knows"
             )
+    power_note(f)
     return [f]
 
 
@@ -180,6 +186,133 @@ def recovery(ev: Evidence) -> list[Finding]:
             )
         elif f.verdict == OPEN:
             f.why = f"BudgetDraft accepts {bd[0]:.2f} % vs SD's {sd[0]:.2f} % at {context}, within the interval's reach"
+        power_note(f)
+        out.append(f)
+    return out
+
+
+def power_note(f: Finding) -> Finding:
+    """Where a finding's 95 % interval is wider than the effect it measures (half-width ≥ |value|), a note on which
+    lever would narrow it to the effect: the interval's variance is its replicates' share plus its prompts' share
+    (`spread`), each shrinking as 1 / its count, so ×m prompts divides the prompts' variance by m. An approximation
+    from this run's own spread (normal half-width 1.96·sd), not a guarantee."""
+    if f.value is None or f.ci_low is None or not math.isfinite(f.value) or f.replicates < 1:
+        return f
+    half = (f.ci_high - f.ci_low) / 2
+    effect = abs(f.value - (1.0 if f.unit == "ratio" else 0.0))
+    sd_r, sd_p = f.spread.get("sd_replicates", math.nan), f.spread.get("sd_prompts", math.nan)
+    if not (math.isfinite(half) and half >= effect) or not (math.isfinite(sd_r) and math.isfinite(sd_p)):
+        return f
+    target = (effect / 1.96) ** 2
+    levers = []
+    for name, own, other in (("prompts", sd_p, sd_r), ("training replicates", sd_r, sd_p)):
+        if own > 0 and target > other**2:
+            levers.append(f"×{math.ceil(own**2 / (target - other**2))} {name}")
+    if effect == 0:
+        text = "the point estimate is the reference itself: no count of prompts or replicates resolves it"
+    elif levers:
+        text = "about " + " or ".join(levers) + " would narrow it below the effect"
+    else:
+        m_p = math.ceil(2 * sd_p**2 / target) if sd_p > 0 else 1
+        m_r = math.ceil(2 * sd_r**2 / target) if sd_r > 0 else 1
+        text = f"neither lever alone suffices; about ×{m_p} prompts and ×{m_r} training replicates together would"
+    lever = (
+        f"power: the interval (±{half:.2f}) is wider than the effect ({effect:.2f}); {text} "
+        f"(sd over replicates {sd_r:.2f}, over prompts {sd_p:.2f}; each variance ∝ 1 / its count)"
+    )
+    f.note = "; ".join(filter(None, (f.note, lever)))
+    return f
+
+
+def interpolation(ev: Evidence) -> list[Finding]:
+    """PI (ours): per context, the share of BudgetDraft's recovery over SD that position interpolation alone (the
+    base drafter with its positions rescaled to cover the longest context, no training) recovers."""
+    out = []
+    for context in ev.contexts:
+        f = Finding(
+            f"PI/{context}",
+            "(ours) position interpolation alone recovers less than BudgetDraft: (acc PI − acc SD) ÷ (acc BD − "
+            "acc SD) < 1",
+            PAPER["PI"].text(),
+            unit="ratio",
+        )
+        places = ev.places([SD, BD, PI], ev.gamma, [context])
+        if not places:
+            out.append(f.absent(no_cells([SD, BD, PI], f"at {context}, γ={ev.gamma}")))
+            continue
+        arms = {label: at(label, places, ev.gamma) for label in (SD, BD, PI)}
+        sd, bd, pi = (ev.acceptance(arms[label]) for label in (SD, BD, PI))
+        f.measure(ev, ratio(pi - sd, bd - sd), arms)
+        f.extra = {"pi_minus_sd_pp": estimate(pi - sd), "bd_minus_sd_pp": estimate(bd - sd)}
+        f.detail = (
+            f"PI {pct(pi[0])}, BD {pct(bd[0])}, SD {pct(sd[0])}; PI − SD {interval(pi - sd, pp)}, "
+            f"BD − SD {interval(bd - sd, pp)}"
+        )
+        if estimate(bd - sd)[1] <= 0:  # a share of a recovery that may be nil or negative is no share
+            f.verdict = OPEN
+            f.why = (
+                f"BudgetDraft's own recovery over SD at {context} is not above 0 within its interval "
+                f"({interval(bd - sd, pp)}): there is no recovery for interpolation to take a share of"
+            )
+            out.append(f)
+            continue
+        f.judge("<", 1.0)
+        if f.verdict == FAILS:
+            f.why = (
+                f"interpolating the base drafter's positions, with no training, recovers as much as BudgetDraft or "
+                f"more at {context} ({pi[0]:.2f} vs {bd[0]:.2f} %): what BudgetDraft recovers here is positional"
+            )
+        elif f.verdict == OPEN:
+            f.why = f"PI accepts {pi[0]:.2f} % vs BudgetDraft's {bd[0]:.2f} % at {context}, within the interval's reach"
+        out.append(power_note(f))
+    return out
+
+
+def pp(x) -> str:
+    return f"{x:+.2f} pp"
+
+
+def collapse_causes(ev: Evidence) -> list[Finding]:
+    """The collapse split by cause, per context, from SD with a full drafter cache (no budget) beside SD at each
+    budget: C-pos = acc(SD full cache at the shortest context) − acc(SD full cache at this one), what is lost with
+    every position kept (positional); C-sparse = acc(SD full cache) − acc(SD at the budgets), what the sparse cache
+    costs at this context (the sparse/full mismatch). Their sum is the whole fall from the full-cache drafter at the
+    shortest context to the sparse one here. Diagnostics: the paper makes no claim on the split."""
+    short = ev.contexts[0]
+    out = []
+    full_short = ev.keys(SD_FULL, ev.gamma, [short], [0])
+    for context in ev.contexts:
+        full = ev.keys(SD_FULL, ev.gamma, [context], [0])
+        datasets = sorted({k[1] for k in full})
+        sparse = ev.keys(SD, ev.gamma, [context], datasets=datasets) if datasets else []
+        if context != short:
+            f = Finding(
+                f"C-pos/{context}",
+                f"diagnostic: acceptance SD loses from {short} to {context} with a full drafter cache (positional)",
+                PAPER["C"].text(),
+                unit="pp",
+            )
+            base = [k for k in full_short if k[1] in datasets]
+            if not full or not base:
+                out.append(f.absent(no_cells([SD_FULL], f"at both {short} and {context}, γ={ev.gamma}")))
+            else:
+                arms = {f"{SD_FULL} {short}": base, f"{SD_FULL} {context}": full}
+                f.measure(ev, ev.acceptance(base) - ev.acceptance(full), arms).verdict = DIAGNOSTIC
+                f.detail = f"full cache {pct(ev.acceptance(base)[0])} at {short} → {pct(ev.acceptance(full)[0])}"
+                out.append(f)
+        f = Finding(
+            f"C-sparse/{context}",
+            f"diagnostic: acceptance the sparse cache costs SD at {context} (full drafter cache − budgets, "
+            "the sparse/full mismatch)",
+            PAPER["C"].text(),
+            unit="pp",
+        )
+        if not full or not sparse:
+            out.append(f.absent(no_cells([SD_FULL, SD], f"at {context}, γ={ev.gamma}")))
+            continue
+        arms = {SD_FULL: full, SD: sparse}
+        f.measure(ev, ev.acceptance(full) - ev.acceptance(sparse), arms).verdict = DIAGNOSTIC
+        f.detail = f"full cache {pct(ev.acceptance(full)[0])} vs B ∈ {ev.budgets} {pct(ev.acceptance(sparse)[0])}"
         out.append(f)
     return out
 
@@ -557,7 +690,9 @@ def all_findings(ev: Evidence) -> list[Finding]:
     gap = sd_budget_gap(ev)
     return (
         collapse(ev)
+        + collapse_causes(ev)
         + recovery(ev)
+        + interpolation(ev)
         + [gap]
         + budget_robustness(ev, gap)
         + consistency_loss(ev, gap)

@@ -1,0 +1,101 @@
+"""The positional profile: teacher-forced top-1 agreement of a drafter with the verifier, by position.
+
+The paper argues about positions (its drafter runs far beyond its native range of 2,048, and its limitations name
+that extrapolation as a cause of the collapse) without ever showing where a drafter stops agreeing. This measures
+it on the evaluation's own longest prompts: one forward of the verifier and of each drafter over the whole prompt,
+full cache, real positions 0 … T − 1, and at every position whether the two greedy next tokens agree (the raw
+acceptance a drafter would get with every earlier token given). Positions are grouped in buckets of ``bucket``
+positions (the pipeline uses the base drafter's native range, so the first bucket is what it was trained on and
+each later one a further multiple of it).
+
+    budgetdraft profile --verifier results/models/verifier --prompts results/data/prompts/*/1K.parquet \\
+        --drafter sd=results/models/drafter_base/r0 --drafter lambda0.5=results/drafters/r0/lambda0.5 \\
+        --bucket 128 --replicate 0 --out results/profile/r0.parquet
+
+One row per (drafter, prompt, bucket): ``agreed`` of ``total`` positions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from budgetdraft.base.atomic import atomic_path
+from budgetdraft.decoding.flags import add_machine_flags
+from budgetdraft.decoding.models import load_model
+
+COLUMNS = ["label", "replicate", "dataset", "sample", "bucket_start", "bucket_end", "agreed", "total"]
+
+
+@torch.inference_mode()
+def greedy_next(model, ids: list[int]) -> torch.Tensor:
+    """[T] the model's greedy next token at every position of ``ids``, full cache, positions 0 … T − 1."""
+    input_ids = torch.tensor([ids], device=model.device)
+    positions = torch.arange(len(ids), device=model.device)[None]
+    return model(input_ids=input_ids, position_ids=positions).logits[0].argmax(-1).cpu()
+
+
+def agreement(drafter_next: torch.Tensor, verifier_next: torch.Tensor, bucket: int) -> list[tuple[int, int, int]]:
+    """(bucket start, agreed, total) for each bucket of ``bucket`` positions."""
+    agree = (drafter_next == verifier_next).long()
+    return [
+        (start, int(agree[start : start + bucket].sum()), int(agree[start : start + bucket].numel()))
+        for start in range(0, agree.numel(), bucket)
+    ]
+
+
+def profile(verifier, drafters: dict, prompts: dict[str, list[list[int]]], bucket: int, replicate: int):
+    """The profile rows (``COLUMNS``) of every drafter ({label: model}) on ``prompts`` ({dataset: [ids, ...]})."""
+    rows = []
+    for dataset, samples in prompts.items():
+        for sample, ids in enumerate(samples):
+            target = greedy_next(verifier, ids)
+            for label, drafter in drafters.items():
+                for start, agreed, total in agreement(greedy_next(drafter, ids), target, bucket):
+                    rows.append((label, replicate, dataset, sample, start, start + total, agreed, total))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("--verifier", required=True, help="verifier model spec or directory")
+    parser.add_argument("--prompts", nargs="+", required=True, help="prompts parquet files, one per dataset")
+    parser.add_argument(
+        "--datasets", nargs="+", required=True, help="the dataset of each --prompts file, in the same order"
+    )
+    parser.add_argument(
+        "--drafter", action="append", required=True, metavar="LABEL=DIR", help="a drafter to profile (repeatable)"
+    )
+    parser.add_argument("--bucket", type=int, required=True, help="positions per bucket (the native range)")
+    parser.add_argument("--replicate", type=int, default=0, help="the training replicate the drafters belong to")
+    parser.add_argument("--out", required=True, help="output parquet")
+    add_machine_flags(parser, ("--verifier-dtype", "--drafter-dtype"))
+
+
+def drafter_dirs(specs: list[str]) -> dict[str, str]:
+    """{label: directory} of the ``LABEL=DIR`` arguments; a ValueError names one that is not of that form."""
+    out = {}
+    for spec in specs:
+        label, sep, path = spec.partition("=")
+        if not sep or not label or not path:
+            raise ValueError(f"--drafter {spec!r}: expected LABEL=DIR")
+        out[label] = path
+    return out
+
+
+def run(args) -> None:
+    if len(args.prompts) != len(args.datasets):
+        raise ValueError(f"--prompts gives {len(args.prompts)} files but --datasets {len(args.datasets)} names")
+    if args.bucket < 1:
+        raise ValueError(f"--bucket {args.bucket}: must be a positive number of positions")
+    torch.set_num_threads(args.threads)
+    prompts = {d: [list(ids) for ids in pd.read_parquet(p)["input_ids"]] for d, p in zip(args.datasets, args.prompts)}
+    verifier = load_model(args.verifier, args.device, args.verifier_dtype)
+    drafters = {
+        label: load_model(path, args.device, args.drafter_dtype) for label, path in drafter_dirs(args.drafter).items()
+    }
+    rows = profile(verifier, drafters, prompts, args.bucket, args.replicate)
+    with atomic_path(Path(args.out)) as tmp:
+        rows.to_parquet(tmp, index=False)
+    print(args.out)
