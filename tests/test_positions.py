@@ -81,3 +81,15 @@ def test_a_short_range_and_an_interpolated_drafter_are_lossless_on_the_real_mode
     for budget in (16, 64):
         sd = speculative(SparseDrafter(drafter, budget), verifier, prompt, 24, 5, eos_token_id=[])
         assert sd.tokens == ar.tokens
+
+
+def test_sd_with_a_full_drafter_cache_takes_no_budget_and_is_lossless():
+    """The collapse's control `sd@full`: policy full at B = 0 (no budget) keeps every prompt position; any other
+    policy still refuses B = 0."""
+    verifier, drafter = tiny_llama(seed=0, layers=2), tiny_llama(seed=1, layers=1)
+    prompt = list(range(3, 83))
+    ar = autoregressive(verifier, prompt, 12, eos_token_id=[])
+    sd = speculative(SparseDrafter(drafter, 0, "full"), verifier, prompt, 12, 3, eos_token_id=[])
+    assert sd.tokens == ar.tokens
+    with pytest.raises(ValueError, match="0 only with policy full"):
+        SparseDrafter(drafter, 0, "topk_chunks")

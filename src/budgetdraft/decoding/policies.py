@@ -69,9 +69,10 @@ def get_policy(name: str) -> SparsePolicy:
     return REGISTRY[name]
 
 
-def check_budget(budget: int, chunk_size: int) -> None:
-    if budget <= 0:
-        raise ValueError(f"budget must be a positive number of tokens, got {budget}")
+def check_budget(budget: int, chunk_size: int, policy: str | None = None) -> None:
+    """A budget of B > 0 tokens; 0 only under an unbudgeted policy (``full``: no budget, every position kept)."""
+    if budget < 0 or (budget == 0 and (policy is None or get_policy(policy).budgeted)):
+        raise ValueError(f"budget must be a positive number of tokens, got {budget} (0 only with policy full)")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
 
@@ -79,7 +80,7 @@ def check_budget(budget: int, chunk_size: int) -> None:
 def keep_indices(policy: str, inputs: PolicyInputs) -> list[torch.Tensor]:
     """Per drafter layer, the sorted prefix positions the drafter keeps: [n] for all heads, or [H_kv, n]."""
     spec = get_policy(policy)
-    check_budget(inputs.budget, inputs.chunk_size)
+    check_budget(inputs.budget, inputs.chunk_size, policy)
     missing = [key for key in sorted(spec.needs) if getattr(inputs, key) is None]
     if missing:
         raise ValueError(

@@ -41,7 +41,7 @@ class SparseDrafter:
         """``draft_vocab``: token ids the drafter may propose (`budgetdraft.decoding.draftvocab`); None = all of them.
         ``engine``: how its decode steps run (``budgetdraft.decoding.engine``), checked here, where the drafter's
         engine enters the library (the loop checks its own: a drafter is built with its own)."""
-        check_budget(budget, chunk_size)
+        check_budget(budget, chunk_size, policy)
         self.needs = get_policy(policy).needs
         self.model, self.budget, self.policy = model, budget, policy
         self.chunk_size, self.score_window, self.prefill_chunk = chunk_size, score_window, prefill_chunk
