@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
+from budgetdraft.base.atomic import atomic_path, check_out, file_sha256, files_sha256
 from budgetdraft.base.defaults import DEVICE, DTYPE
 from budgetdraft.base.revisions import hub_model
 
@@ -457,13 +457,13 @@ def check_pair(drafter, verifier) -> None:
 def export(spec: str, out: str | Path, dtype: str = DTYPE, revision: str = "") -> Path:
     """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer), its
     weights stored in ``dtype``: the dtype the run uses, so that a 7B fp16 verifier is written (and read by every
-    job) as 13.5 GB, not as a 27 GB float32 copy. ``revision``: the hub commit of a hub id (budgetdraft.base.revisions)."""
+    job) as 13.5 GB, not as a 27 GB float32 copy. ``revision``: the hub commit of a hub id (budgetdraft.base.revisions).
+    An existing ``out`` is replaced only when it is an earlier export (``base.atomic.check_out``): a folder of the
+    user's, the working directory or $HOME is refused, never emptied."""
     from transformers import AutoModelForCausalLM
 
+    check_out(out, "export-model")  # before any work; an earlier export there is replaced only once this one is whole
     src = resolve(spec)
-    out = Path(out)
-    if out.exists():
-        shutil.rmtree(out)
     if revision and not hub_model(spec):
         raise ValueError(f"--revision {revision}: {spec!r} is not a hub repository")
     try:
@@ -472,7 +472,11 @@ def export(spec: str, out: str | Path, dtype: str = DTYPE, revision: str = "") -
         )
     except OSError as err:
         raise ValueError(load_error(spec, src, err)) from None
-    return _save_dir_atomically(model, load_tokenizer(spec, revision), out)
+    tokenizer = load_tokenizer(spec, revision)
+    with atomic_path(out, command="export-model") as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+    return Path(out)
 
 
 def configure_parser(parser) -> None:

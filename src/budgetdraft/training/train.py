@@ -36,7 +36,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
+from budgetdraft.base.atomic import (
+    atomic_path,
+    check_out,
+    file_sha256,
+    files_sha256,
+    mark_output,
+    output_problem,
+    publish_dir,
+)
 from budgetdraft.base.defaults import CHUNK_SIZE, POLICY, SCORE_WINDOW
 from budgetdraft.base.jsonio import json_object
 from budgetdraft.training.hparams import TrainingHparams
@@ -318,7 +326,7 @@ def save_checkpoint(work: Path, step: int, drafter, optimizer, scheduler, identi
 
     root = work / "checkpoints"
     final = root / f"step_{step}"
-    with atomic_path(final) as tmp:
+    with atomic_path(final, command="train") as tmp:
         tmp.mkdir()
         save_model(drafter, str(tmp / "model.safetensors"))
         torch.save(
@@ -459,19 +467,33 @@ def resume(work: Path, identity: dict, drafter, optimizer, scheduler, steps: int
         start = load_checkpoint(checkpoint, drafter, optimizer, scheduler)
         print(f"resuming from {checkpoint} (step {start} of {steps})")
         return start
-    if work.exists():  # a stale run, or one killed before its first checkpoint: start over
+    if work.exists():  # a stale run of ours (check_paths), or one killed before its first checkpoint: start over
         shutil.rmtree(work)
     work.mkdir(parents=True)
+    mark_output(work, "train")  # ours from now on: a restart may resume or discard it
     return 0
 
 
+def work_dir(out: Path) -> Path:
+    """``OUT.tmp``, beside ``out``: where a run works and keeps its checkpoints until it publishes ``out``."""
+    out = Path(os.path.abspath(out))
+    return out.with_name(out.name + ".tmp")
+
+
+def check_paths(out: Path, work: Path) -> None:
+    """Refuse, before any work, an ``out`` that is not an earlier output of ``train`` and a work folder ``work``
+    that this command did not make (a user's ``OUT.tmp``): neither is ever removed (``base.atomic.check_out``)."""
+    check_out(out, "train")
+    if problem := output_problem(work, "train"):
+        raise ValueError(f"--out {out}: its work folder {work} {problem}")
+
+
 def publish(work: Path, out: Path, drafter, init: str) -> Path:
-    """The finished drafter (and its tokenizer) saved in ``work``, which then becomes ``out``."""
+    """The finished drafter (and its tokenizer) saved in ``work``, which then becomes ``out`` by a rename (an
+    earlier output of train there is replaced, nothing else: ``base.atomic.publish_dir``)."""
     drafter.save_pretrained(work, safe_serialization=True)
     _copy_tokenizer(init, work)
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(work, out)
+    publish_dir(work, out, "train")
     return out
 
 
@@ -506,7 +528,8 @@ def _train(init: str, targets_file, out: Path, hp: TrainingHparams, stop_after, 
 
     if hp.threads > 0:
         torch.set_num_threads(hp.threads)
-    work = out.with_name(out.name + ".tmp")
+    work = work_dir(out)
+    check_paths(out, work)
     data = load_targets(targets_file)
     drafter = load_model(init, device=hp.device, dtype=hp.dtype)
     drafter.train()
