@@ -6,18 +6,10 @@ BUDGETDRAFT_CACHE (the working directory as the cache) is refused."""
 import shutil
 
 import pytest
-from conftest import tiny_llama
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from transformers import PreTrainedTokenizerFast
+from conftest import tiny_llama, tiny_tokenizer
 
 from budgetdraft.decoding import models
 from budgetdraft.pipeline import cli, warm
-
-
-def tiny_tokenizer():
-    vocab = {f"t{i}": i for i in range(96)}
-    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="t0")), unk_token="t0")
 
 
 @pytest.fixture

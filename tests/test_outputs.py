@@ -7,9 +7,7 @@ import os
 import shlex
 
 import pytest
-from conftest import tiny_llama
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
+from conftest import tiny_model_dir
 from transformers import PreTrainedTokenizerFast
 
 from budgetdraft.decoding import models
@@ -26,12 +24,7 @@ def cold(monkeypatch):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A tiny local model directory with a tokenizer: a spec export-model can copy."""
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    tiny_llama(seed=0, layers=1).save_pretrained(path)
-    vocab = {f"t{i}": i for i in range(96)}
-    tokenizer = Tokenizer(WordLevel(vocab, unk_token="t0"))
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t0").save_pretrained(path)
-    return path
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def refusal(argv: list[str]) -> str:
