@@ -402,11 +402,15 @@ class ModelStore:
 def check_device(device: str) -> None:
     """A ValueError, in one line naming the setting and the fix, for a device this torch cannot use here (a dry run
     on a login node rightly passes ``device: cuda``; the job would die in torch's ``AssertionError: Torch not
-    compiled with CUDA enabled`` or a CUDA initialisation error)."""
+    compiled with CUDA enabled`` or a CUDA initialisation error) or a string that names no device at all (torch's
+    RuntimeError, a traceback)."""
     import torch
 
-    dev = torch.device(device)
     where = "device (training.device for training)"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):  # torch's "Expected one of cpu, cuda, ... device type at start of ..."
+        raise ValueError(f"device: {device!r} is not a torch device: set {where} to cpu, cuda, cuda:N or mps") from None
     if dev.type == "cuda":
         if torch.version.cuda is None and torch.version.hip is None:
             raise ValueError(
