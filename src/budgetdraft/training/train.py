@@ -306,14 +306,14 @@ def _run_identity(hp: TrainingHparams, targets_file, init: str) -> dict:
 
 def _identity_changes(checkpoint: Path, identity: dict) -> list[str]:
     """The parts of `identity` (hparams, targets, init, code) that differ from the run.json of `checkpoint`."""
-    saved = json.loads((checkpoint / "run.json").read_text())
+    saved = saved_identity(checkpoint)
     current = json.loads(json.dumps(identity, sort_keys=True))  # as saved: tuples become lists
     return [key for key in current if saved.get(key) != current[key]]
 
 
 def _hparams_diff(checkpoint: Path, identity: dict) -> str:
     """The hparams keys that differ from the run.json of `checkpoint`, with their values then and now."""
-    then = json.loads((checkpoint / "run.json").read_text()).get("hparams") or {}
+    then = saved_identity(checkpoint).get("hparams") or {}
     now = json.loads(json.dumps(identity["hparams"], sort_keys=True))
     keys = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
     return ", ".join(f"{k}: {then.get(k, 'unset')!r} -> {now.get(k, 'unset')!r}" for k in keys)
@@ -358,17 +358,53 @@ def latest_checkpoint(work: Path) -> Path | None:
     return max(done)[1] if done else None
 
 
+def damaged(checkpoint: Path, why: str) -> ValueError:
+    """The one line of a checkpoint a restart cannot resume: which, why, and that deleting it lets the run go on
+    (from the checkpoint before it, or step 0) instead of every restart failing the same way."""
+    return ValueError(
+        f"the checkpoint {checkpoint} is damaged ({why}): delete it (rm -r {checkpoint}) and run again to resume "
+        "from the checkpoint before it, or from step 0"
+    )
+
+
+def saved_identity(checkpoint: Path) -> dict:
+    """The run identity saved in ``checkpoint`` (its run.json); a damaged one is a ``damaged`` error."""
+    try:
+        saved = json.loads((checkpoint / "run.json").read_text())
+    except (OSError, ValueError) as err:
+        raise damaged(checkpoint, f"run.json: {err}") from None
+    if not isinstance(saved, dict):
+        raise damaged(checkpoint, "run.json is not a JSON object")
+    return saved
+
+
 def load_checkpoint(path: Path, drafter, optimizer, scheduler) -> int:
-    """Restore the weights, optimizer, scheduler and RNG states saved in `path`; returns its step."""
+    """Restore the weights, optimizer, scheduler and RNG states saved in `path`; returns its step. A checkpoint
+    that cannot be read (cut short, overwritten) or holds a non-finite weight or optimizer state (which would stop
+    every restart at its first step) is a ``damaged`` error naming it."""
+    import pickle
+
+    from safetensors import SafetensorError
     from safetensors.torch import load_model
 
-    load_model(drafter, str(path / "model.safetensors"), strict=True, device=str(drafter.device))
-    state = torch.load(path / "state.pt", weights_only=True)
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch_rng"])
-    _set_python_rng_state(state["python_rng"])
-    return int(state["step"])
+    try:
+        load_model(drafter, str(path / "model.safetensors"), strict=True, device=str(drafter.device))
+    except (SafetensorError, OSError, RuntimeError) as err:
+        raise damaged(path, f"model.safetensors: {(str(err).strip() or type(err).__name__).splitlines()[0]}") from None
+    try:
+        state = torch.load(path / "state.pt", weights_only=True)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        _set_python_rng_state(state["python_rng"])
+        step = int(state["step"])
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as err:
+        # its type only: torch's text advises weights_only=False, which must not be followed on a damaged file
+        raise damaged(path, f"state.pt cannot be restored: {type(err).__name__}") from None
+    tensors = [*drafter.parameters(), *(t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))]
+    if not all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point()):
+        raise damaged(path, "a weight or an optimizer state is not finite")
+    return step
 
 
 # ------------------------------------------------------------------------------------------------------------
