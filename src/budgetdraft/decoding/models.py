@@ -20,6 +20,7 @@ import importlib.metadata
 import json
 import math
 import os
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,7 +152,7 @@ def checked_cache(directory: Path) -> Path:
     missing record, a file changed, missing or added is a ValueError naming it and the fix. The digests are read
     once per process while the files' stat (inode, size, mtime, ctime) stays the same: sha256 of SmolLM2's 538 MB
     weights takes 0.4-0.8 s on the 2-core machine, 5-10 times its load (0.07-0.14 s, page cache warm)."""
-    fix = f"delete the directory (rm -r {directory}): it is converted again from the packaged GGUF on next use"
+    fix = f"delete the directory (rm -r {shlex.quote(str(directory))}): it is converted again from the packaged GGUF on next use"
     try:
         recorded = json.loads((directory / CACHE_RECORD).read_text())["sha256"]
         names = sorted(recorded)

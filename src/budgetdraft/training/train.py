@@ -27,6 +27,7 @@ import math
 import os
 import random
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -362,8 +363,8 @@ def damaged(checkpoint: Path, why: str) -> ValueError:
     """The one line of a checkpoint a restart cannot resume: which, why, and that deleting it lets the run go on
     (from the checkpoint before it, or step 0) instead of every restart failing the same way."""
     return ValueError(
-        f"the checkpoint {checkpoint} is damaged ({why}): delete it (rm -r {checkpoint}) and run again to resume "
-        "from the checkpoint before it, or from step 0"
+        f"the checkpoint {checkpoint} is damaged ({why}): delete it (rm -r {shlex.quote(str(checkpoint))}) and run "
+        "again to resume from the checkpoint before it, or from step 0"
     )
 
 
