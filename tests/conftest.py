@@ -105,6 +105,23 @@ def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 96, max_positions: i
     return model
 
 
+def tiny_tokenizer():
+    """A word-level tokenizer of tiny_llama's 96 ids (t0 .. t95), saved and loaded as transformers' own."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{i}": i for i in range(96)}
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="t0")), unk_token="t0")
+
+
+def tiny_model_dir(path: Path, seed: int = 0, layers: int = 1) -> Path:
+    """A local model directory (tiny_llama + tiny_tokenizer) that every model spec argument accepts."""
+    tiny_llama(seed=seed, layers=layers).save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def real_pair():
     """The embedded verifier (SmolLM2-135M-Instruct) and the untrained 4-layer drafter, with the tokenizer."""

@@ -35,3 +35,16 @@ def test_a_failed_write_leaves_no_temp_and_the_old_output(tmp_path):
             tmp.write_text("half")
             raise RuntimeError("killed")
     assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["cell.parquet"]
+
+
+def test_a_directory_written_over_a_folder_its_command_did_not_write_is_refused_and_the_folder_kept(tmp_path):
+    """atomic_path replaced an existing directory with shutil.rmtree, whatever it held (issue 38)."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    for command in (None, "export-model"):
+        with pytest.raises(ValueError, match=f"{mine} (is a directory|exists and is not an earlier output)"):
+            with atomic_path(mine, **({"command": command} if command else {})) as tmp:
+                tmp.mkdir()
+                (tmp / "model.safetensors").write_text("new")
+        assert os.listdir(mine) == ["notes.txt"] and sorted(os.listdir(tmp_path)) == ["mine"]

@@ -13,6 +13,7 @@ import torch
 from conftest import tiny_llama
 from transformers import LlamaForCausalLM
 
+from budgetdraft.base.atomic import OUTPUT_MARKER
 from budgetdraft.decoding.baselines import eagle3, triforce
 from budgetdraft.decoding.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
 from budgetdraft.decoding.baselines.triforce import TriForceDrafter, retrieval_indices
@@ -168,7 +169,7 @@ def test_eagle3_training_lowers_loss(tiny_targets):
 def test_train_eagle3_cli_writes_a_loadable_head(tiny_targets, tmp_path):
     out = tmp_path / "eagle3"
     train_eagle3_cli(tiny_targets, out, json.dumps({"steps": 3, "ttt_steps": 2, "seed": 1, "threads": 1}))
-    assert {p.name for p in out.iterdir()} == {"head.safetensors", "eagle3.json", "loss_log.csv"}
+    assert {p.name for p in out.iterdir()} == {"head.safetensors", "eagle3.json", "loss_log.csv", OUTPUT_MARKER}
     cfg = json.loads((out / "eagle3.json").read_text())
     assert cfg["hparams"]["steps"] == 3 and cfg["draft_vocab"] == "full"
     verifier = LlamaForCausalLM.from_pretrained(tiny_targets / "verifier").eval()

@@ -62,3 +62,22 @@ def test_figure_titles_print_a_dollar_as_written(cells, tmp_path):  # noqa: F811
         settings = {**HOSTILE, "datasets": {"d1": r"A $\input{x}$ B", "d2": NAME}}  # unescaped: a mathtext error
         assert paper.build(artifact, list(cells.values()), settings, out)[0] == out
         assert paper.trace_file(out)
+
+
+@pytest.mark.filterwarnings("ignore:Argument .writer_name.:PendingDeprecationWarning")  # Snakemake's call
+def test_a_dataset_key_ending_in_an_underscore_is_text_in_the_figure_caption():
+    """A dataset key may end in `_` (the schema's `^[A-Za-z0-9_]+$`); written bare into the caption's RST it is a
+    hyperlink reference to nothing, and docutils put an error box into the report (issue 38). The caption is
+    rendered as Snakemake's report renders it: Jinja (its Environment's options), then docutils."""
+    from types import SimpleNamespace
+
+    from docutils.core import publish_parts
+    from jinja2 import Environment
+
+    config = {"collapse": {"dataset": "gs_", "gamma": 3}, "budgets": [64, 1024], "contexts": {"1K": 1024}}
+    snakemake = SimpleNamespace(config={**config, "replicates": 2}, wildcards=SimpleNamespace(figure="collapse"))
+    template = (ROOT / "workflow" / "report" / "figure.rst").read_text()
+    text = Environment(trim_blocks=True, lstrip_blocks=True).from_string(template).render(snakemake=snakemake)
+    body = publish_parts(text, writer_name="html")["body"]  # as Snakemake calls it
+    assert "system-message" not in body and "Unknown target name" not in body, body
+    assert '<tt class="docutils literal">gs_</tt>' in body or "<code>gs_</code>" in body, body

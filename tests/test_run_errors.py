@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import tiny_cell_args, tiny_cell_inputs
+from conftest import tiny_cell_args, tiny_cell_inputs, tiny_model_dir
 from transformers import LlamaConfig
 
 from budgetdraft.base.text import decode_text, read_text_file
@@ -191,3 +191,51 @@ def test_decode_refuses_an_empty_prompt_file_naming_it(tmp_path, monkeypatch):
         cli.main(["decode", "--prompt-file", str(path)])
     said = f"budgetdraft decode: error: --prompt-file {path}: the file holds no prompt (empty or blank)"
     assert exit_.value.code == said
+
+
+@pytest.fixture(scope="module")
+def tiny_spec(tmp_path_factory) -> str:
+    return str(tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def one_line(argv: list[str], monkeypatch) -> str:
+    """What the command said as it stopped: its SystemExit's message (a traceback fails the test)."""
+    monkeypatch.delenv(warm.ENV, raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert isinstance(exit_.value.code, str), exit_.value.code
+    return exit_.value.code
+
+
+def test_user_errors_that_were_tracebacks_are_one_line_naming_the_flag_or_the_path(tiny_spec, tmp_path, monkeypatch):
+    """Issue 38: only ValueError and FileNotFoundError were turned into a line: a device string torch does not know
+    (its RuntimeError), a --prompt-file that is a directory, any other OSError about a path the user gave (here an
+    --out under a file), and files that are not safetensors (safetensors' own error names no file)."""
+    decode = ["decode", "--verifier", tiny_spec, "--method", "ar", "--max-new-tokens", "2"]
+    assert one_line([*decode, "--device", "garbage"], monkeypatch) == (
+        "budgetdraft decode: error: device: 'garbage' is not a torch device: set device (training.device for "
+        "training) to cpu, cuda, cuda:N or mps"
+    )
+    assert one_line([*decode, "--prompt-file", str(tmp_path)], monkeypatch) == (
+        f"budgetdraft decode: error: --prompt-file {tmp_path} is a directory: name a UTF-8 text file that holds the "
+        "prompt"
+    )
+    (tmp_path / "file").write_text("not a folder")
+    said = one_line(["export-model", "--spec", tiny_spec, "--out", str(tmp_path / "file" / "model")], monkeypatch)
+    assert said in {
+        f"budgetdraft export-model: error: {tmp_path / 'file'}: {why}" for why in ("File exists", "Not a directory")
+    }
+    json_file = tmp_path / "s.json"
+    json_file.write_text("{}")
+    sd = [*decode, "--method", "sd", "--drafter", tiny_spec, "--budget", "4", "--gamma", "2"]
+    assert one_line([*sd, "--draft-vocab", str(json_file)], monkeypatch) == (
+        f"budgetdraft decode: error: --draft-vocab {json_file} is not a draft vocabulary file (Error while "
+        "deserializing header: header too small): write one with `budgetdraft draft-vocab`"
+    )
+    said = one_line(
+        ["train", "--init", tiny_spec, "--targets", str(json_file), "--out", str(tmp_path / "d")], monkeypatch
+    )
+    assert said == (
+        f"budgetdraft train: error: targets file {json_file} cannot be read (Error while deserializing header: header "
+        "too small): write it again with `budgetdraft targets`"
+    )

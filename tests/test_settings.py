@@ -45,11 +45,23 @@ def test_paper_settings_refuse_non_finite_numbers_naming_the_key(bad):
     """Settings a user writes by hand (Python's JSON reads NaN and Infinity) are checked as the plan's are."""
     with pytest.raises(ValueError, match="settings key 'near_tie_margin' must be a finite number"):
         PaperSettings.from_json({**PAPER, "near_tie_margin": bad})
-    with pytest.raises(ValueError, match="settings key 'variants.lambda_c' must be a finite number"):
+    with pytest.raises(ValueError, match=r"settings key 'variants\.lambda0\.5\.lambda_c' must be a finite number"):
         PaperSettings.from_json({**PAPER, "variants": {"lambda0.5": {"lambda_c": bad}}})
     with pytest.raises(ValueError, match="settings key 'comparison.contexts' must be a finite number"):
         PaperSettings.from_json({**PAPER, "comparison": {**PAPER["comparison"], "contexts": ["1K", bad]}})
     assert PaperSettings.from_json({**PAPER, "datasets": {"nan": "NaN"}}).datasets == {"nan": "NaN"}  # names stay
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_numbers_nested_in_the_settings_objects_are_refused_naming_the_key(bad):
+    """context_tokens and gammas are objects: a NaN or infinity in them passed the check and reached the figures as
+    int(inf)'s OverflowError (issue 38)."""
+    with pytest.raises(ValueError) as err:
+        PaperSettings.from_json({**PAPER, "context_tokens": {"1K": 1024, "4K": bad}})
+    assert str(err.value) == f"settings key 'context_tokens.4K' must be a finite number, got {bad!r}"
+    with pytest.raises(ValueError) as err:
+        PaperSettings.from_json({**PAPER, "gammas": {"1K": [3, bad]}})
+    assert str(err.value) == f"settings key 'gammas.1K' must be a finite number, got [3, {bad!r}]"
 
 
 def test_hparams_defaults_round_trip_and_checks():

@@ -464,6 +464,45 @@ def test_an_overflowing_update_is_caught_before_any_checkpoint(pair, tmp_path, m
     assert not (tmp_path / "big").exists() and not (tmp_path / "big.tmp" / "checkpoints").exists()
 
 
+def nan_weights(checkpoint: Path) -> None:
+    from safetensors.torch import save_file
+
+    weights = load_file(checkpoint / "model.safetensors")
+    first = next(iter(weights))
+    weights[first] = torch.full_like(weights[first], math.nan)
+    save_file(weights, str(checkpoint / "model.safetensors"))
+
+
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (lambda c: (c / "model.safetensors").write_bytes(b"cut"), r"model.safetensors: Error while deserializing"),
+        (lambda c: (c / "state.pt").write_bytes(b"not a zip"), r"state.pt cannot be restored: UnpicklingError"),
+        (lambda c: (c / "run.json").write_text("{"), r"run.json: Expecting property name"),
+        (nan_weights, r"a weight or an optimizer state is not finite"),
+    ],
+    ids=["weights-cut-short", "state-overwritten", "identity-cut-short", "non-finite-weights"],
+)
+def test_a_damaged_checkpoint_is_named_with_the_fix_and_deleting_it_lets_the_run_go_on(pair, tmp_path, damage, why):
+    """Every restart failed the same way on such a checkpoint (safetensors' or torch's traceback, or a NaN loss at
+    its first step) without naming it or saying to delete it (issue 38)."""
+    _, drafter_dir, targets = pair
+    out = tmp_path / "killed"
+    assert training.train(str(drafter_dir), targets, out, HP, stop_after=4, progress=False) is None
+    checkpoint = tmp_path / "killed.tmp" / "checkpoints" / "step_3"
+    damage(checkpoint)
+    with pytest.raises(ValueError) as err:
+        training.train(str(drafter_dir), targets, out, HP, progress=False)
+    assert re.fullmatch(
+        f"the checkpoint {re.escape(str(checkpoint))} is damaged \\(.*({why}).*\\): delete it "
+        f"\\(rm -r {re.escape(str(checkpoint))}\\) and run again to resume from the checkpoint before it, or from "
+        "step 0",
+        str(err.value),
+    ), str(err.value)
+    shutil.rmtree(checkpoint)  # the fix the line gives: the run starts over and ends as an uninterrupted one
+    assert_same_weights(training.train(str(drafter_dir), targets, out, HP, progress=False), out)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # The test that matters: real models, real text
 

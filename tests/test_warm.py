@@ -413,3 +413,35 @@ def test_a_snakemake_killed_with_sigkill_leaves_nothing_in_the_temporary_directo
         with contextlib.suppress(ProcessLookupError):
             os.kill(server, signal.SIGKILL)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("server", ["forking", "resident"], indirect=True)
+def test_a_silent_client_or_a_request_that_is_not_json_neither_stalls_nor_ends_the_server(tmp_path, server):
+    """The server read a request with no timeout, so one client that connected and sent nothing stalled every later
+    job; a framed request that was not JSON raised in its loop and ended it (issue 38)."""
+    from budgetdraft.pipeline import warm
+
+    process, env = server
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.connect(env[warm.ENV])
+    garbage = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    garbage.connect(env[warm.ENV])
+    body = b"\xffnot json"
+    socket.send_fds(garbage, [struct.pack("!I", len(body)) + body], [0, 1, 2])
+    try:
+        later = subprocess.run(  # a later job: answered once the silent client has had its time (10 s)
+            [sys.executable, "-m", "budgetdraft", "claims", "--help"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=PATIENCE_S,
+        )
+        assert later.returncode == 0 and "--settings" in later.stdout, later.stderr
+        assert garbage.recv(4) == b""  # dropped, unanswered
+        assert process.poll() is None, "the server ended"
+    finally:
+        silent.close()
+        garbage.close()
+    log = (tmp_path / "warm.log").read_text()
+    assert f"dropped a client that sent no request in {warm.REQUEST_TIMEOUT_S:g} s" in log, log
+    assert "dropped a request that is not JSON" in log, log

@@ -56,8 +56,9 @@ def plain(value, strict: bool = False):
 
 def checked_keys(cls, data, what: str, where: str = "") -> dict:
     """``data`` as a dict of the fields of record ``cls``: an error names unknown keys, the first missing required
-    one (a field without a default), or the first whose number (or a number in its list) is NaN or infinite (NaN
-    passes every bound: ``lambda_c > 0`` and ``< 0`` are both False; Python's JSON reads ``NaN`` and ``Infinity``)."""
+    one (a field without a default), or the first NaN or infinite number in its values, lists and objects
+    (``non_finite``: NaN passes every bound, ``lambda_c > 0`` and ``< 0`` are both False; Python's JSON reads
+    ``NaN`` and ``Infinity``)."""
     if not isinstance(data, dict):
         raise ValueError(f"{what} {where or 'settings'} must be a JSON object, got {type(data).__name__}")
     known = [f.name for f in fields(cls)]
@@ -69,9 +70,22 @@ def checked_keys(cls, data, what: str, where: str = "") -> dict:
     if missing:
         raise ValueError(f"settings: missing key '{where + '.' if where else ''}{missing[0]}'")
     for key, value in data.items():
-        if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, list) else [value])):
-            raise ValueError(f"{what} key '{where + '.' if where else ''}{key}' must be a finite number, got {value!r}")
+        if (found := non_finite(value, f"{where + '.' if where else ''}{key}")) is not None:
+            raise ValueError(f"{what} key '{found[0]}' must be a finite number, got {found[1]!r}")
     return dict(data)
+
+
+def non_finite(value, key: str) -> tuple[str, object] | None:
+    """The dotted key and the value of the first NaN or infinite number in ``value``, however deep in its objects
+    (``context_tokens.4K``, ``gammas.4K``: they reached the figures as ``int(inf)``'s OverflowError); a list is
+    named by its key and shown whole. None when every number is finite."""
+    if isinstance(value, dict):
+        found = (non_finite(v, f"{key}.{k}") for k, v in value.items())
+        return next((f for f in found if f is not None), None)
+    if isinstance(value, (list, tuple)):
+        inner = next((f for f in (non_finite(v, key) for v in value) if f is not None), None)
+        return None if inner is None else (inner[0], value if inner[0] == key else inner[1])
+    return (key, value) if isinstance(value, float) and not math.isfinite(value) else None
 
 
 class JsonRecord:

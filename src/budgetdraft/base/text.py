@@ -18,5 +18,11 @@ def decode_text(raw: bytes, name, what: str = "prompt file") -> str:
 
 
 def read_text_file(path: str | Path, what: str = "prompt file") -> str:
-    """The UTF-8 text of the file ``path`` (e.g. decode's --prompt-file), naming it when it is not UTF-8."""
-    return decode_text(Path(path).read_bytes(), path, what)
+    """The UTF-8 text of the file ``path`` (e.g. decode's --prompt-file), naming it when it is not UTF-8 or cannot
+    be read (a directory, a missing or unreadable file: Python's OSError names neither the flag nor what to do)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        why = "is a directory" if isinstance(err, IsADirectoryError) else f"cannot be read ({err.strerror or err})"
+        raise ValueError(f"{what} {path} {why}: name a UTF-8 text file that holds the prompt") from None
+    return decode_text(raw, path, what)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from budgetdraft.base.atomic import atomic_path
@@ -40,7 +41,14 @@ def save_vocab(ids: torch.Tensor, path: Path) -> None:
 
 
 def load_vocab(path: Path) -> torch.Tensor:
-    return load_file(str(path))["ids"].long()
+    """The token ids of a draft vocabulary file (``--draft-vocab``); one that is no such file is a ValueError naming
+    it (safetensors' own error names no file, and a directory is an OSError "No such device")."""
+    try:
+        return load_file(str(path))["ids"].long()
+    except (SafetensorError, OSError, KeyError) as err:
+        raise ValueError(
+            f"--draft-vocab {path} is not a draft vocabulary file ({err}): write one with `budgetdraft draft-vocab`"
+        ) from None
 
 
 class ReducedHead:

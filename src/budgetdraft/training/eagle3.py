@@ -11,7 +11,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from budgetdraft.base.atomic import atomic_path
+from budgetdraft.base.atomic import atomic_path, check_out
 from budgetdraft.decoding.baselines.eagle3 import (
     CONFIG_FILE,
     HEAD_FILE,
@@ -119,10 +119,11 @@ class SequenceFeatures:
 
 
 def save_head(out, head: Eagle3Head, config: dict, log_rows: list[dict]) -> None:
-    """``out/head.safetensors`` + ``out/eagle3.json`` (``config``) + ``out/loss_log.csv``, atomically."""
+    """``out/head.safetensors`` + ``out/eagle3.json`` (``config``) + ``out/loss_log.csv``, atomically; an existing
+    ``out`` is replaced only when it is an earlier head (``base.atomic.publish_dir``)."""
     from safetensors.torch import save_file
 
-    with atomic_path(out) as work:
+    with atomic_path(out, command="train-eagle3") as work:
         work.mkdir()
         save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(work / HEAD_FILE))
         (work / CONFIG_FILE).write_text(json.dumps(config, indent=1, sort_keys=True))
@@ -140,6 +141,7 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     from budgetdraft.training.train import Diverged, stopped
 
     hp = resolve_hparams(hparams)
+    check_out(out, "train-eagle3")  # before any work: a folder of the user's is refused, never replaced
     try:
         return _train(verifier_spec, targets_file, out, hp, verbose)
     except Diverged as err:

@@ -107,14 +107,19 @@ def save_targets(
 def load_targets(path: str | Path) -> dict:
     """{"input_ids": [N, P+C], "targets": [N, C], "prefix_len": P, "cont_len": C, "verifier": str, "teacher": str,
     "verifier_sha256": str} (the last two "" in files written before they were recorded)."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"targets file not found: {path}")
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
-        data = {name: f.get_tensor(name) for name in ("input_ids", "targets")}
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            data = {name: f.get_tensor(name) for name in ("input_ids", "targets")}
+    except (SafetensorError, OSError) as err:  # not a safetensors file, or one cut short
+        raise ValueError(
+            f"targets file {path} cannot be read ({err}): write it again with `budgetdraft targets`"
+        ) from None
     data["prefix_len"] = int(meta["prefix_len"])
     data["cont_len"] = int(meta["cont_len"])
     for key in ("verifier", "teacher", "verifier_sha256"):

@@ -27,6 +27,7 @@ import math
 import os
 import random
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -36,7 +37,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
+from budgetdraft.base.atomic import (
+    atomic_path,
+    check_out,
+    file_sha256,
+    files_sha256,
+    mark_output,
+    output_problem,
+    publish_dir,
+)
 from budgetdraft.base.defaults import CHUNK_SIZE, POLICY, SCORE_WINDOW
 from budgetdraft.base.jsonio import json_object
 from budgetdraft.training.hparams import TrainingHparams
@@ -298,14 +307,14 @@ def _run_identity(hp: TrainingHparams, targets_file, init: str) -> dict:
 
 def _identity_changes(checkpoint: Path, identity: dict) -> list[str]:
     """The parts of `identity` (hparams, targets, init, code) that differ from the run.json of `checkpoint`."""
-    saved = json.loads((checkpoint / "run.json").read_text())
+    saved = saved_identity(checkpoint)
     current = json.loads(json.dumps(identity, sort_keys=True))  # as saved: tuples become lists
     return [key for key in current if saved.get(key) != current[key]]
 
 
 def _hparams_diff(checkpoint: Path, identity: dict) -> str:
     """The hparams keys that differ from the run.json of `checkpoint`, with their values then and now."""
-    then = json.loads((checkpoint / "run.json").read_text()).get("hparams") or {}
+    then = saved_identity(checkpoint).get("hparams") or {}
     now = json.loads(json.dumps(identity["hparams"], sort_keys=True))
     keys = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
     return ", ".join(f"{k}: {then.get(k, 'unset')!r} -> {now.get(k, 'unset')!r}" for k in keys)
@@ -318,7 +327,7 @@ def save_checkpoint(work: Path, step: int, drafter, optimizer, scheduler, identi
 
     root = work / "checkpoints"
     final = root / f"step_{step}"
-    with atomic_path(final) as tmp:
+    with atomic_path(final, command="train") as tmp:
         tmp.mkdir()
         save_model(drafter, str(tmp / "model.safetensors"))
         torch.save(
@@ -350,17 +359,53 @@ def latest_checkpoint(work: Path) -> Path | None:
     return max(done)[1] if done else None
 
 
+def damaged(checkpoint: Path, why: str) -> ValueError:
+    """The one line of a checkpoint a restart cannot resume: which, why, and that deleting it lets the run go on
+    (from the checkpoint before it, or step 0) instead of every restart failing the same way."""
+    return ValueError(
+        f"the checkpoint {checkpoint} is damaged ({why}): delete it (rm -r {shlex.quote(str(checkpoint))}) and run "
+        "again to resume from the checkpoint before it, or from step 0"
+    )
+
+
+def saved_identity(checkpoint: Path) -> dict:
+    """The run identity saved in ``checkpoint`` (its run.json); a damaged one is a ``damaged`` error."""
+    try:
+        saved = json.loads((checkpoint / "run.json").read_text())
+    except (OSError, ValueError) as err:
+        raise damaged(checkpoint, f"run.json: {err}") from None
+    if not isinstance(saved, dict):
+        raise damaged(checkpoint, "run.json is not a JSON object")
+    return saved
+
+
 def load_checkpoint(path: Path, drafter, optimizer, scheduler) -> int:
-    """Restore the weights, optimizer, scheduler and RNG states saved in `path`; returns its step."""
+    """Restore the weights, optimizer, scheduler and RNG states saved in `path`; returns its step. A checkpoint
+    that cannot be read (cut short, overwritten) or holds a non-finite weight or optimizer state (which would stop
+    every restart at its first step) is a ``damaged`` error naming it."""
+    import pickle
+
+    from safetensors import SafetensorError
     from safetensors.torch import load_model
 
-    load_model(drafter, str(path / "model.safetensors"), strict=True, device=str(drafter.device))
-    state = torch.load(path / "state.pt", weights_only=True)
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch_rng"])
-    _set_python_rng_state(state["python_rng"])
-    return int(state["step"])
+    try:
+        load_model(drafter, str(path / "model.safetensors"), strict=True, device=str(drafter.device))
+    except (SafetensorError, OSError, RuntimeError) as err:
+        raise damaged(path, f"model.safetensors: {(str(err).strip() or type(err).__name__).splitlines()[0]}") from None
+    try:
+        state = torch.load(path / "state.pt", weights_only=True)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        _set_python_rng_state(state["python_rng"])
+        step = int(state["step"])
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as err:
+        # its type only: torch's text advises weights_only=False, which must not be followed on a damaged file
+        raise damaged(path, f"state.pt cannot be restored: {type(err).__name__}") from None
+    tensors = [*drafter.parameters(), *(t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))]
+    if not all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point()):
+        raise damaged(path, "a weight or an optimizer state is not finite")
+    return step
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -459,19 +504,33 @@ def resume(work: Path, identity: dict, drafter, optimizer, scheduler, steps: int
         start = load_checkpoint(checkpoint, drafter, optimizer, scheduler)
         print(f"resuming from {checkpoint} (step {start} of {steps})")
         return start
-    if work.exists():  # a stale run, or one killed before its first checkpoint: start over
+    if work.exists():  # a stale run of ours (check_paths), or one killed before its first checkpoint: start over
         shutil.rmtree(work)
     work.mkdir(parents=True)
+    mark_output(work, "train")  # ours from now on: a restart may resume or discard it
     return 0
 
 
+def work_dir(out: Path) -> Path:
+    """``OUT.tmp``, beside ``out``: where a run works and keeps its checkpoints until it publishes ``out``."""
+    out = Path(os.path.abspath(out))
+    return out.with_name(out.name + ".tmp")
+
+
+def check_paths(out: Path, work: Path) -> None:
+    """Refuse, before any work, an ``out`` that is not an earlier output of ``train`` and a work folder ``work``
+    that this command did not make (a user's ``OUT.tmp``): neither is ever removed (``base.atomic.check_out``)."""
+    check_out(out, "train")
+    if problem := output_problem(work, "train"):
+        raise ValueError(f"--out {out}: its work folder {work} {problem}")
+
+
 def publish(work: Path, out: Path, drafter, init: str) -> Path:
-    """The finished drafter (and its tokenizer) saved in ``work``, which then becomes ``out``."""
+    """The finished drafter (and its tokenizer) saved in ``work``, which then becomes ``out`` by a rename (an
+    earlier output of train there is replaced, nothing else: ``base.atomic.publish_dir``)."""
     drafter.save_pretrained(work, safe_serialization=True)
     _copy_tokenizer(init, work)
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(work, out)
+    publish_dir(work, out, "train")
     return out
 
 
@@ -506,7 +565,8 @@ def _train(init: str, targets_file, out: Path, hp: TrainingHparams, stop_after, 
 
     if hp.threads > 0:
         torch.set_num_threads(hp.threads)
-    work = out.with_name(out.name + ".tmp")
+    work = work_dir(out)
+    check_paths(out, work)
     data = load_targets(targets_file)
     drafter = load_model(init, device=hp.device, dtype=hp.dtype)
     drafter.train()
