@@ -46,6 +46,28 @@ def test_a_key_given_twice_in_config_is_refused(tmp_path):
     assert "Job stats" not in out
 
 
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (
+            ("--config", "max_new_tokens=4", "--config", "repeats=2"),
+            "--config is given 2 times (--config max_new_tokens=4, then --config repeats=2)",
+        ),
+        (("--config", "max_new_tokens=4", "-Cmax_new_tokens=6"), "--config gives 'max_new_tokens' twice"),
+        (
+            ("--configfile", "config/ci.yaml"),
+            "--configfile is given 2 times (--configfile bad.yaml, then --configfile config/ci.yaml)",
+        ),
+    ],
+    ids=["two-config-flags", "attached-form", "two-configfile-flags"],
+)
+def test_a_second_config_flag_is_refused_before_any_job(tmp_path, args, line):
+    """Snakemake keeps the last --config's keys and the last --configfile's files only; the first would be lost."""
+    code, out = dry_run(tmp_path, (ROOT / "config" / "ci.yaml").read_text(), *args)
+    assert code != 0 and line in out, out[-2000:]
+    assert "Job stats" not in out
+
+
 def test_a_nan_lambda_is_refused_before_any_job(tmp_path):
     text = (
         (ROOT / "config" / "ci.yaml").read_text().replace("lambda1.0: {lambda_c: 1.0}", "lambda1.0: {lambda_c: .nan}")

@@ -415,3 +415,37 @@ def test_a_key_given_twice_on_the_command_line_is_refused(argv):
     message = refusal(lambda c: None, argv=argv)
     assert message.startswith("--config gives 'samples' twice (samples=1 and samples=2)"), message
     check_config(ci_config(), schema=SCHEMA, argv=["snakemake", "--config", "samples=1", "repeats=2", "-n", "all"])
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (
+            ["snakemake", "-n", "--config", "max_new_tokens=4", "--config", "repeats=2"],
+            "--config is given 2 times (--config max_new_tokens=4, then --config repeats=2): Snakemake keeps only the "
+            "last flag's keys, so max_new_tokens would be dropped without a word; give them all after one --config "
+            "(--config max_new_tokens=4 repeats=2)",
+        ),
+        (
+            ["snakemake", "--config", "max_new_tokens=4", "-Cmax_new_tokens=6", "-n"],
+            "--config gives 'max_new_tokens' twice (max_new_tokens=4 and max_new_tokens=6)",
+        ),
+        (
+            ["snakemake", "-nCmax_new_tokens=6", "--config=repeats=2", "all"],
+            "--config is given 2 times (-C max_new_tokens=6, then --config repeats=2): Snakemake keeps only the last",
+        ),
+        (
+            ["snakemake", "-n", "--configfile", "config/ci.yaml", "--configfile", "extra.yaml"],
+            "--configfile is given 2 times (--configfile config/ci.yaml, then --configfile extra.yaml): Snakemake keeps "
+            "only the last flag's files, so config/ci.yaml would be dropped without a word; give them all after one "
+            "--configfile (--configfile config/ci.yaml extra.yaml)",
+        ),
+    ],
+    ids=["two-config-flags", "attached-form", "attached-then-equals", "two-configfile-flags"],
+)
+def test_a_second_config_flag_is_refused_naming_what_it_would_drop(argv, line):
+    """Snakemake keeps only the last --config (its keys) and the last --configfile (its files): the first is lost."""
+    assert refusal(lambda c: None, argv=argv).startswith(line)
+    check_config(
+        ci_config(), schema=SCHEMA, argv=["snakemake", "-C", "samples=1", "repeats=2", "--configfile", "a", "b"]
+    )

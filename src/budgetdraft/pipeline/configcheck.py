@@ -11,7 +11,10 @@ other and with the verifier, a ValueError at the first inconsistency, naming its
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import copy
+import io
 import math
 import re
 from pathlib import Path
@@ -143,24 +146,66 @@ def text_problems(config: dict) -> list[str]:
 
 
 def check_config_args(argv) -> None:
-    """Raise ValueError when ``--config`` (or ``-C``) on a Snakemake command line gives one key twice: Snakemake keeps
-    the last silently."""
-    seen, taking = {}, False
-    for arg in map(str, argv or ()):
-        if arg in ("--config", "-C"):
-            taking = True
-            continue
-        if arg.startswith("--config="):
-            arg, taking = arg.split("=", 1)[1], False
-        elif arg.startswith("-") or not taking:
-            taking = False
-            continue
-        key = arg.split("=", 1)[0]
-        if key in seen:
-            raise ValueError(
-                f"--config gives {key!r} twice ({seen[key]} and {arg}): Snakemake would keep only the last; give it once"
-            )
-        seen[key] = arg
+    """Raise ValueError when a Snakemake command line (``argv``, the program first) gives one ``--config`` key twice,
+    or ``--config`` / ``-C`` or ``--configfile`` twice in any spelling (``-Ca=1``, ``-C a=1``, ``--config=a=1``):
+    Snakemake keeps the last value of a key, and of two flags only the last flag's keys or files, without a word."""
+    uses = command_line_uses(argv)
+    seen = {}
+    for dest, _, values in uses:
+        for given in values if dest == "config" else ():
+            key = given.split("=", 1)[0]
+            if key in seen:
+                raise ValueError(
+                    f"--config gives {key!r} twice ({seen[key]} and {given}): Snakemake would keep only the last; "
+                    "give it once"
+                )
+            seen[key] = given
+    for dest, flag in (("config", "--config"), ("configfile", "--configfile")):
+        given = [(option, values) for d, option, values in uses if d == dest]
+        if len(given) > 1:
+            raise ValueError(flag_twice(flag, given))
+
+
+def flag_twice(flag: str, given: list[tuple[str, list[str]]]) -> str:
+    """One line for a ``--config`` or ``--configfile`` flag given more than once (``given``: each use's option as
+    written and its values)."""
+    written = ", then ".join(" ".join([option, *values]) for option, values in given)
+    dropped = " ".join(v.split("=", 1)[0] if flag == "--config" else v for _, values in given[:-1] for v in values)
+    what = "keys" if flag == "--config" else "files"
+    every = " ".join(v for _, values in given for v in values)
+    return (
+        f"{flag} is given {len(given)} times ({written}): Snakemake keeps only the last flag's {what}, so "
+        f"{dropped or 'nothing'} would be dropped without a word; give them all after one {flag} ({flag} {every})"
+    )
+
+
+def command_line_uses(argv) -> list[tuple[str, str, list[str]]]:
+    """Each ``--config`` / ``-C`` and ``--configfile`` of a Snakemake command line (``argv``, the program first) as
+    Snakemake's own argument parser reads it, in order: (``config`` or ``configfile``, the option, its values). The
+    parser keeps only the last use of each; this reads every one. [] for a command line that parser refuses
+    (Snakemake run through its API, not its command line)."""
+    args = [str(a) for a in list(argv or ())[1:]]
+    if not args:
+        return []
+    from snakemake.cli import get_argument_parser
+
+    uses = []
+
+    class Counted(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            uses.append((self.dest, option_string, [str(v) for v in values or ()]))
+            super().__call__(parser, namespace, values, option_string)
+
+    parser = get_argument_parser()
+    for action in parser._actions:  # the parser's own actions, each counting its uses where it stores them
+        if action.dest in ("config", "configfile"):
+            action.__class__ = type(f"Counted{type(action).__name__}", (Counted, type(action)), {})
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            parser.parse_known_args(args)
+    except SystemExit:
+        return []
+    return uses
 
 
 # ---------------------------------------------------------------- the config files themselves
