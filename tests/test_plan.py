@@ -331,7 +331,7 @@ def test_a_cell_path_is_formatted_and_parsed_in_one_place(name):
         rules[shared] = re.compile(regex)
     for path in p.every_cell():
         k = key(path)
-        assert cellfile.cell_path(**k) == path and p.is_cell(path)
+        assert cellfile.cell_path(**k) == path and p.asked_cells([path]) == [path]
         replicate = None if k["replicate"] == names.SHARED else k["replicate"]
         assert p.cell(k["label"], k["dataset"], k["context"], k["budget"], k["gamma"], replicate) == path
         made_by = [shared for shared, rule in rules.items() if rule.fullmatch(path)]
@@ -341,7 +341,7 @@ def test_a_cell_path_is_formatted_and_parsed_in_one_place(name):
     assert cellfile.cell_pattern(True, root="logs/cells", ext="log") == (
         "logs/cells/{label}/r{replicate}/{dataset}/{context}/B{budget}_g{gamma}.log"
     )
-    assert not p.is_cell("results/tables/main.tex") and not p.is_cell("results/cells/sd/gs/notacell.parquet")
+    assert p.asked_cells(["results/tables/main.tex", "results/cells/sd/gs/notacell.parquet"]) == []
 
 
 def test_the_eval_rules_write_the_cell_path_the_plan_formats():
