@@ -15,7 +15,7 @@ from pathlib import Path
 
 # src/ is on sys.path (Snakefile): the workflow runs the library it declares as code inputs.
 from budgetdraft.base import defaults, names, revisions
-from budgetdraft.pipeline.plan import Plan, set_aside_unreadable
+from budgetdraft.pipeline.plan import Plan, drop_stale_settings, set_aside_unreadable
 
 PLAN = Plan(config)
 
@@ -28,7 +28,7 @@ if unpinned := revisions.unpinned(config):
     )
 
 
-# ---------------------------------------------------------------- unreadable cell files, once, before any job
+# ---------------------------------------------------------------- unreadable cells and stale settings, before any job
 # An existing cell file that cannot be used (cut short, damaged, not the cell its path names, unreadable, or a
 # directory or FIFO at a cell path: budgetdraft.pipeline.plan.set_aside_unreadable) is moved to FILE.unreadable (never
 # deleted), saying so, before Snakemake plans a job: its cell is then missing and is measured again. Only when a job
@@ -41,30 +41,44 @@ if unpinned := revisions.unpinned(config):
 # (PLAN.every_cell) and any cell file among the targets, resolved inside results/cells/ (PLAN.asked_cells). Its cost
 # (pyarrow reads each file, its digest is recomputed), measured with config/config.yaml's 893 cell files present (677
 # of `all`, 216 of `policies`): 3.8-8.3 s, 5 s of CPU, on the shared 2-core CPU at load 3.5-5; none present: 13 ms.
+# In the same step, a settings file or the run record that is not what the plan writes there (edited by hand, or
+# written from another config: budgetdraft.pipeline.plan.drop_stale_settings) is removed, naming its first difference,
+# so its rule writes it again and every job that reads it runs again: a hand edit is never published.
 
 
-def measuring_again_first(execute):
-    """``workflow.execute`` that first sets aside the cell files no reader could use (set_aside_unreadable), moving
-    them only when the executor Snakemake hands it runs jobs (neither a dry run nor touch).
+def planned_files():
+    """{path: JSON} of the files a rule writes from the plan alone (no input: only a change of its params reruns it),
+    which the step compares: every artifact's settings and the report's run record (run_record_json, paper.smk).
+    """
+    return {**PLAN.settings_files(), RUN_RECORD: run_record_json()}
+
+
+def files_checked_first(execute):
+    """``workflow.execute`` that first sets aside the cell files no reader could use (set_aside_unreadable) and
+    removes the files written from the plan that are not what it writes (drop_stale_settings), doing either only when
+    the executor Snakemake hands it runs jobs (neither a dry run nor touch), naming them otherwise.
     """
     signature = inspect.signature(execute)
 
     @functools.wraps(execute)
-    def execute_after_the_cells(*args, **kwargs):
-        executor = (
-            signature.bind(*args, **kwargs).arguments["executor_plugin"].common_settings
-        )
+    def execute_after_the_checks(*args, **kwargs):
+        executor = signature.bind(*args, **kwargs).arguments["executor_plugin"]
         if workflow.is_main_process:
+            no_job = (
+                executor.common_settings.dryrun_exec
+                or executor.common_settings.touch_exec
+            )
             asked = PLAN.every_cell() + PLAN.asked_cells(workflow.dag_settings.targets)
-            no_job = executor.dryrun_exec or executor.touch_exec
-            for line in set_aside_unreadable(asked, dry_run=no_job):
+            lines = set_aside_unreadable(asked, dry_run=no_job)
+            lines += drop_stale_settings(planned_files(), dry_run=no_job)
+            for line in lines:
                 print(line, file=sys.stderr)
         return execute(*args, **kwargs)
 
-    return execute_after_the_cells
+    return execute_after_the_checks
 
 
-workflow.execute = measuring_again_first(workflow.execute)
+workflow.execute = files_checked_first(workflow.execute)
 
 
 # ---------------------------------------------------------------- input functions and params

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from budgetdraft.base import defaults, names, revisions
 from budgetdraft.base.importgraph import code_files
+from budgetdraft.base.jsonio import first_difference
 from budgetdraft.decoding import baselines
 from budgetdraft.evaluation import cellfile
 from budgetdraft.report.settings import PaperSettings, Variant
@@ -38,6 +39,7 @@ STAGE_COMMANDS = {
     "claims": "claims",
 }
 VERIFIER = "results/models/verifier"
+SETTINGS_FILE = "results/settings/{name}.json"  # rule settings' output: what `paper` and `claims` lay out where
 
 
 class Plan:
@@ -402,6 +404,11 @@ class Plan:
             PaperSettings.from_json(settings)
         return json.dumps(settings)
 
+    def settings_files(self) -> dict[str, str]:
+        """{results/settings/NAME.json: the JSON rule settings writes there} of every artifact and of the claims."""
+        artifacts = [*self.all_tables, *self.all_figures.values(), "claims"]
+        return {SETTINGS_FILE.format(name=name): self.artifact_settings(name) for name in artifacts}
+
     # ------------------------------------------------------------------------------------------------ cell jobs
 
     def cell_inputs(self, label, dataset, context, replicate=None) -> dict:
@@ -535,4 +542,41 @@ def set_aside_unreadable(paths, dry_run: bool) -> list[str]:
                 "remove it, and the cell is measured again"
             ) from None
         lines.append(f"unreadable cell file {path} ({problem}): moved to {aside}, measuring the cell again")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------------- stale settings
+# A settings file (rule settings: results/settings/NAME.json) decides a table's column titles and each variant's λ;
+# the run record (rule run_record: results/report/run.json) the report's configuration page. Their rules have no
+# input, so Snakemake writes one again only when its params (the plan's JSON) change: a file edited by hand would be
+# read by the next job that reads it and published. So when Snakemake is about to run jobs, before it plans
+# them, each existing one is compared with the JSON the plan writes there; one that differs is removed, named with
+# its first difference, so rule settings writes it again and every artifact that reads it is built again.
+
+
+def drop_stale_settings(planned: dict[str, str], dry_run: bool) -> list[str]:
+    """Remove every existing file of ``planned`` ({path: the JSON the plan writes there}) whose JSON is not that
+    (`jsonio.first_difference`); with ``dry_run`` remove nothing. One line per such file, naming the difference and
+    what was done (or what a run would do)."""
+    lines = []
+    for path, text in planned.items():
+        try:
+            found = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as e:
+            difference = f"not readable: {getattr(e, 'strerror', None) or e}"
+        else:
+            try:
+                difference = first_difference(json.loads(found), json.loads(text))
+            except json.JSONDecodeError:
+                difference = "not JSON"
+        if difference is None:
+            continue
+        said = f"{path} is not what the config plans ({difference})"
+        if dry_run:
+            lines.append(f"{said}: a run will write it again and rebuild what reads it (this dry run plans as it is)")
+            continue
+        os.remove(path)
+        lines.append(f"{said}: removed, writing it again and rebuilding what reads it")
     return lines
