@@ -115,11 +115,25 @@ HOSTILE = [  # (an edit of config/ci.yaml's text, the line the plan stops with)
         "the key 'lam\\n' has a control",
     ),
     (('name: "GS"', 'name: "</script><img src=x onerror=alert(1)>"'), "datasets.gs.name = '</script>"),
+    (('name: "GS"', 'name: "\\u202eSG"'), "datasets.gs.name = '\\u202eSG': holds U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+    (
+        (
+            '  gs: {source: shakespeare_plays, name: "GS"}',
+            '  gs: {source: shakespeare_plays, name: "Café"}\n  gs2: {source: shakespeare_plays, name: "Cafe\\u0301"}',
+        ),
+        "datasets.gs2.name = 'Cafe\u0301' reads as datasets.gs.name = 'Café': two columns a reader cannot tell apart",
+    ),
+    (
+        ("lambda1.0: {lambda_c: 1.0}", "lambda1.0: {lambda_c: 1.0}\n  v1: {lambda_c: 0.7}\n  v1.: {lambda_c: 0.8}"),
+        "variants: 'v1.' ends in '.', which Windows drops ('v1.' and 'v1' are one folder there)",
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    "edit, line", HOSTILE, ids=["case-datasets", "case-method", "gamma", "seed", "long", "newline", "markup"]
+    "edit, line",
+    HOSTILE,
+    ids=["case-datasets", "case-method", "gamma", "seed", "long", "newline", "markup", "rtl", "nfc-nfd", "windows-dot"],
 )
 def test_a_name_or_number_that_fails_late_is_refused_before_any_job(tmp_path, edit, line):
     text = (ROOT / "config" / "ci.yaml").read_text()

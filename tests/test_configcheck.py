@@ -449,3 +449,82 @@ def test_a_second_config_flag_is_refused_naming_what_it_would_drop(argv, line):
     check_config(
         ci_config(), schema=SCHEMA, argv=["snakemake", "-C", "samples=1", "repeats=2", "--configfile", "a", "b"]
     )
+
+
+# ------------------------------------------------------------------------------------------------------ names
+
+
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("LWM\u202e", "holds U+202E (RIGHT-TO-LEFT OVERRIDE), which a reader cannot see in a column title"),
+        ("Long\u2028Bench", "holds U+2028 (LINE SEPARATOR), which a reader cannot see"),
+        ("GS\x85", "holds U+0085 (a control character), which a reader cannot see"),
+        ("G\u200bS", "holds U+200B (ZERO WIDTH SPACE)"),
+        ("Long\u00a0Bench", "holds U+00A0 (NO-BREAK SPACE)"),
+        ("", "is empty: a column title must show the dataset's name"),
+        ("   ", "is empty"),
+        (" GS", "has spaces around it"),
+        ("G" * 100_000, "has 100000 characters, more than the 64 a column title may have"),
+    ],
+    ids=[
+        "rtl-override",
+        "line-separator",
+        "next-line",
+        "zero-width",
+        "no-break-space",
+        "empty",
+        "blank",
+        "spaces",
+        "long",
+    ],
+)
+def test_a_display_name_a_reader_cannot_see_is_refused(name, why):
+    """A dataset's name is a column title of every table and page: what it holds must be what a reader sees."""
+    message = refusal(lambda c: c["datasets"]["gs"].update(name=name))
+    assert message.startswith("the config has 1 problem(s):") and f"datasets.gs.name = {name!r}: {why}" in message
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [("Café", "Cafe\u0301"), ("LWM", "LWM"), ("LWM", "lwm"), ("ﬁve", "five")],
+    ids=["nfc-nfd", "same", "case", "ligature"],
+)
+def test_two_display_names_a_reader_cannot_tell_apart_are_refused(first, second):
+    """Two columns under one title (after Unicode normalisation and case folding) say nothing of which is which."""
+
+    def edit(c):
+        c["datasets"]["gs"]["name"], c["datasets"]["lwm"]["name"] = first, second
+
+    assert (
+        f"datasets.lwm.name = {second!r} reads as datasets.gs.name = {first!r}: two columns a reader cannot tell "
+        "apart; rename one"
+    ) in refusal(edit)
+
+
+@pytest.mark.parametrize(
+    "key, name, why",
+    [
+        ("datasets", "CON", "'CON' is a device name on Windows"),
+        ("datasets", "aux", "'aux' is a device name on Windows"),
+        ("variants", "nul.v2", "'nul.v2' is a device name on Windows"),
+        ("variants", "COM1", "'COM1' is a device name on Windows"),
+        (
+            "variants",
+            "lambda1.",
+            "'lambda1.' ends in '.', which Windows drops ('lambda1.' and 'lambda1' are one folder",
+        ),
+        ("contexts", "256.", "'256.' ends in '.', which Windows drops"),
+    ],
+)
+def test_a_folder_name_that_windows_cannot_hold_apart_is_refused(key, name, why):
+    """Windows keeps device names for itself and drops a trailing dot: `v1.` beside `v1` would be one folder."""
+
+    def edit(c):
+        old = {"datasets": "gs", "variants": "lambda1.0", "contexts": "256"}[key]
+        rename_key(c[key], old, name)
+        if key == "contexts":
+            rename_key(c["gammas"], old, name)
+
+    message = refusal(edit)
+    assert message.startswith(f"{key}: {why}") and "but it names a folder of results/" in message, message

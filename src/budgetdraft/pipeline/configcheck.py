@@ -17,6 +17,7 @@ import copy
 import io
 import math
 import re
+import unicodedata
 from pathlib import Path
 
 import yaml
@@ -135,12 +136,64 @@ def text_problems(config: dict) -> list[str]:
             )
         elif isinstance(item, float) and not math.isfinite(item):
             problems.append(f"{dotted(path)} = {item!r}: must be a finite number")
+    return problems + display_name_problems(config)
+
+
+TITLE_LENGTH = 64  # characters of a column title: wider than any table's column already
+# Unicode categories a reader cannot see: controls (C0, C1: U+0085), format characters (U+202E right-to-left
+# override, zero-width spaces and joiners, U+FEFF), line and paragraph separators (U+2028, U+2029), private use,
+# surrogates and unassigned code points; a space separator other than U+0020 (U+00A0, U+3000) reads as a space.
+UNSEEN = {  # category -> what a character of it without a Unicode name is
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Zs": "a space other than U+0020",
+    "Co": "a private-use character",
+    "Cs": "a surrogate",
+    "Cn": "an unassigned code point",
+}
+
+
+def display_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a column title of every table, HTML page and the report (None: it can): markup, a
+    character a reader cannot see (or takes for another: a space other than U+0020), spaces around it, nothing to
+    show, or more than `TITLE_LENGTH` characters."""
+    if MARKUP & set(name) or CONTROL.search(name):
+        return (
+            f"a column title may not hold {' '.join(sorted(MARKUP))} or a control character (it is written into "
+            "LaTeX tables and HTML pages)"
+        )
+    unseen = next((c for c in name if c != " " and unicodedata.category(c) in UNSEEN), None)
+    if unseen is not None:
+        what = unicodedata.name(unseen, UNSEEN[unicodedata.category(unseen)])
+        return f"holds U+{ord(unseen):04X} ({what}), which a reader cannot see in a column title: remove it"
+    if not name.strip():
+        return "is empty: a column title must show the dataset's name"
+    if name != name.strip():
+        return "has spaces around it, which a reader cannot see in a column title: remove them"
+    if len(name) > TITLE_LENGTH:
+        return f"has {len(name)} characters, more than the {TITLE_LENGTH} a column title may have: shorten it"
+    return None
+
+
+def display_name_problems(config: dict) -> list[str]:
+    """The datasets' display names (`datasets.*.name`, a column title of every table and page): each one a reader can
+    see (`display_name_problem`), and no two a reader cannot tell apart: equal once Unicode-normalised (NFKC: "Café"
+    composed and decomposed, "ﬁ" and "fi") and case-folded."""
+    problems, seen = [], {}
     for key, dataset in config.get("datasets", {}).items():
         name = dataset.get("name") if isinstance(dataset, dict) else None
-        if isinstance(name, str) and (MARKUP & set(name) or CONTROL.search(name)):
+        if not isinstance(name, str):
+            continue
+        if why := display_name_problem(name):
+            problems.append(f"datasets.{key}.name = {name!r}: {why}")
+            continue
+        first = seen.setdefault(" ".join(unicodedata.normalize("NFKC", name).casefold().split()), key)
+        if first != key:
             problems.append(
-                f"datasets.{key}.name = {name!r}: a column title may not hold {' '.join(sorted(MARKUP))} or a control "
-                "character (it is written into LaTeX tables and HTML pages)"
+                f"datasets.{key}.name = {name!r} reads as datasets.{first}.name = "
+                f"{config['datasets'][first]['name']!r}: two columns a reader cannot tell apart; rename one"
             )
     return problems
 
@@ -317,15 +370,33 @@ def check_consistency(config: dict) -> None:
 SEGMENT_LENGTH = 64  # characters of a name that becomes a folder: far below a file system's 255 bytes per name
 
 
+# Names Windows keeps for devices, whatever their case or extension (`aux`, `CON.x`): no folder can have one there.
+WINDOWS_DEVICES = {"CON", "PRN", "AUX", "NUL", *(f"{port}{n}" for port in ("COM", "LPT") for n in range(10))}
+SAFE = "use letters, digits, '.' and '_' only"
+
+
 def segment_problem(name) -> str | None:
-    """Why ``name`` cannot be one folder or file name of a path under results/ (None: it can)."""
+    """Why ``name`` cannot be one folder or file name of a path under results/ (None: it can), and the fix."""
     name = str(name)
     if name in ("", ".", ".."):
-        return f"{name!r} is not a folder name of its own"
+        return f"{name!r} is not a folder name of its own, but it names a folder of results/: {SAFE}"
     if any(sep in name for sep in ("/", "\\", "\0")):
-        return f"{name!r} contains a path separator"
+        return f"{name!r} contains a path separator, but it names a folder of results/: {SAFE}"
     if len(name) > SEGMENT_LENGTH:
-        return f"{name[:20]!r}... has {len(name)} characters, more than the {SEGMENT_LENGTH} a folder name may have"
+        return (
+            f"{name[:20]!r}... has {len(name)} characters, more than the {SEGMENT_LENGTH} a folder name may have, but "
+            f"it names a folder of results/: {SAFE}"
+        )
+    if name.split(".", 1)[0].strip().upper() in WINDOWS_DEVICES:
+        return (
+            f"{name!r} is a device name on Windows (CON, PRN, AUX, NUL, COM0-9, LPT0-9, with any extension), where "
+            "no folder can have it, but it names a folder of results/: rename it"
+        )
+    if name[-1] in ". ":
+        return (
+            f"{name!r} ends in {name[-1]!r}, which Windows drops ({name!r} and {name.rstrip('. ')!r} are one folder "
+            "there), but it names a folder of results/: remove it"
+        )
     return None
 
 
@@ -352,7 +423,7 @@ def check_path_names(config: dict) -> None:
     ]
     for key, name in segments:
         if why := segment_problem(name):
-            raise ValueError(f"{key}: {why}, but it names a folder of results/: use letters, digits, '.' and '_' only")
+            raise ValueError(f"{key}: {why}")
     for group in folders.values():
         seen = {}
         for key, name in group:
