@@ -43,12 +43,28 @@ if unpinned := revisions.unpinned(config):
 # of `all`, 216 of `policies`): 3.8-8.3 s, 5 s of CPU, on the shared 2-core CPU at load 3.5-5; none present: 13 ms.
 # In the same step, a settings file or the run record that is not what the plan writes there (edited by hand, or
 # written from another config: budgetdraft.pipeline.plan.drop_stale_settings) is removed, naming its first difference,
-# so its rule writes it again and every job that reads it runs again: a hand edit is never published.
+# so the job that makes it writes it again and every job that reads it runs again: a hand edit is never published.
+
+
+RUN_RECORD = "results/report/run.json"
+
+
+def run_record_json():
+    """What the run_record job (paper.smk) writes, the configuration, its files and the benchmark files of every job
+    (STAGE_BENCHMARKS, paper.smk); also what the step before any job compares the file with.
+    """
+    return json.dumps(
+        {
+            "config": config,
+            "configfiles": [str(f) for f in workflow.configfiles],
+            "benchmarks": {k: f() for k, f in STAGE_BENCHMARKS.items()},
+        }
+    )
 
 
 def planned_files():
-    """{path: JSON} of the files a rule writes from the plan alone (no input: only a change of its params reruns it),
-    which the step compares: every artifact's settings and the report's run record (run_record_json, paper.smk).
+    """{path: JSON} of the files written from the plan alone (their jobs have no input, only params, which rerun them),
+    which the step compares: every artifact's settings and the report's run record (run_record_json).
     """
     return {**PLAN.settings_files(), RUN_RECORD: run_record_json()}
 

@@ -192,21 +192,6 @@ rule claims:
         "python {input.render} cells {output.cells} --title 'Findings F1-F8 (claims)' --files {input.cells} >> {log} 2>&1"
 
 
-RUN_RECORD = "results/report/run.json"
-
-
-def run_record_json():
-    """What rule run_record writes: the configuration, its files and the benchmark files of every job (also what
-    the step before any job compares the file with, common.smk)."""
-    return json.dumps(
-        {
-            "config": config,
-            "configfiles": [str(f) for f in workflow.configfiles],
-            "benchmarks": {k: f() for k, f in STAGE_BENCHMARKS.items()},
-        }
-    )
-
-
 rule run_record:
     """What the report's pages about the run show (the configuration, its files, the benchmark files of every job),
     as a file rule run_summary reads: its params would be embedded in the report's <script> (see rule settings).
