@@ -191,3 +191,30 @@ def test_decode_refuses_an_empty_prompt_file_naming_it(tmp_path, monkeypatch):
         cli.main(["decode", "--prompt-file", str(path)])
     said = f"budgetdraft decode: error: --prompt-file {path}: the file holds no prompt (empty or blank)"
     assert exit_.value.code == said
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (
+            ["--temperature", "inf"],
+            "--temperature: sampling temperature must be finite, got inf: it would draw every token alike (random text)",
+        ),
+        (["--seed", str(10**30)], f"--seed: sampling seed must be in [0, 4294967295], got {10**30}"),
+        (
+            ["--budget", "12", "--chunk-size", "8"],
+            "--budget = 12 is not a positive multiple of --chunk-size = 8: it would keep 8 prompt tokens, not 12; make "
+            "the budget a multiple of --chunk-size, or --chunk-size a divisor of it",
+        ),
+    ],
+    ids=["temperature-inf", "seed-1e30", "budget-not-whole-chunks"],
+)
+def test_decode_refuses_a_value_it_cannot_use_naming_the_flag_before_loading_a_model(argv, said, monkeypatch):
+    """An infinite temperature sampled random text, a seed of 10^30 overflowed in torch's traceback, and a budget of
+    12 with chunks of 8 decoded with 8 prompt tokens under the label 12."""
+    monkeypatch.delenv(warm.ENV, raising=False)
+    for loader in ("load_model", "load_tokenizer"):
+        monkeypatch.setattr(models, loader, lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["decode", *argv])
+    assert exit_.value.code == f"budgetdraft decode: error: {said}"

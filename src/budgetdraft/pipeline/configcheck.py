@@ -25,6 +25,7 @@ from jsonschema import Draft202012Validator, validators
 
 from budgetdraft.base import names
 from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, GRAPHS, POLICY, TRIFORCE_DEFAULTS
+from budgetdraft.decoding.flags import refuse_partial_chunk
 from budgetdraft.decoding.models import check_spec, max_positions
 from budgetdraft.training.hparams import TrainingHparams
 
@@ -561,15 +562,6 @@ def check_chunks(config: dict) -> None:
             triforce.get("retrieval_budget", TRIFORCE_DEFAULTS["retrieval_budget"]),
             chunk_key,
             triforce.get("chunk_size", chunk),
-        )
-
-
-def refuse_partial_chunk(key: str, budget: int, chunk_key: str, chunk: int) -> None:
-    if budget < chunk or budget % chunk:
-        kept = budget // chunk * chunk
-        raise ValueError(
-            f"{key} = {budget} is not a positive multiple of {chunk_key} = {chunk}: it would keep {kept} prompt "
-            f"tokens, not {budget}; make the budget a multiple of {chunk_key}, or {chunk_key} a divisor of it"
         )
 
 
