@@ -528,3 +528,120 @@ def test_a_folder_name_that_windows_cannot_hold_apart_is_refused(key, name, why)
 
     message = refusal(edit)
     assert message.startswith(f"{key}: {why}") and "but it names a folder of results/" in message, message
+
+
+# ------------------------------------------------------------------------------------- sizes, counts and their cost
+
+
+def triforce(**settings):
+    return lambda c: c["baselines"]["triforce"].update(settings)
+
+
+def eagle3(**settings):
+    return lambda c: c["baselines"]["eagle3"]["training"].update(settings)
+
+
+@pytest.mark.parametrize(
+    "edit, line",
+    [
+        (
+            lambda c: c.update(replicates=300000),
+            "replicates = 300000: the plan would measure 30,000,008 cell files (100 per replicate + 8 shared), more "
+            "than the 20,000 one config may plan; lower replicates",
+        ),
+        (
+            lambda c: c.update(repeats=100000),
+            "repeats = 100000, warmup = 1, samples = 1: the plan's 208 cell files would decode 20,800,208 runs (each "
+            "prompt warmup + repeats times), more than the 2,000,000 one config may plan",
+        ),
+        (
+            lambda c: c.update(budgets=[16, 32, 512]),
+            "budgets[2] = 512 is more than contexts.128 = 128 prompt tokens: its cells there would keep the whole "
+            "prompt, a full cache under the label B512",
+        ),
+        (
+            lambda c: c.update(score_window=10000),
+            "score_window = 10000 is more than contexts.128 = 128 prompt tokens",
+        ),
+        (
+            lambda c: c["variants"]["la_only"].update(budgets=[16, 256]),
+            "variants.la_only.budgets[1] = 256 is more than training_data.prefix_len = 224",
+        ),
+        (
+            lambda c: c["training"].update(score_window=1000),
+            "training.score_window = 1000 is more than training_data.prefix_len = 224",
+        ),
+        (lambda c: c.update(warmup_tokens=9), "warmup_tokens = 9 is more than max_new_tokens = 8"),
+        (
+            lambda c: c["training"].update(heldout=4),
+            "training.heldout = 4 leaves none of the 4 sequences of training_data to train on",
+        ),
+        (
+            lambda c: c["training"].update(seed=2**32 - 1),
+            "training.seed = 4294967295 with replicates = 2: replicate 1 would train with seed 4294967296, past "
+            "4294967295; lower training.seed to at most 4294967294",
+        ),
+        (
+            lambda c: c["base_drafter"]["training"].update(seed=2**32 - 1),
+            "base_drafter.training.seed = 4294967295 with replicates = 2: replicate 1 would train with seed 4294967296",
+        ),
+        (
+            triforce(gamma_inner=1000),
+            "baselines.triforce.gamma_inner = 1000 is more than comparison.gamma = 5, the γ of TriForce's cells: it "
+            "drafts at most γ tokens a round, and would pre-allocate 1000 slots",
+        ),
+        (
+            triforce(streaming_budget=100000),
+            "baselines.triforce.streaming_budget = 100000 is more than contexts.128 = 128 prompt tokens "
+            "(comparison.contexts): its small drafter's StreamingLLM cache would keep the whole prompt and "
+            "pre-allocate 100000 slots a layer",
+        ),
+        (triforce(sinks=16), "baselines.triforce.sinks = 16 must be less than streaming_budget = 16"),
+        (
+            eagle3(layer_ids=[2, 15, 30]),
+            "baselines.eagle3.training.layer_ids[2] = 30: the verifier embedded:smollm2 has 30 decoder layers, "
+            "numbered 0-29",
+        ),
+        (
+            eagle3(ttt_steps=100000),
+            "baselines.eagle3.training.ttt_steps = 100000 is more than ttt_window = 64: an unroll step past the window "
+            "scores no position",
+        ),
+        (eagle3(step_decay=1e200), "baselines.eagle3.training.step_decay = 1e+200: must be <= 1"),
+        (eagle3(threads=100000), "baselines.eagle3.training.threads = 100000: must be <= 1024"),
+        (lambda c: c.update(threads=100000), "threads = 100000: must be <= 1024"),
+        (lambda c: c["training"].update(steps=10**9), "training.steps = 1000000000: must be <= 1000000"),
+        (
+            lambda c: c["variants"].update(lambda1={"lambda_c": 1}),
+            "variants.lambda1 trains exactly what variants.lambda1.0 trains",
+        ),
+    ],
+    ids=[
+        "replicates",
+        "repeats",
+        "budget-past-context",
+        "score-window",
+        "training-budget-past-prefix",
+        "training-score-window",
+        "warmup-tokens",
+        "heldout",
+        "seed-plus-replicate",
+        "base-seed-plus-replicate",
+        "triforce-gamma-inner",
+        "triforce-streaming-budget",
+        "triforce-sinks",
+        "eagle3-layer",
+        "eagle3-ttt-steps",
+        "eagle3-step-decay",
+        "eagle3-threads",
+        "threads",
+        "steps",
+        "lambda-1-is-1.0",
+    ],
+)
+def test_a_size_or_count_that_fails_late_is_refused_with_what_it_costs(edit, line):
+    """Every count and size is bounded before any job, by what it sizes or by what the plan would cost: a typo of
+    300000 for 3 replicates took minutes and gigabytes before a MemoryError; TriForce's caches and EAGLE-3's unroll
+    are pre-allocated; EAGLE-3's layers past the verifier's ended in an IndexError in training."""
+    message = refusal(edit)
+    assert line in message, message
