@@ -482,7 +482,9 @@ def test_a_second_config_flag_is_refused_naming_what_it_would_drop(argv, line):
 def test_a_display_name_a_reader_cannot_see_is_refused(name, why):
     """A dataset's name is a column title of every table and page: what it holds must be what a reader sees."""
     message = refusal(lambda c: c["datasets"]["gs"].update(name=name))
-    assert message.startswith("the config has 1 problem(s):") and f"datasets.gs.name = {name!r}: {why}" in message
+    shown = repr(name) if len(name) <= 64 else f"{name[:20]!r}..."
+    assert message.startswith("the config has 1 problem(s):") and f"datasets.gs.name = {shown}: {why}" in message
+    assert len(message) < 300, message[:400]
 
 
 @pytest.mark.parametrize(

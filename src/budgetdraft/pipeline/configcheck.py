@@ -190,7 +190,8 @@ def display_name_problems(config: dict) -> list[str]:
         if not isinstance(name, str):
             continue
         if why := display_name_problem(name):
-            problems.append(f"datasets.{key}.name = {name!r}: {why}")
+            shown = repr(name) if len(name) <= TITLE_LENGTH else f"{name[:20]!r}..."  # the line stays one line
+            problems.append(f"datasets.{key}.name = {shown}: {why}")
             continue
         first = seen.setdefault(" ".join(unicodedata.normalize("NFKC", name).casefold().split()), key)
         if first != key:
