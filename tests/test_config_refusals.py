@@ -46,6 +46,28 @@ def test_a_key_given_twice_in_config_is_refused(tmp_path):
     assert "Job stats" not in out
 
 
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (
+            ("--config", "max_new_tokens=4", "--config", "repeats=2"),
+            "--config is given 2 times (--config max_new_tokens=4, then --config repeats=2)",
+        ),
+        (("--config", "max_new_tokens=4", "-Cmax_new_tokens=6"), "--config gives 'max_new_tokens' twice"),
+        (
+            ("--configfile", "config/ci.yaml"),
+            "--configfile is given 2 times (--configfile bad.yaml, then --configfile config/ci.yaml)",
+        ),
+    ],
+    ids=["two-config-flags", "attached-form", "two-configfile-flags"],
+)
+def test_a_second_config_flag_is_refused_before_any_job(tmp_path, args, line):
+    """Snakemake keeps the last --config's keys and the last --configfile's files only; the first would be lost."""
+    code, out = dry_run(tmp_path, (ROOT / "config" / "ci.yaml").read_text(), *args)
+    assert code != 0 and line in out, out[-2000:]
+    assert "Job stats" not in out
+
+
 def test_a_nan_lambda_is_refused_before_any_job(tmp_path):
     text = (
         (ROOT / "config" / "ci.yaml").read_text().replace("lambda1.0: {lambda_c: 1.0}", "lambda1.0: {lambda_c: .nan}")
@@ -93,11 +115,25 @@ HOSTILE = [  # (an edit of config/ci.yaml's text, the line the plan stops with)
         "the key 'lam\\n' has a control",
     ),
     (('name: "GS"', 'name: "</script><img src=x onerror=alert(1)>"'), "datasets.gs.name = '</script>"),
+    (('name: "GS"', 'name: "\\u202eSG"'), "datasets.gs.name = '\\u202eSG': holds U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+    (
+        (
+            '  gs: {source: shakespeare_plays, name: "GS"}',
+            '  gs: {source: shakespeare_plays, name: "Café"}\n  gs2: {source: shakespeare_plays, name: "Cafe\\u0301"}',
+        ),
+        "datasets.gs2.name = 'Cafe\u0301' reads as datasets.gs.name = 'Café': two columns a reader cannot tell apart",
+    ),
+    (
+        ("lambda1.0: {lambda_c: 1.0}", "lambda1.0: {lambda_c: 1.0}\n  v1: {lambda_c: 0.7}\n  v1.: {lambda_c: 0.8}"),
+        "variants: 'v1.' ends in '.', which Windows drops ('v1.' and 'v1' are one folder there)",
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    "edit, line", HOSTILE, ids=["case-datasets", "case-method", "gamma", "seed", "long", "newline", "markup"]
+    "edit, line",
+    HOSTILE,
+    ids=["case-datasets", "case-method", "gamma", "seed", "long", "newline", "markup", "rtl", "nfc-nfd", "windows-dot"],
 )
 def test_a_name_or_number_that_fails_late_is_refused_before_any_job(tmp_path, edit, line):
     text = (ROOT / "config" / "ci.yaml").read_text()

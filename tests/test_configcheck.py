@@ -415,3 +415,235 @@ def test_a_key_given_twice_on_the_command_line_is_refused(argv):
     message = refusal(lambda c: None, argv=argv)
     assert message.startswith("--config gives 'samples' twice (samples=1 and samples=2)"), message
     check_config(ci_config(), schema=SCHEMA, argv=["snakemake", "--config", "samples=1", "repeats=2", "-n", "all"])
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (
+            ["snakemake", "-n", "--config", "max_new_tokens=4", "--config", "repeats=2"],
+            "--config is given 2 times (--config max_new_tokens=4, then --config repeats=2): Snakemake keeps only the "
+            "last flag's keys, so max_new_tokens would be dropped without a word; give them all after one --config "
+            "(--config max_new_tokens=4 repeats=2)",
+        ),
+        (
+            ["snakemake", "--config", "max_new_tokens=4", "-Cmax_new_tokens=6", "-n"],
+            "--config gives 'max_new_tokens' twice (max_new_tokens=4 and max_new_tokens=6)",
+        ),
+        (
+            ["snakemake", "-nCmax_new_tokens=6", "--config=repeats=2", "all"],
+            "--config is given 2 times (-C max_new_tokens=6, then --config repeats=2): Snakemake keeps only the last",
+        ),
+        (
+            ["snakemake", "-n", "--configfile", "config/ci.yaml", "--configfile", "extra.yaml"],
+            "--configfile is given 2 times (--configfile config/ci.yaml, then --configfile extra.yaml): Snakemake keeps "
+            "only the last flag's files, so config/ci.yaml would be dropped without a word; give them all after one "
+            "--configfile (--configfile config/ci.yaml extra.yaml)",
+        ),
+    ],
+    ids=["two-config-flags", "attached-form", "attached-then-equals", "two-configfile-flags"],
+)
+def test_a_second_config_flag_is_refused_naming_what_it_would_drop(argv, line):
+    """Snakemake keeps only the last --config (its keys) and the last --configfile (its files): the first is lost."""
+    assert refusal(lambda c: None, argv=argv).startswith(line)
+    check_config(
+        ci_config(), schema=SCHEMA, argv=["snakemake", "-C", "samples=1", "repeats=2", "--configfile", "a", "b"]
+    )
+
+
+# ------------------------------------------------------------------------------------------------------ names
+
+
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("LWM\u202e", "holds U+202E (RIGHT-TO-LEFT OVERRIDE), which a reader cannot see in a column title"),
+        ("Long\u2028Bench", "holds U+2028 (LINE SEPARATOR), which a reader cannot see"),
+        ("GS\x85", "holds U+0085 (a control character), which a reader cannot see"),
+        ("G\u200bS", "holds U+200B (ZERO WIDTH SPACE)"),
+        ("Long\u00a0Bench", "holds U+00A0 (NO-BREAK SPACE)"),
+        ("", "is empty: a column title must show the dataset's name"),
+        ("   ", "is empty"),
+        (" GS", "has spaces around it"),
+        ("G" * 100_000, "has 100000 characters, more than the 64 a column title may have"),
+    ],
+    ids=[
+        "rtl-override",
+        "line-separator",
+        "next-line",
+        "zero-width",
+        "no-break-space",
+        "empty",
+        "blank",
+        "spaces",
+        "long",
+    ],
+)
+def test_a_display_name_a_reader_cannot_see_is_refused(name, why):
+    """A dataset's name is a column title of every table and page: what it holds must be what a reader sees."""
+    message = refusal(lambda c: c["datasets"]["gs"].update(name=name))
+    shown = repr(name) if len(name) <= 64 else f"{name[:20]!r}..."
+    assert message.startswith("the config has 1 problem(s):") and f"datasets.gs.name = {shown}: {why}" in message
+    assert len(message) < 300, message[:400]
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [("Café", "Cafe\u0301"), ("LWM", "LWM"), ("LWM", "lwm"), ("ﬁve", "five")],
+    ids=["nfc-nfd", "same", "case", "ligature"],
+)
+def test_two_display_names_a_reader_cannot_tell_apart_are_refused(first, second):
+    """Two columns under one title (after Unicode normalisation and case folding) say nothing of which is which."""
+
+    def edit(c):
+        c["datasets"]["gs"]["name"], c["datasets"]["lwm"]["name"] = first, second
+
+    assert (
+        f"datasets.lwm.name = {second!r} reads as datasets.gs.name = {first!r}: two columns a reader cannot tell "
+        "apart; rename one"
+    ) in refusal(edit)
+
+
+@pytest.mark.parametrize(
+    "key, name, why",
+    [
+        ("datasets", "CON", "'CON' is a device name on Windows"),
+        ("datasets", "aux", "'aux' is a device name on Windows"),
+        ("variants", "nul.v2", "'nul.v2' is a device name on Windows"),
+        ("variants", "COM1", "'COM1' is a device name on Windows"),
+        (
+            "variants",
+            "lambda1.",
+            "'lambda1.' ends in '.', which Windows drops ('lambda1.' and 'lambda1' are one folder",
+        ),
+        ("contexts", "256.", "'256.' ends in '.', which Windows drops"),
+    ],
+)
+def test_a_folder_name_that_windows_cannot_hold_apart_is_refused(key, name, why):
+    """Windows keeps device names for itself and drops a trailing dot: `v1.` beside `v1` would be one folder."""
+
+    def edit(c):
+        old = {"datasets": "gs", "variants": "lambda1.0", "contexts": "256"}[key]
+        rename_key(c[key], old, name)
+        if key == "contexts":
+            rename_key(c["gammas"], old, name)
+
+    message = refusal(edit)
+    assert message.startswith(f"{key}: {why}") and "but it names a folder of results/" in message, message
+
+
+# ------------------------------------------------------------------------------------- sizes, counts and their cost
+
+
+def triforce(**settings):
+    return lambda c: c["baselines"]["triforce"].update(settings)
+
+
+def eagle3(**settings):
+    return lambda c: c["baselines"]["eagle3"]["training"].update(settings)
+
+
+@pytest.mark.parametrize(
+    "edit, line",
+    [
+        (
+            lambda c: c.update(replicates=300000),
+            "replicates = 300000: the plan would measure 30,000,008 cell files (100 per replicate + 8 shared), more "
+            "than the 20,000 one config may plan; lower replicates",
+        ),
+        (
+            lambda c: c.update(repeats=100000),
+            "repeats = 100000, warmup = 1, samples = 1: the plan's 208 cell files would decode 20,800,208 runs (each "
+            "prompt warmup + repeats times), more than the 2,000,000 one config may plan",
+        ),
+        (
+            lambda c: c.update(budgets=[16, 32, 512]),
+            "budgets[2] = 512 is more than contexts.128 = 128 prompt tokens: its cells there would keep the whole "
+            "prompt, a full cache under the label B512",
+        ),
+        (
+            lambda c: c.update(score_window=10000),
+            "score_window = 10000 is more than contexts.128 = 128 prompt tokens",
+        ),
+        (
+            lambda c: c["variants"]["la_only"].update(budgets=[16, 256]),
+            "variants.la_only.budgets[1] = 256 is more than training_data.prefix_len = 224",
+        ),
+        (
+            lambda c: c["training"].update(score_window=1000),
+            "training.score_window = 1000 is more than training_data.prefix_len = 224",
+        ),
+        (lambda c: c.update(warmup_tokens=9), "warmup_tokens = 9 is more than max_new_tokens = 8"),
+        (
+            lambda c: c["training"].update(heldout=4),
+            "training.heldout = 4 leaves none of the 4 sequences of training_data to train on",
+        ),
+        (
+            lambda c: c["training"].update(seed=2**32 - 1),
+            "training.seed = 4294967295 with replicates = 2: replicate 1 would train with seed 4294967296, past "
+            "4294967295; lower training.seed to at most 4294967294",
+        ),
+        (
+            lambda c: c["base_drafter"]["training"].update(seed=2**32 - 1),
+            "base_drafter.training.seed = 4294967295 with replicates = 2: replicate 1 would train with seed 4294967296",
+        ),
+        (
+            triforce(gamma_inner=1000),
+            "baselines.triforce.gamma_inner = 1000 is more than comparison.gamma = 5, the γ of TriForce's cells: it "
+            "drafts at most γ tokens a round, and would pre-allocate 1000 slots",
+        ),
+        (
+            triforce(streaming_budget=100000),
+            "baselines.triforce.streaming_budget = 100000 is more than contexts.128 = 128 prompt tokens "
+            "(comparison.contexts): its small drafter's StreamingLLM cache would keep the whole prompt and "
+            "pre-allocate 100000 slots a layer",
+        ),
+        (triforce(sinks=16), "baselines.triforce.sinks = 16 must be less than streaming_budget = 16"),
+        (
+            eagle3(layer_ids=[2, 15, 30]),
+            "baselines.eagle3.training.layer_ids[2] = 30: the verifier embedded:smollm2 has 30 decoder layers, "
+            "numbered 0-29",
+        ),
+        (
+            eagle3(ttt_steps=100000),
+            "baselines.eagle3.training.ttt_steps = 100000 is more than ttt_window = 64: an unroll step past the window "
+            "scores no position",
+        ),
+        (eagle3(step_decay=1e200), "baselines.eagle3.training.step_decay = 1e+200: must be <= 1"),
+        (eagle3(threads=100000), "baselines.eagle3.training.threads = 100000: must be <= 1024"),
+        (lambda c: c.update(threads=100000), "threads = 100000: must be <= 1024"),
+        (lambda c: c["training"].update(steps=10**9), "training.steps = 1000000000: must be <= 1000000"),
+        (
+            lambda c: c["variants"].update(lambda1={"lambda_c": 1}),
+            "variants.lambda1 trains exactly what variants.lambda1.0 trains",
+        ),
+    ],
+    ids=[
+        "replicates",
+        "repeats",
+        "budget-past-context",
+        "score-window",
+        "training-budget-past-prefix",
+        "training-score-window",
+        "warmup-tokens",
+        "heldout",
+        "seed-plus-replicate",
+        "base-seed-plus-replicate",
+        "triforce-gamma-inner",
+        "triforce-streaming-budget",
+        "triforce-sinks",
+        "eagle3-layer",
+        "eagle3-ttt-steps",
+        "eagle3-step-decay",
+        "eagle3-threads",
+        "threads",
+        "steps",
+        "lambda-1-is-1.0",
+    ],
+)
+def test_a_size_or_count_that_fails_late_is_refused_with_what_it_costs(edit, line):
+    """Every count and size is bounded before any job, by what it sizes or by what the plan would cost: a typo of
+    300000 for 3 replicates took minutes and gigabytes before a MemoryError; TriForce's caches and EAGLE-3's unroll
+    are pre-allocated; EAGLE-3's layers past the verifier's ended in an IndexError in training."""
+    message = refusal(edit)
+    assert line in message, message

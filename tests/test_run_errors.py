@@ -227,7 +227,7 @@ def test_user_errors_that_were_tracebacks_are_one_line_naming_the_flag_or_the_pa
     }
     json_file = tmp_path / "s.json"
     json_file.write_text("{}")
-    sd = [*decode, "--method", "sd", "--drafter", tiny_spec, "--budget", "4", "--gamma", "2"]
+    sd = [*decode, "--method", "sd", "--drafter", tiny_spec, "--budget", "8", "--gamma", "2"]
     assert one_line([*sd, "--draft-vocab", str(json_file)], monkeypatch) == (
         f"budgetdraft decode: error: --draft-vocab {json_file} is not a draft vocabulary file (Error while "
         "deserializing header: header too small): write one with `budgetdraft draft-vocab`"
@@ -239,3 +239,30 @@ def test_user_errors_that_were_tracebacks_are_one_line_naming_the_flag_or_the_pa
         f"budgetdraft train: error: targets file {json_file} cannot be read (Error while deserializing header: header "
         "too small): write it again with `budgetdraft targets`"
     )
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (
+            ["--temperature", "inf"],
+            "--temperature: sampling temperature must be finite, got inf: it would draw every token alike (random text)",
+        ),
+        (["--seed", str(10**30)], f"--seed: sampling seed must be in [0, 4294967295], got {10**30}"),
+        (
+            ["--budget", "12", "--chunk-size", "8"],
+            "--budget = 12 is not a positive multiple of --chunk-size = 8: it would keep 8 prompt tokens, not 12; make "
+            "the budget a multiple of --chunk-size, or --chunk-size a divisor of it",
+        ),
+    ],
+    ids=["temperature-inf", "seed-1e30", "budget-not-whole-chunks"],
+)
+def test_decode_refuses_a_value_it_cannot_use_naming_the_flag_before_loading_a_model(argv, said, monkeypatch):
+    """An infinite temperature sampled random text, a seed of 10^30 overflowed in torch's traceback, and a budget of
+    12 with chunks of 8 decoded with 8 prompt tokens under the label 12."""
+    monkeypatch.delenv(warm.ENV, raising=False)
+    for loader in ("load_model", "load_tokenizer"):
+        monkeypatch.setattr(models, loader, lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["decode", *argv])
+    assert exit_.value.code == f"budgetdraft decode: error: {said}"

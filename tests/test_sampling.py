@@ -183,6 +183,9 @@ def test_temperature_top_k_and_top_p():
         ("top_k", -1, "top_k must be an integer >= 0, got -1"),
         ("top_k", 2.5, "top_k must be an integer >= 0, got 2.5"),
         ("seed", 0.5, "seed must be an integer, got 0.5"),
+        ("temperature", float("inf"), "temperature must be finite, got inf"),
+        ("seed", 2**32, r"seed must be in \[0, 4294967295\], got 4294967296"),
+        ("seed", -1, r"seed must be in \[0, 4294967295\], got -1"),
     ],
 )
 def test_bad_sampling_settings_are_named(field, value, message):

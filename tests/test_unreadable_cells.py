@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import ci_snakemake as snakemake
-from conftest import planned_jobs
+from conftest import copy_project, planned_jobs
 
 from budgetdraft.base.names import SHARED
 from budgetdraft.evaluation import cellfile
-from budgetdraft.pipeline.plan import runs_no_job, set_aside_unreadable
+from budgetdraft.pipeline.plan import Plan, set_aside_unreadable
 
 
 def test_the_step_moves_only_what_fails_and_says_so(tmp_path, monkeypatch):
@@ -50,25 +50,109 @@ def test_the_step_moves_only_what_fails_and_says_so(tmp_path, monkeypatch):
     assert set_aside_unreadable(asked, dry_run=False) == []
 
 
-@pytest.mark.parametrize(
-    "argv, no_job",
-    [
-        (["-c1", "main"], False),
-        (["-pt", "main"], True),  # touch in a cluster of short options, as Snakemake reads it
-        (["-tp", "-c", "1"], True),
-        (["--touch"], True),
-        (["-np"], True),
-        (["--lint"], True),
-        (["--unlock"], True),
-        (["-l"], True),
-        (["--lt"], True),
-        (["-pc1"], False),  # -p, then -c 1: no t
-        (["--config", "note=-t"], False),  # a value, not a flag
-        (["--no-such-flag-of-snakemake", "-pt"], True),
-    ],
-)
-def test_a_command_line_that_runs_no_job_is_read_as_snakemake_reads_it(argv, no_job):
-    assert runs_no_job(argv) is no_job
+def test_what_is_no_readable_cell_file_is_set_aside_without_stopping_the_plan(tmp_path, monkeypatch):
+    """A directory or a FIFO at a cell path (never opened: a reader would wait on a FIFO for ever) and a file the user
+    cannot read (mode 000) are named and moved aside as a damaged file is, never a PermissionError that stops every
+    target, dry runs included. (As root every file reads: the file's refusal is then the one the kernel would give.)"""
+    monkeypatch.chdir(tmp_path)
+    folder = cellfile.cell_path("sd", "gs", "1K", 32, 5, 1)
+    fifo = cellfile.cell_path("sd", "gs", "1K", 64, 5, 1)
+    locked = cellfile.cell_path("sd", "gs", "1K", 128, 5, 1)
+    os.makedirs(folder)
+    os.mkfifo(fifo)
+    open(locked, "wb").write(b"PAR1")
+    os.chmod(locked, 0)
+    if os.geteuid() == 0:
+        problem = cellfile.problem
+
+        def refused(path):
+            if str(path) == locked:
+                raise PermissionError(13, "Permission denied", str(path))
+            return problem(path)
+
+        monkeypatch.setattr(cellfile, "problem", refused)
+    dry = set_aside_unreadable([folder, fifo, locked], dry_run=True)
+    assert [line.split(": a run will", 1)[0] for line in dry] == [
+        f"unreadable cell file {folder} (a directory, not a cell file)",
+        f"unreadable cell file {fifo} (a FIFO, not a cell file)",
+        f"unreadable cell file {locked} (cannot be read: Permission denied)",
+    ]
+    moved = set_aside_unreadable([folder, fifo, locked], dry_run=False)
+    assert all(line.endswith(".unreadable, measuring the cell again") for line in moved), moved
+    assert not any(map(os.path.lexists, (folder, fifo, locked)))
+    assert all(os.path.lexists(f"{path}.unreadable") for path in (folder, fifo, locked))
+
+
+def test_only_a_path_that_resolves_inside_results_cells_is_a_cell(tmp_path, monkeypatch):
+    """A target written with '..' names a file outside results/ with a cell's last segments: it is no cell, and
+    the step never moves it."""
+    from test_cell_integrity import rows
+
+    monkeypatch.chdir(tmp_path)
+    outside = "elsewhere/lambda0.5/r1/gs/128/B16_g5.parquet"
+    os.makedirs(os.path.dirname(outside))
+    open(outside, "wb").write(b"not a cell")
+    dotted = f"results/cells/../../{outside}"
+    inside = "results/cells/sd/../lambda0.5/r1/gs/128/B16_g5.parquet"
+    assert Plan.asked_cells([dotted, inside]) == ["results/cells/lambda0.5/r1/gs/128/B16_g5.parquet"]
+    assert set_aside_unreadable([dotted], dry_run=False) == [] and open(outside, "rb").read() == b"not a cell"
+    cellfile.write_cell(rows("lambda0.5", "gs", "128", 16, 5, 1), "results/cells/lambda0.5/r1/gs/128/B16_g5.parquet")
+    assert set_aside_unreadable([inside], dry_run=False) == []
+
+
+BAD_CELL = "results/cells/lambda0.5/r1/gs/128/B16_g5.parquet"
+OUTSIDE = "elsewhere/lambda0.5/r1/gs/128/B16_g5.parquet"
+NO_JOB = {  # what a command adds to `snakemake --configfile config/ci.yaml --cores 2`, and the environment it adds
+    "summary": (["--summary"], {}),
+    "detailed-summary": (["-D"], {}),
+    "filegraph": (["--filegraph"], {}),
+    "report": (["--report", "report.html"], {}),
+    "list-changes": (["--list-changes", "input"], {}),
+    "cleanup-metadata": (["--cleanup-metadata", BAD_CELL], {}),
+    "touch-profile": (["--profile", "touching", BAD_CELL], {}),
+    "touch-profile-env": ([BAD_CELL], {"SNAKEMAKE_PROFILE": "touching"}),
+}
+
+
+@pytest.fixture()
+def bad_cell_copy(tmp_path):
+    """The workflow copied with one cut-short cell file, a cut-short file outside results/ with a cell's last
+    segments, and a profile that sets `touch: true`."""
+    copy_project(tmp_path)
+    for path in (BAD_CELL, OUTSIDE):
+        os.makedirs(tmp_path / os.path.dirname(path))
+        (tmp_path / path).write_bytes(b"PAR1 cut short")
+    (tmp_path / "touching").mkdir()
+    (tmp_path / "touching" / "config.yaml").write_text("touch: true\n")
+    return tmp_path
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("command", list(NO_JOB))
+def test_a_command_that_runs_no_job_moves_no_cell(bad_cell_copy, command):
+    """A summary, a graph, a report, listing changes, cleaning metadata or touching (from a profile too) measures
+    nothing, so it moves nothing: only the Snakemake that runs jobs sets a cell aside, and only inside
+    results/cells/."""
+    args, env = NO_JOB[command]
+    done = snakemake(bad_cell_copy, *args, env={**os.environ, **env})
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "moved to" not in done.stderr, done.stderr[-2000:]
+    for path in (BAD_CELL, OUTSIDE):
+        assert (bad_cell_copy / path).read_bytes() == b"PAR1 cut short", (path, done.stderr[-2000:])
+        assert not (bad_cell_copy / f"{path}.unreadable").exists()
+
+
+@pytest.mark.workflow
+def test_a_run_moves_the_cell_it_will_measure_again_and_nothing_outside_results(bad_cell_copy):
+    """The same cell, asked of a run (no job allowed to start here: the step comes first), is moved aside, saying
+    so; the file outside results/ that a target reaches with '..' stays."""
+    done = snakemake(bad_cell_copy, "--allowed-rules", "all", BAD_CELL, f"results/cells/../../{OUTSIDE}")
+    assert f"unreadable cell file {BAD_CELL} (not a whole parquet file): moved to {BAD_CELL}.unreadable" in done.stderr
+    assert (bad_cell_copy / f"{BAD_CELL}.unreadable").read_bytes() == b"PAR1 cut short"
+    assert (bad_cell_copy / OUTSIDE).read_bytes() == b"PAR1 cut short", done.stderr[-2000:]
+    assert (
+        not (bad_cell_copy / f"{OUTSIDE}.unreadable").exists() and "elsewhere" not in done.stderr.split("SNAKEMAKE")[0]
+    )
 
 
 @pytest.fixture()

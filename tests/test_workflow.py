@@ -431,3 +431,39 @@ VARIANT_NAMES = [
 def test_a_variant_name_that_is_unsafe_or_a_method_label_fails_naming_the_key(name, message):
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     assert message in refusal(cfg, f"variants={json.dumps({name: {'lambda_c': 0.25}})}")
+
+
+def test_a_settings_file_edited_by_hand_is_named_and_written_again(workdir):
+    """A settings file decides a table's column titles and each variant's λ, and its rule has no input: edited by hand
+    (a dataset's name, a variant's λ), it is named with its first difference by a dry run and written again from the
+    plan by a run, so every table that reads it is built again, never from the edit."""
+    plan = Plan(checked("ci"))
+    forged = {
+        "lambda": json.loads(plan.artifact_settings("lambda")),
+        "claims": json.loads(plan.artifact_settings("claims")),
+    }
+    forged["lambda"]["datasets"]["lwm"] = "FORGED-NAME"
+    forged["claims"]["variants"]["lambda1.0"]["lambda_c"] = 0.1
+    (workdir / "results" / "settings").mkdir(parents=True)
+    for name, settings in forged.items():
+        (workdir / f"results/settings/{name}.json").write_text(json.dumps(settings))
+    _, out = snakemake(
+        workdir, "-n", "results/tables/lambda.tex", "results/claims.md", "--configfile", "config/ci.yaml"
+    )
+    for name, difference in (
+        ("lambda", "datasets.lwm = 'FORGED-NAME', not 'LWM'"),
+        ("claims", "variants.lambda1.0.lambda_c = 0.1, not 1.0"),
+    ):
+        assert (
+            f"results/settings/{name}.json is not what the config plans ({difference}): a run will write it again"
+            in out
+        ), out[-2000:]
+        assert json.loads((workdir / f"results/settings/{name}.json").read_text()) == forged[name]  # only said
+    _, out = snakemake(workdir, "--cores", "1", "results/settings/lambda.json", "results/settings/claims.json",
+                       "--configfile", "config/ci.yaml", "--config", "warm_start=false")  # fmt: skip
+    assert (
+        "results/settings/lambda.json is not what the config plans (datasets.lwm = 'FORGED-NAME', not 'LWM'): removed"
+        in out
+    )
+    for name in forged:
+        assert (workdir / f"results/settings/{name}.json").read_text() == plan.artifact_settings(name)

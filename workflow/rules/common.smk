@@ -5,6 +5,8 @@ artifact reads), the drafters, the hyper-parameters, the settings, the cells' fl
 read it as PLAN. No input function here moves or writes a file.
 """
 
+import functools
+import inspect
 import json
 import re
 import shlex
@@ -13,7 +15,7 @@ from pathlib import Path
 
 # src/ is on sys.path (Snakefile): the workflow runs the library it declares as code inputs.
 from budgetdraft.base import defaults, names, revisions
-from budgetdraft.pipeline.plan import Plan, runs_no_job, set_aside_unreadable
+from budgetdraft.pipeline.plan import Plan, drop_stale_settings, set_aside_unreadable
 
 PLAN = Plan(config)
 
@@ -26,21 +28,73 @@ if unpinned := revisions.unpinned(config):
     )
 
 
-# ---------------------------------------------------------------- unreadable cell files, once, before any job
-# An existing cell file that cannot be used (cut short, damaged, or not the cell its path names:
-# budgetdraft.pipeline.plan.set_aside_unreadable) is moved to FILE.unreadable (never deleted), saying so, here and
-# before Snakemake plans a job: its cell is then missing and is measured again. Checked: every cell file a target can
-# ask for (PLAN.every_cell) and any cell file named on the command line. A dry run (-n), --touch (-t, -pt), --lint,
-# --unlock and --list-rules only name each file a run would move. A cluster job's own Snakemake checks nothing: the
-# Snakemake that submitted it did, and each job would pay the check again. Its cost (pyarrow reads each file, its digest
-# is recomputed), measured with config/config.yaml's 893 cell files present (677 of `all`, 216 of `policies`):
-# 3.8-8.3 s, 5 s of CPU, on the shared 2-core CPU at load 3.5-5 (the input function it replaces paid as much per cell
-# job it planned: `snakemake -n all` took 14-15 s before, 8-15 s after); none present: 13 ms.
-if workflow.is_main_process:
-    asked = PLAN.every_cell() + [a for a in sys.argv[1:] if PLAN.is_cell(a)]
-    no_run = workflow.output_settings.dryrun or runs_no_job(sys.argv[1:])
-    for line in set_aside_unreadable(asked, dry_run=no_run):
-        print(line, file=sys.stderr)
+# ---------------------------------------------------------------- unreadable cells and stale settings, before any job
+# An existing cell file that cannot be used (cut short, damaged, not the cell its path names, unreadable, or a
+# directory or FIFO at a cell path: budgetdraft.pipeline.plan.set_aside_unreadable) is moved to FILE.unreadable (never
+# deleted), saying so, before Snakemake plans a job: its cell is then missing and is measured again. Only when a job
+# will measure it: Snakemake runs jobs through one method, workflow.execute, handed the executor it resolved from the
+# command line and every profile (--profile, $SNAKEMAKE_PROFILE, profiles/default); the step runs first in that call
+# and asks that executor. A dry run (-n) or touch (-t, `touch: true` in a profile) only names each file a run would
+# move; a command that runs no job (--summary, -D, --report, --filegraph, --list-changes, --cleanup-metadata, --lint,
+# --unlock ...) never calls execute and moves nothing. A cluster job's own Snakemake checks nothing: the Snakemake that
+# submitted it did, and each job would pay the check again. Checked: every cell file a target can ask for
+# (PLAN.every_cell) and any cell file among the targets, resolved inside results/cells/ (PLAN.asked_cells). Its cost
+# (pyarrow reads each file, its digest is recomputed), measured with config/config.yaml's 893 cell files present (677
+# of `all`, 216 of `policies`): 3.8-8.3 s, 5 s of CPU, on the shared 2-core CPU at load 3.5-5; none present: 13 ms.
+# In the same step, a settings file or the run record that is not what the plan writes there (edited by hand, or
+# written from another config: budgetdraft.pipeline.plan.drop_stale_settings) is removed, naming its first difference,
+# so the job that makes it writes it again and every job that reads it runs again: a hand edit is never published.
+
+
+RUN_RECORD = "results/report/run.json"
+
+
+def run_record_json():
+    """What the run_record job (paper.smk) writes, the configuration, its files and the benchmark files of every job
+    (STAGE_BENCHMARKS, paper.smk); also what the step before any job compares the file with.
+    """
+    return json.dumps(
+        {
+            "config": config,
+            "configfiles": [str(f) for f in workflow.configfiles],
+            "benchmarks": {k: f() for k, f in STAGE_BENCHMARKS.items()},
+        }
+    )
+
+
+def planned_files():
+    """{path: JSON} of the files written from the plan alone (their jobs have no input, only params, which rerun them),
+    which the step compares: every artifact's settings and the report's run record (run_record_json).
+    """
+    return {**PLAN.settings_files(), RUN_RECORD: run_record_json()}
+
+
+def files_checked_first(execute):
+    """``workflow.execute`` that first sets aside the cell files no reader could use (set_aside_unreadable) and
+    removes the files written from the plan that are not what it writes (drop_stale_settings), doing either only when
+    the executor Snakemake hands it runs jobs (neither a dry run nor touch), naming them otherwise.
+    """
+    signature = inspect.signature(execute)
+
+    @functools.wraps(execute)
+    def execute_after_the_checks(*args, **kwargs):
+        executor = signature.bind(*args, **kwargs).arguments["executor_plugin"]
+        if workflow.is_main_process:
+            no_job = (
+                executor.common_settings.dryrun_exec
+                or executor.common_settings.touch_exec
+            )
+            asked = PLAN.every_cell() + PLAN.asked_cells(workflow.dag_settings.targets)
+            lines = set_aside_unreadable(asked, dry_run=no_job)
+            lines += drop_stale_settings(planned_files(), dry_run=no_job)
+            for line in lines:
+                print(line, file=sys.stderr)
+        return execute(*args, **kwargs)
+
+    return execute_after_the_checks
+
+
+workflow.execute = files_checked_first(workflow.execute)
 
 
 # ---------------------------------------------------------------- input functions and params

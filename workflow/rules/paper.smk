@@ -204,13 +204,7 @@ rule run_record:
         "logs/report/run_record.log",
     localrule: True
     params:
-        run=lambda wc: json.dumps(
-            {
-                "config": config,
-                "configfiles": [str(f) for f in workflow.configfiles],
-                "benchmarks": {k: f() for k, f in STAGE_BENCHMARKS.items()},
-            }
-        ),
+        run=lambda wc: run_record_json(),
     run:
         Path(output[0]).write_text(params.run, encoding="utf-8")
 

@@ -30,6 +30,9 @@ POLICY = "topk_chunks"  # the default sparse policy of a drafter's prefix cache 
 COMPARED_POLICIES = ("topk_chunks", "streaming", "snapkv", "verifier_guided")
 
 
+SEEDS = 2**32  # a seed is an integer in [0, 2^32 - 1]: the config schema's `seed`s, decode --seed, numpy's seeding
+
+
 GAMMA = 5  # the default draft length γ (config `gamma_fixed` and `policies.gamma`, decode --gamma, hf.generate)
 
 

@@ -54,6 +54,30 @@ def plain(value, strict: bool = False):
     return value
 
 
+def first_difference(found, planned, where: str = "") -> str | None:
+    """Where JSON value ``found`` first differs from ``planned`` (keys in ``planned``'s order, then those only
+    ``found`` has), as ``datasets.lwm = 'FORGED-NAME', not 'LWM'``; None when they are equal (``1 == 1.0``, as every
+    reader compares them)."""
+    at = where or "the file"
+    if isinstance(found, dict) and isinstance(planned, dict):
+        for key in [*planned, *(k for k in found if k not in planned)]:
+            inner = f"{where}.{key}" if where else str(key)
+            if key not in found:
+                return f"{inner} is missing"
+            if key not in planned:
+                return f"{inner} = {found[key]!r} is not planned"
+            if (difference := first_difference(found[key], planned[key], inner)) is not None:
+                return difference
+        return None
+    if isinstance(found, list) and isinstance(planned, list) and len(found) == len(planned):
+        return next(
+            (d for i, (f, p) in enumerate(zip(found, planned)) if (d := first_difference(f, p, f"{at}[{i}]"))), None
+        )
+    if found == planned and (type(found) is bool) == (type(planned) is bool):  # true is not 1 in JSON
+        return None
+    return f"{at} = {found!r}, not {planned!r}"
+
+
 def checked_keys(cls, data, what: str, where: str = "") -> dict:
     """``data`` as a dict of the fields of record ``cls``: an error names unknown keys, the first missing required
     one (a field without a default), or the first NaN or infinite number in its values, lists and objects

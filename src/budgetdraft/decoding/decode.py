@@ -9,7 +9,7 @@ import json
 import torch
 
 from budgetdraft.base.defaults import GAMMA
-from budgetdraft.decoding.flags import add_decode_flags
+from budgetdraft.decoding.flags import add_decode_flags, refuse_partial_chunk
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.metrics import Stopwatch
 from budgetdraft.decoding.sampling import sampling_from_args
@@ -44,8 +44,10 @@ def run(args) -> None:
     from budgetdraft.base.text import read_text_file
     from budgetdraft.decoding.models import load_model, load_tokenizer
 
-    torch.set_num_threads(args.threads)
     sampling = sampling_from_args(args)
+    if args.method == "sd":
+        refuse_partial_chunk("--budget", args.budget, "--chunk-size", args.chunk_size)
+    torch.set_num_threads(args.threads)
     text = args.prompt
     if args.prompt_file:
         text = read_text_file(args.prompt_file, "--prompt-file")

@@ -1,6 +1,7 @@
 """The command-line flags the decoding commands share, each added by one function here with its default read from
 ``budgetdraft.base.defaults``: ``add_decode_flags`` (eval-cell, decode), ``add_machine_flags`` (prefill, targets:
---device, --dtype, --threads), ``add_engine_flag`` (estimate, whose default is the config's).
+--device, --dtype, --threads), ``add_engine_flag`` (estimate, whose default is the config's); and the rule a drafter
+budget and its chunk size follow wherever both are given (``refuse_partial_chunk``: decode's flags, the config).
 
 A flag's value is checked once, when it is parsed (``choices``, ``positive_threads``): a command that takes
 --threads refuses a non-positive count in argparse's one line, never in torch's traceback mid-run.
@@ -54,3 +55,15 @@ def add_decode_flags(parser) -> None:
     add_machine_flags(parser, ("--verifier-dtype", "--drafter-dtype"))
     add_engine_flag(parser)
     add_sampling_flags(parser)
+
+
+def refuse_partial_chunk(key: str, budget: int, chunk_key: str, chunk: int) -> None:
+    """A ValueError naming ``key`` (a config key or a flag) when ``budget`` is not a positive multiple of the chunk
+    size ``chunk`` (named ``chunk_key``): TopKChunks keeps whole chunks, ⌊B / chunk⌋ of them, so such a budget would
+    decode with fewer prompt tokens than its label B says (0 when the chunk is larger than B)."""
+    if budget < chunk or budget % chunk:
+        kept = budget // chunk * chunk
+        raise ValueError(
+            f"{key} = {budget} is not a positive multiple of {chunk_key} = {chunk}: it would keep {kept} prompt "
+            f"tokens, not {budget}; make the budget a multiple of {chunk_key}, or {chunk_key} a divisor of it"
+        )

@@ -17,9 +17,12 @@ exactly the drafts equal to the verifier's greedy token and resamples that token
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 import torch
+
+from budgetdraft.base.defaults import SEEDS
 
 
 @dataclass(frozen=True)
@@ -35,12 +38,18 @@ class Sampling:
     def __post_init__(self):
         if not self.temperature >= 0:  # also rejects NaN
             raise ValueError(f"sampling temperature must be >= 0, got {self.temperature}")
+        if self.temperature == math.inf:
+            raise ValueError(
+                "sampling temperature must be finite, got inf: it would draw every token alike (random text)"
+            )
         if not 0 < self.top_p <= 1:
             raise ValueError(f"sampling top_p must be in (0, 1], got {self.top_p}")
         if int(self.top_k) != self.top_k or self.top_k < 0:
             raise ValueError(f"sampling top_k must be an integer >= 0, got {self.top_k}")
         if int(self.seed) != self.seed:
             raise ValueError(f"sampling seed must be an integer, got {self.seed}")
+        if not 0 <= self.seed < SEEDS:  # torch.Generator's seed overflows past 2^64, in a traceback
+            raise ValueError(f"sampling seed must be in [0, {SEEDS - 1}], got {self.seed}")
 
     def as_dict(self) -> dict:
         return asdict(self)

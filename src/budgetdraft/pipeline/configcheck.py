@@ -11,18 +11,25 @@ other and with the verifier, a ValueError at the first inconsistency, naming its
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import copy
+import io
+import json
 import math
 import re
+import unicodedata
 from pathlib import Path
 
 import yaml
 from jsonschema import Draft202012Validator, validators
 
 from budgetdraft.base import names
-from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, GRAPHS, POLICY, TRIFORCE_DEFAULTS
+from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, GRAPHS, POLICY, SCORE_WINDOW, SEEDS, TRIFORCE_DEFAULTS
+from budgetdraft.decoding.flags import refuse_partial_chunk
 from budgetdraft.decoding.models import check_spec, max_positions
-from budgetdraft.training.hparams import TrainingHparams
+from budgetdraft.evaluation.cellfile import path_key
+from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
 
 RULES = {  # jsonschema validator -> what it asks of the value
     "minimum": "must be >= {}",
@@ -132,35 +139,130 @@ def text_problems(config: dict) -> list[str]:
             )
         elif isinstance(item, float) and not math.isfinite(item):
             problems.append(f"{dotted(path)} = {item!r}: must be a finite number")
+    return problems + display_name_problems(config)
+
+
+TITLE_LENGTH = 64  # characters of a column title: wider than any table's column already
+# Unicode categories a reader cannot see: controls (C0, C1: U+0085), format characters (U+202E right-to-left
+# override, zero-width spaces and joiners, U+FEFF), line and paragraph separators (U+2028, U+2029), private use,
+# surrogates and unassigned code points; a space separator other than U+0020 (U+00A0, U+3000) reads as a space.
+UNSEEN = {  # category -> what a character of it without a Unicode name is
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Zs": "a space other than U+0020",
+    "Co": "a private-use character",
+    "Cs": "a surrogate",
+    "Cn": "an unassigned code point",
+}
+
+
+def display_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a column title of every table, HTML page and the report (None: it can): markup, a
+    character a reader cannot see (or takes for another: a space other than U+0020), spaces around it, nothing to
+    show, or more than `TITLE_LENGTH` characters."""
+    if MARKUP & set(name) or CONTROL.search(name):
+        return (
+            f"a column title may not hold {' '.join(sorted(MARKUP))} or a control character (it is written into "
+            "LaTeX tables and HTML pages)"
+        )
+    unseen = next((c for c in name if c != " " and unicodedata.category(c) in UNSEEN), None)
+    if unseen is not None:
+        what = unicodedata.name(unseen, UNSEEN[unicodedata.category(unseen)])
+        return f"holds U+{ord(unseen):04X} ({what}), which a reader cannot see in a column title: remove it"
+    if not name.strip():
+        return "is empty: a column title must show the dataset's name"
+    if name != name.strip():
+        return "has spaces around it, which a reader cannot see in a column title: remove them"
+    if len(name) > TITLE_LENGTH:
+        return f"has {len(name)} characters, more than the {TITLE_LENGTH} a column title may have: shorten it"
+    return None
+
+
+def display_name_problems(config: dict) -> list[str]:
+    """The datasets' display names (`datasets.*.name`, a column title of every table and page): each one a reader can
+    see (`display_name_problem`), and no two a reader cannot tell apart: equal once Unicode-normalised (NFKC: "Café"
+    composed and decomposed, "ﬁ" and "fi") and case-folded."""
+    problems, seen = [], {}
     for key, dataset in config.get("datasets", {}).items():
         name = dataset.get("name") if isinstance(dataset, dict) else None
-        if isinstance(name, str) and (MARKUP & set(name) or CONTROL.search(name)):
+        if not isinstance(name, str):
+            continue
+        if why := display_name_problem(name):
+            shown = repr(name) if len(name) <= TITLE_LENGTH else f"{name[:20]!r}..."  # the line stays one line
+            problems.append(f"datasets.{key}.name = {shown}: {why}")
+            continue
+        first = seen.setdefault(" ".join(unicodedata.normalize("NFKC", name).casefold().split()), key)
+        if first != key:
             problems.append(
-                f"datasets.{key}.name = {name!r}: a column title may not hold {' '.join(sorted(MARKUP))} or a control "
-                "character (it is written into LaTeX tables and HTML pages)"
+                f"datasets.{key}.name = {name!r} reads as datasets.{first}.name = "
+                f"{config['datasets'][first]['name']!r}: two columns a reader cannot tell apart; rename one"
             )
     return problems
 
 
 def check_config_args(argv) -> None:
-    """Raise ValueError when ``--config`` (or ``-C``) on a Snakemake command line gives one key twice: Snakemake keeps
-    the last silently."""
-    seen, taking = {}, False
-    for arg in map(str, argv or ()):
-        if arg in ("--config", "-C"):
-            taking = True
-            continue
-        if arg.startswith("--config="):
-            arg, taking = arg.split("=", 1)[1], False
-        elif arg.startswith("-") or not taking:
-            taking = False
-            continue
-        key = arg.split("=", 1)[0]
-        if key in seen:
-            raise ValueError(
-                f"--config gives {key!r} twice ({seen[key]} and {arg}): Snakemake would keep only the last; give it once"
-            )
-        seen[key] = arg
+    """Raise ValueError when a Snakemake command line (``argv``, the program first) gives one ``--config`` key twice,
+    or ``--config`` / ``-C`` or ``--configfile`` twice in any spelling (``-Ca=1``, ``-C a=1``, ``--config=a=1``):
+    Snakemake keeps the last value of a key, and of two flags only the last flag's keys or files, without a word."""
+    uses = command_line_uses(argv)
+    seen = {}
+    for dest, _, values in uses:
+        for given in values if dest == "config" else ():
+            key = given.split("=", 1)[0]
+            if key in seen:
+                raise ValueError(
+                    f"--config gives {key!r} twice ({seen[key]} and {given}): Snakemake would keep only the last; "
+                    "give it once"
+                )
+            seen[key] = given
+    for dest, flag in (("config", "--config"), ("configfile", "--configfile")):
+        given = [(option, values) for d, option, values in uses if d == dest]
+        if len(given) > 1:
+            raise ValueError(flag_twice(flag, given))
+
+
+def flag_twice(flag: str, given: list[tuple[str, list[str]]]) -> str:
+    """One line for a ``--config`` or ``--configfile`` flag given more than once (``given``: each use's option as
+    written and its values)."""
+    written = ", then ".join(" ".join([option, *values]) for option, values in given)
+    dropped = " ".join(v.split("=", 1)[0] if flag == "--config" else v for _, values in given[:-1] for v in values)
+    what = "keys" if flag == "--config" else "files"
+    every = " ".join(v for _, values in given for v in values)
+    return (
+        f"{flag} is given {len(given)} times ({written}): Snakemake keeps only the last flag's {what}, so "
+        f"{dropped or 'nothing'} would be dropped without a word; give them all after one {flag} ({flag} {every})"
+    )
+
+
+def command_line_uses(argv) -> list[tuple[str, str, list[str]]]:
+    """Each ``--config`` / ``-C`` and ``--configfile`` of a Snakemake command line (``argv``, the program first) as
+    Snakemake's own argument parser reads it, in order: (``config`` or ``configfile``, the option, its values). The
+    parser keeps only the last use of each; this reads every one. [] for a command line that parser refuses
+    (Snakemake run through its API, not its command line)."""
+    args = [str(a) for a in list(argv or ())[1:]]
+    if not args:
+        return []
+    from snakemake.cli import get_argument_parser
+
+    uses = []
+
+    class Counted(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            uses.append((self.dest, option_string, [str(v) for v in values or ()]))
+            super().__call__(parser, namespace, values, option_string)
+
+    parser = get_argument_parser()
+    for action in parser._actions:  # the parser's own actions, each counting its uses where it stores them
+        if action.dest in ("config", "configfile"):
+            action.__class__ = type(f"Counted{type(action).__name__}", (Counted, type(action)), {})
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            parser.parse_known_args(args)
+    except SystemExit:
+        return []
+    return uses
 
 
 # ---------------------------------------------------------------- the config files themselves
@@ -245,6 +347,8 @@ def check_config(config: dict, schema: str | Path | None = None, files=(), argv=
     if tree is not None:
         config.update(whole_numbers(config, tree, tree))
     check_consistency(config)
+    if tree is not None:  # the plan reads the schema's defaults
+        check_plan_size(config)
 
 
 def merge(config: dict, overrides: dict) -> None:
@@ -267,20 +371,41 @@ def check_consistency(config: dict) -> None:
     check_training(config)
     check_chunks(config)
     check_targets(config)
+    check_sizes(config)
+    check_seeds(config)
+    check_baselines(config)
 
 
 SEGMENT_LENGTH = 64  # characters of a name that becomes a folder: far below a file system's 255 bytes per name
 
 
+# Names Windows keeps for devices, whatever their case or extension (`aux`, `CON.x`): no folder can have one there.
+WINDOWS_DEVICES = {"CON", "PRN", "AUX", "NUL", *(f"{port}{n}" for port in ("COM", "LPT") for n in range(10))}
+SAFE = "use letters, digits, '.' and '_' only"
+
+
 def segment_problem(name) -> str | None:
-    """Why ``name`` cannot be one folder or file name of a path under results/ (None: it can)."""
+    """Why ``name`` cannot be one folder or file name of a path under results/ (None: it can), and the fix."""
     name = str(name)
     if name in ("", ".", ".."):
-        return f"{name!r} is not a folder name of its own"
+        return f"{name!r} is not a folder name of its own, but it names a folder of results/: {SAFE}"
     if any(sep in name for sep in ("/", "\\", "\0")):
-        return f"{name!r} contains a path separator"
+        return f"{name!r} contains a path separator, but it names a folder of results/: {SAFE}"
     if len(name) > SEGMENT_LENGTH:
-        return f"{name[:20]!r}... has {len(name)} characters, more than the {SEGMENT_LENGTH} a folder name may have"
+        return (
+            f"{name[:20]!r}... has {len(name)} characters, more than the {SEGMENT_LENGTH} a folder name may have, but "
+            f"it names a folder of results/: {SAFE}"
+        )
+    if name.split(".", 1)[0].strip().upper() in WINDOWS_DEVICES:
+        return (
+            f"{name!r} is a device name on Windows (CON, PRN, AUX, NUL, COM0-9, LPT0-9, with any extension), where "
+            "no folder can have it, but it names a folder of results/: rename it"
+        )
+    if name[-1] in ". ":
+        return (
+            f"{name!r} ends in {name[-1]!r}, which Windows drops ({name!r} and {name.rstrip('. ')!r} are one folder "
+            "there), but it names a folder of results/: remove it"
+        )
     return None
 
 
@@ -307,7 +432,7 @@ def check_path_names(config: dict) -> None:
     ]
     for key, name in segments:
         if why := segment_problem(name):
-            raise ValueError(f"{key}: {why}, but it names a folder of results/: use letters, digits, '.' and '_' only")
+            raise ValueError(f"{key}: {why}")
     for group in folders.values():
         seen = {}
         for key, name in group:
@@ -322,17 +447,10 @@ def check_path_names(config: dict) -> None:
 def check_variant_names(config: dict) -> None:
     """A variant's name is one folder of results/ and one cell label (``names.variant_name_problem``): never a
     method's label (``ar``, ``sd``, ``triforce``, ``eagle3``), nor with a cell-label separator (``@``, ``+``); and
-    no two variants train the same hyper-parameters."""
+    no two variants train the same hyper-parameters (`check_training`)."""
     for name in config["variants"]:
         if why := names.variant_name_problem(name):
             raise ValueError(f"variants: {why}")
-    same = {}  # merged hparams -> the first variant that trains them (two would be one drafter under two names)
-    for v, o in config["variants"].items():
-        first = same.setdefault(repr(sorted({**config["training"], **o}.items())), v)
-        if first != v:
-            raise ValueError(
-                f"variants.{v} trains exactly what variants.{first} trains: give it other hyper-parameters"
-            )
 
 
 def check_models(config: dict) -> None:
@@ -404,17 +522,28 @@ def check_gammas(config: dict) -> None:
             )
 
 
+def trained_hparams(config: dict) -> list[tuple[str, dict]]:
+    """(key, the hyper-parameters handed to the trainer, before its defaults) of `training` and of every variant
+    (`training` merged with its overrides)."""
+    return [("training", config["training"])] + [
+        (f"variants.{v}", {**config["training"], **o}) for v, o in config["variants"].items()
+    ]
+
+
 def check_training(config: dict) -> None:
     """Hyper-parameters the trainer accepts (``settings.TrainingHparams``, the one home of their rules: one weight per
     budget, ...) for `training` and every variant, and a single-budget variant trained at the budget its table
     names."""
-    for name, hp in [("training", config["training"])] + [
-        (f"variants.{v}", {**config["training"], **o}) for v, o in config["variants"].items()
-    ]:
+    same = {}  # typed hparams -> the first variant that trains them (two would be one drafter under two names)
+    for name, hp in trained_hparams(config):
         try:
-            TrainingHparams.from_json(hp)
+            typed = TrainingHparams.from_json(hp)
         except (ValueError, TypeError) as err:
             raise ValueError(f"{name}: {err}") from None
+        if name != "training":  # compared as the trainer reads them: lambda_c 1 is lambda_c 1.0
+            first = same.setdefault(json.dumps(typed.to_json(), sort_keys=True), name)
+            if first != name:
+                raise ValueError(f"{name} trains exactly what {first} trains: give it other hyper-parameters")
     trained = {**config["training"], **config["variants"].get(names.SINGLE, {})}["budgets"]
     if trained != [config["single_budget"]["trained_budget"]]:
         raise ValueError(
@@ -432,9 +561,7 @@ def check_chunks(config: dict) -> None:
         refuse_partial_chunk(f"budgets[{i}]", budget, "chunk_size", chunk)
     refuse_partial_chunk("single_budget.trained_budget", config["single_budget"]["trained_budget"], "chunk_size", chunk)
     train_chunk = config["training"].get("chunk_size", TrainingHparams.chunk_size)
-    for name, hp in [("training", config["training"])] + [
-        (f"variants.{v}", {**config["training"], **o}) for v, o in config["variants"].items()
-    ]:
+    for name, hp in trained_hparams(config):
         for i, budget in enumerate(hp["budgets"]):
             refuse_partial_chunk(f"{name}.budgets[{i}]", budget, "training.chunk_size", train_chunk)
     if names.TRIFORCE in config.get("baselines", {}).get("enabled", []):
@@ -445,15 +572,6 @@ def check_chunks(config: dict) -> None:
             triforce.get("retrieval_budget", TRIFORCE_DEFAULTS["retrieval_budget"]),
             chunk_key,
             triforce.get("chunk_size", chunk),
-        )
-
-
-def refuse_partial_chunk(key: str, budget: int, chunk_key: str, chunk: int) -> None:
-    if budget < chunk or budget % chunk:
-        kept = budget // chunk * chunk
-        raise ValueError(
-            f"{key} = {budget} is not a positive multiple of {chunk_key} = {chunk}: it would keep {kept} prompt "
-            f"tokens, not {budget}; make the budget a multiple of {chunk_key}, or {chunk_key} a divisor of it"
         )
 
 
@@ -472,4 +590,165 @@ def check_targets(config: dict) -> None:
         raise ValueError(
             f"sampling.temperature = {temperature} but baselines.enabled = {enabled}: the baselines "
             "decode greedily only; set baselines.enabled: [] to sample, or sampling.temperature: 0"
+        )
+
+
+# ---------------------------------------------------------------- sizes and counts, with what each would cost
+
+
+def shortest(config: dict, contexts=None) -> tuple[str, int]:
+    """(label, prompt tokens) of the shortest of ``contexts`` (default: every context)."""
+    return min(((c, config["contexts"][c]) for c in contexts or config["contexts"]), key=lambda item: item[1])
+
+
+def check_sizes(config: dict) -> None:
+    """Sizes bounded by what they size: a budget or a score window past the shortest prompt (its cells would be
+    full-cache cells under a budget's label; a window scores the whole prompt), a training budget or window past the
+    training prefix P, a warm-up longer than a run, and held-out sequences that leave none to train on."""
+    label, tokens = shortest(config)
+    for i, budget in enumerate(config["budgets"]):
+        if budget > tokens:
+            raise ValueError(
+                f"budgets[{i}] = {budget} is more than contexts.{label} = {tokens} prompt tokens: its cells there would "
+                f"keep the whole prompt, a full cache under the label B{budget}; lower it, or drop the context"
+            )
+    window = config.get("score_window", SCORE_WINDOW)
+    if window > tokens:
+        raise ValueError(
+            f"score_window = {window} is more than contexts.{label} = {tokens} prompt tokens: the chunks are scored by "
+            "the last score_window prefill queries, and the prompt has fewer; lower it"
+        )
+    prefix = config["training_data"]["prefix_len"]
+    for name, hp in trained_hparams(config):
+        for i, budget in enumerate(hp["budgets"]):
+            if budget > prefix:
+                raise ValueError(
+                    f"{name}.budgets[{i}] = {budget} is more than training_data.prefix_len = {prefix}: the sparse view "
+                    "would keep the whole prefix, the full-cache view under a budget's name; lower it"
+                )
+    train_window = config["training"].get("score_window", SCORE_WINDOW)
+    if train_window > prefix:
+        raise ValueError(
+            f"training.score_window = {train_window} is more than training_data.prefix_len = {prefix}: the prefix has "
+            "fewer queries to score its chunks with; lower it"
+        )
+    new, warm = config["max_new_tokens"], config.get("warmup_tokens", 0)
+    if warm > new:
+        raise ValueError(
+            f"warmup_tokens = {warm} is more than max_new_tokens = {new}: a warm-up run would decode more than a timed "
+            "one and past the positions checked for it; lower it (0 = max_new_tokens)"
+        )
+    heldout = config["training"].get("heldout", 0)
+    for key, data in [("training_data", config["training_data"])] + (
+        [("base_drafter.data", config["base_drafter"]["data"])] if config.get("base_drafter") else []
+    ):
+        if heldout >= data["sequences"]:
+            raise ValueError(
+                f"training.heldout = {heldout} leaves none of the {data['sequences']} sequences of {key} to train on; "
+                "lower it"
+            )
+
+
+def check_seeds(config: dict) -> None:
+    """Replicate r trains with seed + r (``Plan.seeded``): the last replicate's seed stays a seed (at most 2^32 - 1;
+    2^32 - 1 with replicates: 2 trained with 2^32)."""
+    last = config["replicates"] - 1
+    seeds = [("training.seed", config["training"].get("seed", TrainingHparams.seed))]
+    if config.get("base_drafter"):
+        seeds.append(("base_drafter.training.seed", config["base_drafter"]["training"].get("seed", seeds[0][1])))
+    for key, seed in seeds:
+        if seed + last >= SEEDS:
+            raise ValueError(
+                f"{key} = {seed} with replicates = {last + 1}: replicate {last} would train with seed {seed + last}, "
+                f"past {SEEDS - 1}; lower {key} to at most {SEEDS - 1 - last}"
+            )
+
+
+def check_baselines(config: dict) -> None:
+    """The baselines' sizes: TriForce's inner draft and StreamingLLM cache (both pre-allocated in every cache it
+    keeps) within what its cells decode, its sinks within that cache; EAGLE-3's feature layers within the verifier's
+    and its unroll within the window it scores."""
+    enabled = config["baselines"].get("enabled", [])
+    if names.TRIFORCE in enabled:
+        triforce = {**TRIFORCE_DEFAULTS, **(config["baselines"].get(names.TRIFORCE) or {})}
+        gamma, key = config["comparison"]["gamma"], "baselines.triforce"
+        if triforce["gamma_inner"] > gamma:
+            raise ValueError(
+                f"{key}.gamma_inner = {triforce['gamma_inner']} is more than comparison.gamma = {gamma}, the γ of "
+                f"TriForce's cells: it drafts at most γ tokens a round, and would pre-allocate {triforce['gamma_inner']} "
+                "slots in each of its caches' layers for them; lower it"
+            )
+        label, tokens = shortest(config, config["comparison"]["contexts"])
+        if triforce["streaming_budget"] > tokens:
+            raise ValueError(
+                f"{key}.streaming_budget = {triforce['streaming_budget']} is more than contexts.{label} = {tokens} "
+                "prompt tokens (comparison.contexts): its small drafter's StreamingLLM cache would keep the whole "
+                f"prompt and pre-allocate {triforce['streaming_budget']} slots a layer; lower it"
+            )
+        if not triforce["sinks"] < triforce["streaming_budget"]:
+            raise ValueError(
+                f"{key}.sinks = {triforce['sinks']} must be less than streaming_budget = {triforce['streaming_budget']}"
+                ": the StreamingLLM cache keeps the sinks and at least one recent token"
+            )
+    if names.EAGLE3 in enabled:
+        check_eagle3(config)
+
+
+def check_eagle3(config: dict) -> None:
+    """EAGLE-3's head reads the outputs of verifier layers ``layer_ids`` (an IndexError in training past the
+    verifier's last layer: its layer count read from its config.json, or the shapes the estimate knows) and unrolls
+    ``ttt_steps`` steps over the last ``ttt_window`` positions (a step past the window scores nothing)."""
+    from budgetdraft.pipeline.estimate import shape
+
+    key = "baselines.eagle3.training"
+    hp = Eagle3Hparams.from_json(
+        {"device": config["device"], **config["baselines"].get(names.EAGLE3, {}).get("training", {})}
+    )
+    try:
+        layers = shape(config["verifier"]).layers
+    except (ValueError, OSError, KeyError):
+        layers = None  # not known offline: the head's training checks it
+    for i, layer in enumerate(hp.layer_ids or ()):
+        if layers is not None and layer >= layers:
+            raise ValueError(
+                f"{key}.layer_ids[{i}] = {layer}: the verifier {config['verifier']} has {layers} decoder layers, "
+                f"numbered 0-{layers - 1}; pick layers below {layers}"
+            )
+    if hp.ttt_steps > hp.ttt_window:
+        raise ValueError(
+            f"{key}.ttt_steps = {hp.ttt_steps} is more than ttt_window = {hp.ttt_window}: an unroll step past the "
+            "window scores no position, and each holds another copy of the head's activations; lower it"
+        )
+
+
+MAX_CELL_FILES = 20_000  # 893 in config.yaml (the grid and the `policies` target), 22 x that: the step before any
+#                          job reads each, and Snakemake plans each as a job
+MAX_RUNS = 2_000_000  # decoding runs of every cell file (prompts x (warm-up + timed runs)): 36,000 at paper scale
+
+
+def check_plan_size(config: dict) -> None:
+    """What the config would plan, counted before it is planned (``replicates: 300000``, a typo for 3, took minutes
+    and gigabytes before a MemoryError): the cell files of every target (the plan of one replicate, scaled) and the
+    decoding runs they make, each refused past its limit with the number it would cost."""
+    from budgetdraft.pipeline.plan import Plan
+
+    replicates = config["replicates"]
+    one = [path_key(cell) for cell in Plan({**config, "replicates": 1}).every_cell()]
+    per_replicate = sum(key["replicate"] != names.SHARED for key in one)
+    shared = len(one) - per_replicate
+    cells = shared + per_replicate * replicates
+    if cells > MAX_CELL_FILES:
+        raise ValueError(
+            f"replicates = {replicates}: the plan would measure {cells:,} cell files ({per_replicate:,} per "
+            f"replicate + {shared:,} shared), more than the {MAX_CELL_FILES:,} one config may plan; lower replicates, "
+            "or the grid's datasets, contexts, budgets, gammas or variants"
+        )
+    runs_each = config["warmup"] + config["repeats"]
+    prompts = {d: config["datasets"][d].get("samples", config["samples"]) for d in config["datasets"]}
+    runs = sum(prompts[k["dataset"]] * runs_each * (1 if k["replicate"] == names.SHARED else replicates) for k in one)
+    if runs > MAX_RUNS:
+        raise ValueError(
+            f"repeats = {config['repeats']}, warmup = {config['warmup']}, samples = {config['samples']}: the "
+            f"plan's {cells:,} cell files would decode {runs:,} runs (each prompt warmup + repeats times), more than "
+            f"the {MAX_RUNS:,} one config may plan; lower repeats, warmup or samples"
         )

@@ -4,23 +4,24 @@ it after `budgetdraft.pipeline.configcheck.check_config` (the schema's defaults 
 written, so tests/test_plan.py checks the grid in process and workflow/rules/ only wires it (`PLAN = Plan(config)`).
 
 One side effect stays explicit and apart from the plan: `set_aside_unreadable` moves a cell file that cannot be used
-aside (FILE.unreadable, never deleted) so that its cell is measured again; the workflow calls it once, before any job
-is planned, over the cell files the plan can ask for (`Plan.every_cell`), and prints what it did.
+aside (FILE.unreadable, never deleted) so that its cell is measured again; the workflow calls it once, when Snakemake
+is about to run jobs and before it plans them, over the cell files the plan can ask for (`Plan.every_cell`) and those
+named on the command line (`Plan.asked_cells`), and prints what it did.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
 import shlex
+import stat
 from functools import cached_property
 from pathlib import Path
 
 from budgetdraft.base import defaults, names, revisions
 from budgetdraft.base.importgraph import code_files
+from budgetdraft.base.jsonio import first_difference
 from budgetdraft.decoding import baselines
 from budgetdraft.evaluation import cellfile
 from budgetdraft.report.settings import PaperSettings, Variant
@@ -38,6 +39,7 @@ STAGE_COMMANDS = {
     "claims": "claims",
 }
 VERIFIER = "results/models/verifier"
+SETTINGS_FILE = "results/settings/{name}.json"  # rule settings' output: what `paper` and `claims` lay out where
 
 
 class Plan:
@@ -261,9 +263,11 @@ class Plan:
         }
         return {**constraints, "replicate": escaped(self.replicates)} if replicated else constraints
 
-    def is_cell(self, path: str) -> bool:
-        """Whether ``path`` names a cell file of the workflow (results/cells/LABEL[/rR]/DATASET/CONTEXT/B_g.parquet)."""
-        return str(path).startswith(cellfile.CELLS + "/") and bool(cellfile.path_key(path))
+    @staticmethod
+    def asked_cells(targets) -> list[str]:
+        """The cell files among command-line ``targets``, each as its path under results/cells/ once resolved ('..'
+        and symbolic links followed): ``results/cells/../../elsewhere/sd/gs/1K/B16_g3.parquet`` is no cell."""
+        return [str(cell) for cell in map(cell_under_results, targets) if cell is not None]
 
     # ------------------------------------------------------------------------------------------------ drafters
 
@@ -400,6 +404,11 @@ class Plan:
             PaperSettings.from_json(settings)
         return json.dumps(settings)
 
+    def settings_files(self) -> dict[str, str]:
+        """{results/settings/NAME.json: the JSON rule settings writes there} of every artifact and of the claims."""
+        artifacts = [*self.all_tables, *self.all_figures.values(), "claims"]
+        return {SETTINGS_FILE.format(name=name): self.artifact_settings(name) for name in artifacts}
+
     # ------------------------------------------------------------------------------------------------ cell jobs
 
     def cell_inputs(self, label, dataset, context, replicate=None) -> dict:
@@ -460,11 +469,13 @@ class Plan:
 # ---------------------------------------------------------------------------------------------------- unreadable
 # A cell file cut short (a full disk, a killed copy or sync; the cell rule itself writes atomically), damaged (a
 # flipped bit) or that lies (edited by hand, copied to another cell's path) would stop every table that reads it, or
-# worse be published; Snakemake would delete the previous table when that job fails. So before any job is planned
-# each existing cell file is checked as every reader checks it (budgetdraft.evaluation.cellfile.problem: a whole
-# parquet file, the digest written with it, page checksums, its invariants, its rows the cell its path names). A
-# file that fails is moved aside (FILE.unreadable, never deleted) and named with the reason, so the cell is measured
-# again like a missing one; a dry run only names it.
+# worse be published; Snakemake would delete the previous table when that job fails. So when Snakemake is about to
+# run jobs, before it plans them, each existing cell file is checked as every reader checks it
+# (budgetdraft.evaluation.cellfile.problem: a whole parquet file, the digest written with it, page checksums, its
+# invariants, its rows the cell its path names), and so is whatever else sits at a cell path (a directory, a FIFO, a
+# file the user cannot read). One that fails is moved aside (FILE.unreadable, never deleted) and named with the
+# reason, so the cell is measured again like a missing one; a dry run or --touch only names it, and a command that
+# runs no job (--summary, --report, -D, --filegraph, ...) never gets here.
 
 
 def aside_name(path: Path) -> Path:
@@ -475,28 +486,46 @@ def aside_name(path: Path) -> Path:
     return aside
 
 
-def runs_no_job(argv: list[str]) -> bool:
-    """Whether the Snakemake command line ``argv`` (without the program) runs no job: a dry run, --touch, --lint,
-    --unlock or a listing, spelled in any of the ways Snakemake reads it (``-pt``, ``-tp``, ``--touch``), read by
-    Snakemake's own argument parser. (The Snakefile cannot ask the workflow: its touch setting is made after it is
-    read.) A command line that parser refuses (Snakemake run through its API, not its command line) counts as a run."""
-    from snakemake.cli import get_argument_parser
+def cell_under_results(path) -> Path | None:
+    """``path`` as a cell file's path under results/cells/ (LABEL[/rR]/DATASET/CONTEXT/B_g.parquet), its folder
+    resolved ('..' and symbolic links followed; the file itself is not, so a link is what a step moves), or None when
+    it resolves elsewhere or names no cell."""
+    path = Path(path)
+    root = Path(cellfile.CELLS).resolve()
+    where = path.parent.resolve() / path.name
+    if not where.is_relative_to(root):
+        return None
+    inside = where.relative_to(root)
+    return Path(cellfile.CELLS) / inside if cellfile.path_key(inside) else None
 
+
+def thing_problem(path: Path) -> str | None:
+    """Why what is at a cell path cannot be used as that cell (None: nothing is there, or a whole cell): not a
+    regular file (a directory, a FIFO, which a reader would wait on for ever: never opened), a file the user cannot
+    read, or one a reader refuses (`cellfile.problem`)."""
     try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            args, _ = get_argument_parser().parse_known_args(argv)
-    except SystemExit:
-        return False
-    return any([args.dryrun, args.touch, args.lint, args.unlock, args.list_rules, args.list_target_rules])
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"cannot be read: {e.strerror}"
+    if not stat.S_ISREG(mode):
+        kind = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
+        return f"{kind.get(stat.S_IFMT(mode), 'a device')}, not a cell file"
+    try:
+        return cellfile.problem(path)
+    except OSError as e:
+        return f"cannot be read: {e.strerror}"
 
 
 def set_aside_unreadable(paths, dry_run: bool) -> list[str]:
-    """Move every existing file of ``paths`` that a reader would refuse (`cellfile.problem`) aside (FILE.unreadable, never deleted), so
-    that its cell is measured again; with ``dry_run`` move nothing. One line per such file, saying what was done
-    (or what a run would do)."""
+    """Move everything at a cell path of ``paths`` that a reader could not use (`thing_problem`) aside
+    (FILE.unreadable, never deleted), so that its cell is measured again; with ``dry_run`` move nothing. Only a path
+    that resolves inside results/cells/ is looked at (`cell_under_results`). One line per such path, saying what was
+    done (or what a run would do)."""
     lines = []
-    for path in map(Path, dict.fromkeys(paths)):
-        if not path.is_file() or (problem := cellfile.problem(path)) is None:
+    for path in dict.fromkeys(filter(None, map(cell_under_results, paths))):
+        if (problem := thing_problem(path)) is None:
             continue
         aside = aside_name(path)
         if dry_run:
@@ -505,6 +534,49 @@ def set_aside_unreadable(paths, dry_run: bool) -> list[str]:
                 "and measure the cell again (this dry run plans as if it were whole)"
             )
             continue
-        os.replace(path, aside)
+        try:
+            os.replace(path, aside)
+        except OSError as e:
+            raise ValueError(
+                f"unreadable cell file {path} ({problem}) cannot be moved to {aside} ({e.strerror}): move or "
+                "remove it, and the cell is measured again"
+            ) from None
         lines.append(f"unreadable cell file {path} ({problem}): moved to {aside}, measuring the cell again")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------------- stale settings
+# A settings file (rule settings: results/settings/NAME.json) decides a table's column titles and each variant's λ;
+# the run record (rule run_record: results/report/run.json) the report's configuration page. Their rules have no
+# input, so Snakemake writes one again only when its params (the plan's JSON) change: a file edited by hand would be
+# read by the next job that reads it and published. So when Snakemake is about to run jobs, before it plans
+# them, each existing one is compared with the JSON the plan writes there; one that differs is removed, named with
+# its first difference, so rule settings writes it again and every artifact that reads it is built again.
+
+
+def drop_stale_settings(planned: dict[str, str], dry_run: bool) -> list[str]:
+    """Remove every existing file of ``planned`` ({path: the JSON the plan writes there}) whose JSON is not that
+    (`jsonio.first_difference`); with ``dry_run`` remove nothing. One line per such file, naming the difference and
+    what was done (or what a run would do)."""
+    lines = []
+    for path, text in planned.items():
+        try:
+            found = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as e:
+            difference = f"not readable: {getattr(e, 'strerror', None) or e}"
+        else:
+            try:
+                difference = first_difference(json.loads(found), json.loads(text))
+            except json.JSONDecodeError:
+                difference = "not JSON"
+        if difference is None:
+            continue
+        said = f"{path} is not what the config plans ({difference})"
+        if dry_run:
+            lines.append(f"{said}: a run will write it again and rebuild what reads it (this dry run plans as it is)")
+            continue
+        os.remove(path)
+        lines.append(f"{said}: removed, writing it again and rebuilding what reads it")
     return lines
