@@ -66,7 +66,7 @@ include: "workflow/rules/warm.smk"
 rule all:
     default_target: True
     input:
-        PLAN.artifact_files(PLAN.tables_in_all + list(PLAN.figures.values())),
+        PLAN.artifact_files(PLAN.in_all),
         "results/claims.md",
         REPORT_PAGES,
     localrule: True
@@ -118,7 +118,7 @@ rule vram:
 
 rule figures:
     input:
-        PLAN.artifact_files(list(PLAN.figures.values())),
+        PLAN.artifact_files(PLAN.figures_in_all),
     localrule: True
 
 

@@ -412,7 +412,7 @@ def test_gamma_figure_has_no_lone_point_panel(grid):
     """SETTINGS sweep γ at 0.5K only (1K has one γ): the figure draws one line per context instead of a 1K row of
     one-point panels, and the replicates' spread is recorded per point."""
     for artifact in ("fig_gamma", "fig_errorbar"):
-        fig, values = figures.FIGURE_BUILDERS[artifact](Grid(load_cells(list(grid.values()))), parse_settings(SETTINGS))
+        fig, values = figures.drawn(artifact, Grid(load_cells(list(grid.values()))), parse_settings(SETTINGS))
         for ax in fig.axes:
             assert max(len(line.get_xdata()) for line in ax.get_lines()) >= 2, (artifact, ax.get_title())
         assert len(values["1K d1"]["gamma"]) == 1 and "acceptance_replicate_sd" in values["1K d1"]

@@ -8,9 +8,8 @@ import subprocess
 import pytest
 from conftest import copy_project
 
+from budgetdraft.base import methods
 from budgetdraft.base.importgraph import code_files, command_imports, import_graph, imports_closure, packages_above
-from budgetdraft.base.names import BASELINES
-from budgetdraft.decoding import baselines
 from budgetdraft.pipeline.cli import COMMANDS
 
 SNAKEMAKE = shutil.which("snakemake")
@@ -31,8 +30,8 @@ def test_closure_follows_lazy_imports_and_packages():
     assert {"budgetdraft.decoding.metrics", "budgetdraft.decoding.draftvocab", "budgetdraft.evaluation.cells"} <= set(
         cell
     )  # issue 23.2
-    # the baselines' package names a method's module (eval-cell imports that by a computed name: --method's only)
-    assert "budgetdraft.decoding.baselines" in cell and "budgetdraft.decoding.baselines.triforce" not in cell
+    # a baseline's module is its declared factory (budgetdraft.base.methods), imported by that name for its method only
+    assert "budgetdraft.base.methods" in cell and "budgetdraft.decoding.baselines.triforce" not in cell
     assert "src/budgetdraft/decoding/baselines/__init__.py" in code_files(
         "eval-cell", ("budgetdraft.decoding.baselines.triforce",)
     )
@@ -73,7 +72,8 @@ def command_code(shell: str) -> set[str]:
     """The source files a job's `python -m budgetdraft COMMAND ...` runs (an eval-cell's baseline method too)."""
     command = re.search(r"python -m budgetdraft ([\w-]+)", shell).group(1)
     method = re.search(r"--method (\w+)", shell)
-    extra = (baselines.module(method.group(1)),) if method and method.group(1) in BASELINES else ()
+    factory = {m.decodes: m.factory for m in methods.REGISTRY.values()}.get(method.group(1)) if method else ""
+    extra = (factory,) if factory else ()
     return set(code_files(command, extra))
 
 

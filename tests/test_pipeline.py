@@ -8,12 +8,11 @@ import pytest
 from conftest import ci_snakemake as snakemake
 from conftest import planned_jobs
 
-from budgetdraft.base.names import FIGURE_STEMS
-from budgetdraft.base.names import TABLES as TABLE_LABELS
-from budgetdraft.report import paper
+from budgetdraft.report import artifacts, paper
 
-TABLES = list(TABLE_LABELS)
-FIGURES = list(FIGURE_STEMS.values())
+PAPER = {key: a for key, a in paper.ARTIFACTS.items() if a.in_all == artifacts.ALWAYS}  # `all` builds them
+TABLES = [key for key, a in PAPER.items() if a.kind == "table"]
+FIGURES = [a.stem for a in PAPER.values() if a.kind == "figure"]
 
 
 @pytest.mark.pipeline
@@ -39,8 +38,12 @@ def test_every_table_number_traces_to_a_cell_file(pipeline_run, monkeypatch):
 def test_claims_report_covers_every_finding(pipeline_run):
     text = (pipeline_run / "results/claims.md").read_text()
     findings = json.loads((pipeline_run / "results/claims.json").read_text())["findings"]
-    ids = {re.match(r"F\d", f["id"]).group() for f in findings}  # F2/1K, F8b-B, ... -> F2, F8
+    ids = {re.match(r"F\d", f["id"]).group() for f in findings if f["id"][0] == "F"}  # F2/1K, F8b-B -> F2, F8
     assert {f"F{i}" for i in range(1, 9)} <= ids, ids
+    ours = {f["id"].split("/")[0]: f for f in findings if f["id"][0] != "F"}  # the controls (issue 39)
+    assert {"PI", "C-pos", "C-sparse"} <= set(ours) and ours["C-pos"]["verdict"] == "diagnostic", sorted(ours)
+    assert "## Positional profile" in text and "(native)" in text
+    assert (pipeline_run / "results/figures/positions.png").stat().st_size > 1000
     verdicts = {"holds", "does not hold", "not resolved", "not run", "not measured", "diagnostic"}
     assert all(f["verdict"] in verdicts for f in findings), [f["verdict"] for f in findings]
     assert "Evidence behind each number" in text

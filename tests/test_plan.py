@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from budgetdraft.base import defaults, names
+from budgetdraft.base import defaults, methods, names
 from budgetdraft.base.importgraph import code_files
-from budgetdraft.decoding import baselines
 from budgetdraft.evaluation import cellfile
 from budgetdraft.pipeline.configcheck import check_config
 from budgetdraft.pipeline.plan import STAGE_COMMANDS, Plan
@@ -69,12 +68,19 @@ def expected_cells(cfg: dict) -> set:
         cells |= {(label, one["dataset"], one["context"], b, one["gamma"]) for b in budgets}
     col = cfg["collapse"]
     cells |= {("sd", col["dataset"], c, b, col["gamma"]) for c in ctx for b in budgets}
+    controls = cfg.get("controls", [])  # the claims' controls at γ fixed: PI at every B, SD's full cache at B0
+    cells |= {("pi", d, c, b, cfg["gamma_fixed"]) for d in ds for c in ctx for b in budgets if "pi" in controls}
+    cells |= {("sd@full", d, c, 0, cfg["gamma_fixed"]) for d in ds for c in ctx if "sd@full" in controls}
     return cells
 
 
 def replicated(cfg: dict, label: str) -> bool:
-    """A cell measured once per training replicate: a trained variant, or SD / TriForce on a trained base drafter."""
-    return label in cfg["variants"] or ("base_drafter" in cfg and label in ("sd", "triforce"))
+    """A cell measured once per training replicate: a trained variant, or SD / TriForce / PI / SD's full cache on a
+    trained base drafter."""
+    return label in cfg["variants"] or ("base_drafter" in cfg and label in ("sd", "triforce", "pi", "sd@full"))
+
+
+PAPER_TABLES = ["main", "ablation_lc", "lambda", "comparison", "single_budget", "vram_gamma", "vram"]
 
 
 def cell_files(cfg: dict, grid: set) -> set:
@@ -101,7 +107,8 @@ def drafters(p: Plan, cells) -> set:
 
 
 @pytest.mark.parametrize(
-    "name, cells, files", [("config", 233, 11 + 222 * 3), ("ci", 84, 8 + 76 * 2), ("paper", 693, 693)]
+    "name, cells, files",
+    [("config", 233 + 45, 11 + (222 + 45) * 3), ("ci", 84 + 18, 8 + (76 + 18) * 2), ("paper", 693 + 45, 693 + 45)],
 )
 def test_the_grid_is_every_cell_the_artifacts_ask_for(name, cells, files):
     cfg = config(name)
@@ -113,10 +120,11 @@ def test_the_grid_is_every_cell_the_artifacts_ask_for(name, cells, files):
     shared = [c for c in p.all_cells() if key(c)["replicate"] == names.SHARED]
     assert len(shared) == sum(not replicated(cfg, c[0]) for c in grid)  # shared cells once
     reps = cfg["replicates"]
-    assert len(drafters(p, p.all_cells())) == 4 * reps  # every variant, once per replicate
-    assert p.tables_in_all == list(names.TABLES) and len(p.tables_in_all) == 7 and len(p.figures) == 3
-    assert p.artifact_files(p.tables_in_all + list(p.figures.values())) == [
-        *(f"results/tables/{t}.tex" for t in names.TABLES),
+    # every variant, and PI's interpolated base drafter where the base is trained, once per replicate
+    assert len(drafters(p, p.all_cells())) == (4 + ("base_drafter" in cfg)) * reps
+    assert p.in_all == PAPER_TABLES + ["fig_collapse", "fig_gamma", "fig_errorbar"]
+    assert p.artifact_files(p.in_all) == [
+        *(f"results/tables/{t}.tex" for t in PAPER_TABLES),
         *(f"results/figures/{s}.{x}" for s in ("collapse", "gamma_sensitivity", "errorbar") for x in ("pdf", "png")),
     ]
     assert p.training_stages == (["base", "budgetdraft"] if "base_drafter" in cfg else ["budgetdraft"])
@@ -154,7 +162,9 @@ def test_replicated_labels_and_their_drafters():
     assert ci.drafter_dir(names.EAGLE3) == "results/drafters/eagle3"
     assert ci.drafter_dir("lambda0.5@snapkv", 1) == ci.drafter_dir(names.BD, 1) == "results/drafters/r1/lambda0.5"
     assert ci.method == {
-        **{m: m for m in names.METHODS},
+        **{m: m for m in ("ar", "sd", "triforce", "eagle3")},
+        "pi": "sd",
+        "sd@full": "sd",
         **{v: names.SD for v in ci.variants},
         **{f"{d}@{pol}": names.SD for d in (names.SD, names.BD) for pol in ("streaming", "snapkv", "verifier_guided")},
     }
@@ -183,8 +193,8 @@ def test_the_policies_target_asks_for_its_cells_apart_from_the_grid():
     assert f"results/cells/sd/r0/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in cells  # the grid's own cell
     assert p.label_policy("sd@verifier_guided") == "verifier_guided"
     assert all(p.label_policy(key(c)["label"]) == "topk_chunks" for c in cells if "@" not in key(c)["label"])
-    everything = p.all_cells() + p.artifact_files(p.tables_in_all + list(p.figures.values()))
-    assert not any("@" in f or "policies.pdf" in f for f in everything)  # `all` is unchanged
+    everything = p.all_cells() + p.artifact_files(p.in_all)
+    assert not any(("@" in f and "sd@full" not in f) or "policies.pdf" in f for f in everything)  # `all` is apart
     assert p.policies == {"names": pol["names"], "dataset": pol["dataset"], "gamma": pol["gamma"]}
     # the schema's defaults are base.defaults' (a config without `policies:`)
     bare = raw_config("ci")
@@ -224,10 +234,10 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers():
     cfg = config("ci", variants=EXTRA_VARIANTS)
     p = Plan(cfg)
     reps, g = cfg["replicates"], cfg["gamma_fixed"]
-    assert len(drafters(p, p.all_cells())) == 6 * reps and len(p.tables_in_all) == 7 + 1
+    assert len(drafters(p, p.all_cells())) == 6 * reps + reps and p.in_all.count("variants") == 1  # + PI's
     places = [(d, c, b) for d in cfg["datasets"] for c in cfg["contexts"] for b in cfg["budgets"]]
     per_replicate = [c for c in p.all_cells() if key(c)["replicate"] != names.SHARED]
-    assert len(per_replicate) == 76 * reps + 2 * len(places) * reps
+    assert len(per_replicate) == (76 + 18) * reps + 2 * len(places) * reps
     for label in EXTRA_VARIANTS:
         assert all(f"results/drafters/r{r}/{label}" in drafters(p, p.all_cells()) for r in range(reps))
         for r in range(reps):
@@ -243,8 +253,8 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers():
     assert '"lambda_c": 0.25' in p.variant_hparams("lambda0.25", 0)
     # a λ variant alone: the λ table shows it, and `all` builds no `variants` table (`snakemake variants` would)
     only = Plan(config("ci", variants={"lambda0.25": {"lambda_c": 0.25}}))
-    assert only.tables_in_all == list(names.TABLES)
-    assert "results/tables/variants.tex" not in only.artifact_files(only.tables_in_all + list(only.figures.values()))
+    assert "variants" not in only.in_all
+    assert "results/tables/variants.tex" not in only.artifact_files(only.in_all)
     assert only.artifact_files(["variants"]) == ["results/tables/variants.tex"]
     assert not any("lambda0.25" in c for c in only.artifact_cells("variants"))
 
@@ -311,7 +321,7 @@ def test_the_stale_export_of_another_config_is_not_read(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     cfg = raw_config("paper")
     check_config(cfg, schema=SCHEMA)  # no refusal
-    assert len(Plan(cfg).all_cells()) == 693
+    assert len(Plan(cfg).all_cells()) == 693 + 45  # the grid and its controls (PI, SD with a full cache)
     assert "positions" not in capsys.readouterr().err
 
 
@@ -361,8 +371,8 @@ def test_each_stage_runs_the_code_its_command_imports():
     p = plan("ci")
     for stage, command in STAGE_COMMANDS.items():
         assert p.code(stage) == code_files(command), stage
-    for method in names.BASELINES:  # eval-cell imports it by a name computed from --method: declared by the plan
-        assert baselines.module(method) == f"budgetdraft.decoding.baselines.{method}"
+    for method in methods.BASELINES:  # eval-cell imports its declared factory by name: the plan declares it as code
+        assert methods.get(method).factory == f"budgetdraft.decoding.baselines.{method}"
         assert f"src/budgetdraft/decoding/baselines/{method}.py" in p.cell_code(method)
         assert set(code_files("eval-cell")) < set(p.cell_code(method))
     for label in (names.AR, names.SD, names.BD, "sd@snapkv"):
@@ -388,7 +398,7 @@ def test_a_file_written_from_the_plan_that_differs_from_it_is_named_and_removed(
     planned = plan("ci").settings_files()
     assert sorted(planned) == sorted(
         f"results/settings/{name}.json"
-        for name in [*names.TABLES, *names.EXTRA_TABLES, *names.FIGURES, *names.EXTRA_FIGURES, "claims"]
+        for name in [*PAPER_TABLES, "variants", "fig_collapse", "fig_gamma", "fig_errorbar", "fig_policies", "claims"]
     )
     os.makedirs("results/settings")
     same = json.loads(planned["results/settings/main.json"])

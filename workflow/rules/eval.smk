@@ -92,3 +92,46 @@ use rule eval_cell as eval_replicate_cell with:
         "benchmarks/cells/{label}/r{replicate}/{dataset}/{context}/B{budget}_g{gamma}.tsv"
     wildcard_constraints:
         **PLAN.cell_wildcards(replicated=True),
+
+
+rule profile:
+    """The positional profile of one training replicate: each drafter's teacher-forced top-1 agreement with the
+    verifier by position bucket (buckets of the base drafter's native range) over the longest context's prompts,
+    full cache, real positions (`budgetdraft profile`); the claims report's section and figure read it.
+    """
+    input:
+        verifier="results/models/verifier",
+        prompts=expand(
+            "results/data/prompts/{dataset}/{context}.parquet",
+            dataset=PLAN.datasets,
+            context=PLAN.longest_context,
+        ),
+        drafters=lambda wc: list(PLAN.profiled(wc.replicate).values()),
+        code=PLAN.code("profile"),
+    output:
+        "results/profile/r{replicate}.parquet",
+    log:
+        "logs/profile/r{replicate}.log",
+    benchmark:
+        "benchmarks/profile/r{replicate}.tsv"
+    wildcard_constraints:
+        replicate=r"\d+",
+    conda:
+        "../../envs/budgetdraft.yaml"
+    threads: config["threads"]
+    resources:
+        gpu=PLAN.gpu_slots(config["device"]),
+    params:
+        drafters=lambda wc: " ".join(
+            f"--drafter {shlex.quote(f'{label}={path}')}"
+            for label, path in PLAN.profiled(wc.replicate).items()
+        ),
+        datasets=" ".join(PLAN.datasets),
+        device=config["device"],
+        verifier_dtype=config["verifier_dtype"],
+        drafter_dtype=config["drafter_dtype"],
+    shell:
+        "python -m budgetdraft profile --verifier {input.verifier} --prompts {input.prompts}"
+        " --datasets {params.datasets} {params.drafters} --replicate {wildcards.replicate}"
+        " --device {params.device} --verifier-dtype {params.verifier_dtype} --drafter-dtype {params.drafter_dtype}"
+        " --threads {threads} --out {output} > {log} 2>&1"

@@ -8,18 +8,13 @@ REPORT_PAGES = [
 ]
 
 
-# the labels of an artifact's entries in the report (a table of them per category)
+# the labels of an artifact's entries in the report (a table of them per category), by table key or figure stem,
+# from each artifact's declaration (budgetdraft.report.artifacts)
 REPORT_LABELS = {
-    name: {"artifact": name, "paper": paper}
-    for name, paper in names.PAPER_NAMES.items()
+    a.stem or key: {"artifact": a.stem or key, "paper": a.paper}
+    for key, a in PLAN.artifacts.items()
 }
-# tables beyond the paper (budgetdraft.base.names.EXTRA_TABLES: `variants`)
-REPORT_LABELS.update(
-    {
-        name: {"artifact": name, "paper": "not in the paper"}
-        for name in names.EXTRA_TABLES
-    }
-)
+REPORT_LABELS["claims"] = {"artifact": "claims", "paper": "findings F1-F8"}
 # {stage: the benchmark files of the jobs `all` runs}, from each rule's own `benchmark:` pattern; read by the
 # runtimes page, and computed only when rule run_summary is planned
 STAGE_BENCHMARKS = {
@@ -151,7 +146,7 @@ rule figure:
         "../../envs/budgetdraft.yaml"
     params:
         artifact=lambda wc: PLAN.all_figures[wc.figure],
-        name=lambda wc: f"{names.PAPER_NAMES.get(wc.figure, 'Figure')} ({wc.figure})",
+        name=lambda wc: f"{REPORT_LABELS[wc.figure]['paper']} ({wc.figure})",
     shell:
         "python -m budgetdraft paper --artifact {params.artifact} --out {output.pdf}"
         " --settings {input.settings} --cells {input.cells} > {log} 2>&1; "
@@ -163,12 +158,20 @@ rule claims:
     a verdict per finding (results/claims.md and .json), from every cell of the grid."""
     input:
         cells=PLAN.all_cells(),
+        profile=PLAN.profile_files(),
         settings="results/settings/claims.json",
         code=PLAN.code("claims"),
         render=RENDER,
     output:
         md="results/claims.md",
         json="results/claims.json",
+        positions="results/figures/positions.pdf",
+        positions_png=report(
+            "results/figures/positions.png",
+            caption="../report/positions.rst",
+            category="Figures",
+            labels={"artifact": "positions", "paper": "not in the paper"},
+        ),
         html=report(
             "results/claims.html",
             caption="../report/claims.rst",
@@ -187,7 +190,7 @@ rule claims:
         "../../envs/budgetdraft.yaml"
     shell:
         "python -m budgetdraft claims --out {output.md} --settings {input.settings}"
-        " --cells {input.cells} > {log} 2>&1; "
+        " --cells {input.cells} --profile {input.profile} --profile-figure {output.positions} > {log} 2>&1; "
         "python {input.render} markdown {output.md} {output.html} >> {log} 2>&1; "
         "python {input.render} cells {output.cells} --title 'Findings F1-F8 (claims)' --files {input.cells} >> {log} 2>&1"
 

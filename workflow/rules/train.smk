@@ -88,3 +88,38 @@ rule train_eagle3:
     shell:
         "python -m budgetdraft train-eagle3 --verifier {input.verifier} --targets {input.targets}"
         " --out {output} --hparams {params.hparams:q} > {log} 2>&1"
+
+
+rule interpolate:
+    """PI, the control the paper did not run (config `controls`): the base drafter of a replicate (or the untrained
+    drafter, shared, when no base drafter is trained) with its rotary positions interpolated to cover the longest
+    context (`export-model --cover`), no training: how much of what BudgetDraft recovers interpolation alone does.
+    """
+    input:
+        base=lambda wc: PLAN.base_drafter_dir(wc.get("replicate")),
+        code=PLAN.code("models"),
+    output:
+        directory("results/drafters/r{replicate}/pi"),
+    log:
+        "logs/drafters/r{replicate}/pi.log",
+    benchmark:
+        "benchmarks/drafters/r{replicate}/pi.tsv"
+    wildcard_constraints:
+        replicate=r"\d+",
+    conda:
+        "../../envs/budgetdraft.yaml"
+    params:
+        cover=PLAN.longest_tokens(),
+        dtype=PLAN.export_dtype("drafter"),
+    shell:
+        "python -m budgetdraft export-model --spec {input.base} --cover {params.cover} --dtype {params.dtype}"
+        " --out {output} > {log} 2>&1"
+
+
+use rule interpolate as interpolate_shared with:
+    output:
+        directory("results/drafters/pi"),
+    log:
+        "logs/drafters/pi.log",
+    benchmark:
+        "benchmarks/drafters/pi.tsv"

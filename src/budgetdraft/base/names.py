@@ -1,21 +1,26 @@
-"""The one home of the names the library and the workflow share: cell labels, methods, the paper's artifacts.
+"""The one home of the names the library and the workflow share: cell labels and their separators, variant names.
+(The methods are declared in `budgetdraft.base.methods`, the artifacts on their builders: `budgetdraft.report.artifacts`.)
 
 No imports beyond the standard library and `budgetdraft.base.defaults` (which has none): the workflow
 (`workflow/rules/common.smk` and `budgetdraft.pipeline.plan`) read this module too, before any job runs and without the heavy dependencies of the
 other modules.
 """
 
+from budgetdraft.base import methods
 from budgetdraft.base.defaults import EAGER as EAGER  # re-exported: names.EAGER, the eager companions
 
-# Cell labels: methods without a trained drafter, and the trained variants the tables read.
-AR, SD, TRIFORCE, EAGLE3 = "ar", "sd", "triforce", "eagle3"
+# Cell labels: the declared methods (budgetdraft.base.methods: AR, SD, the baselines, the controls) and the trained
+# variants the tables read.
+AR, SD, TRIFORCE, EAGLE3, PI, SD_FULL = (
+    methods.AR,
+    methods.SD,
+    methods.TRIFORCE,
+    methods.EAGLE3,
+    methods.PI,
+    methods.SD_FULL,
+)
 BD, LA_ONLY, LAMBDA1, SINGLE = "lambda0.5", "la_only", "lambda1.0", "single_budget"
-METHODS = (AR, SD, TRIFORCE, EAGLE3)  # how `eval-cell --method` decodes; a trained variant decodes as SD
-# Controls the paper did not run: the base drafter with its positions interpolated to cover the longest context (no
-# training), and SD with a full drafter cache (no budget: the sparse policy `full`, cells B0).
-PI, SD_FULL = "pi", "sd@full"
-BASELINES = (TRIFORCE, EAGLE3)
-METHOD_NAMES = {AR: "AR", SD: "SD (sparse/full)", TRIFORCE: "TriForce", EAGLE3: "EAGLE-3", BD: "BudgetDraft"}
+METHOD_NAMES = {**{label: m.name for label, m in methods.REGISTRY.items()}, BD: "BudgetDraft"}
 REQUIRED_VARIANTS = {  # trained variant (cell label) -> the artifacts that read its cells
     BD: "the BudgetDraft drafter of every table",
     LA_ONLY: "the L_C ablation table and claim F4",
@@ -26,42 +31,6 @@ REQUIRED_VARIANTS = {  # trained variant (cell label) -> the artifacts that read
 # The `replicate` of a cell that no per-replicate training feeds (AR, a drafter trained once or not at all); cells of
 # a drafter trained once per training replicate (config `replicates`) carry 0, 1, ...
 SHARED = -1
-
-# The paper's artifacts: tables (results/tables/NAME.tex) and figures (results/figures/STEM.pdf and .png).
-TABLES = {  # artifact -> LaTeX label
-    "main": "tab:best_speedup_and_accept_per_budget",
-    "comparison": "tab:comparison",
-    "ablation_lc": "tab:ablation_lc",
-    "lambda": "tab:lambda_sensitivity_full",
-    "single_budget": "tab:single_budget_ablation",
-    "vram_gamma": "tab:peak_vram_gamma_full",
-    "vram": "tab:peak_vram",
-}
-FIGURES = {  # artifact -> LaTeX label
-    "fig_collapse": "fig:collapse",
-    "fig_gamma": "fig:gamma_sensitivity_budget_avg",
-    "fig_errorbar": "fig:errorbar",
-}
-FIGURE_STEMS = {"fig_collapse": "collapse", "fig_gamma": "gamma_sensitivity", "fig_errorbar": "errorbar"}
-# Figures beyond the paper's, each its own named target and not in `all`: artifact -> label, artifact -> file stem.
-EXTRA_FIGURES = {"fig_policies": "fig:policies"}
-EXTRA_FIGURE_STEMS = {"fig_policies": "policies"}
-ARTIFACTS = {**TABLES, **FIGURES, **EXTRA_FIGURES}
-# artifact or figure stem -> its name in the paper (the labels of the report's entries)
-PAPER_NAMES = {
-    "main": "Table 1",
-    "comparison": "Table 2",
-    "ablation_lc": "Table 3",
-    "vram_gamma": "App. A (vs γ)",
-    "vram": "App. A",
-    "lambda": "App. C",
-    "single_budget": "App. E",
-    "collapse": "Fig. 1",
-    "gamma_sensitivity": "Fig. 3",
-    "errorbar": "App. B",
-    "policies": "not in the paper",
-    "claims": "findings F1-F8",
-}
 
 # A drafter decoded with a sparse policy other than the config's `policy` has its own cell label, LABEL@POLICY
 # (results/cells/sd@snapkv/...); under the config's policy it keeps its plain label, so the grid's paths stay put.
@@ -108,9 +77,6 @@ def ar_label(label: str) -> str:
 # folder or a command-line option), with neither cell-label separator (POLICY_SEP, ENGINE_SEP) and no method's name.
 # The schema's `variants` propertyNames pattern is this one (tests/test_configcheck.py keeps the two equal).
 VARIANT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-# Tables beyond the paper's, each its own named target: artifact -> LaTeX label. `variants`: the extra variants that
-# are not λ variants (`lambda_variants`), beside BudgetDraft; in `all` only when the config has such a variant.
-EXTRA_TABLES = {"variants": "tab:extra_variants"}
 
 
 def variant_name_problem(name) -> str | None:
@@ -118,8 +84,8 @@ def variant_name_problem(name) -> str | None:
     import re
 
     name = str(name)
-    if name in METHODS:
-        return f"{name!r} is the label of method {METHOD_NAMES[name]!r}: its cells would be that method's"
+    if name in methods.REGISTRY or name in methods.DECODES:
+        return f"{name!r} is the label of method {METHOD_NAMES.get(name, name)!r}: its cells would be that method's"
     if POLICY_SEP in name or ENGINE_SEP in name:
         return (
             f"{name!r} contains {POLICY_SEP!r} or {ENGINE_SEP!r}, which separate a cell label from its policy or engine"

@@ -37,7 +37,7 @@ from transformers.generation import GenerateDecoderOnlyOutput, StoppingCriteriaL
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from budgetdraft.base.atomic import atomic_write_text
-from budgetdraft.base.defaults import ENGINE, GAMMA, POLICY
+from budgetdraft.base.defaults import ENGINE, GAMMA, POLICY, SEEDS
 from budgetdraft.decoding.loop import Round, speculative
 from budgetdraft.decoding.policies import POLICIES
 from budgetdraft.decoding.sampling import Sampling
@@ -112,7 +112,7 @@ def sampling_of(logits_processor, generation_config, seed: int | None) -> Sampli
     if not generation_config.do_sample:
         return None
     fields = {WARPERS[type(p)]: getattr(p, WARPERS[type(p)]) for p in logits_processor or ()}
-    seed = int(torch.randint(0, 2**62, ())) if seed is None else seed
+    seed = int(torch.randint(0, SEEDS, ())) if seed is None else seed  # within the seeds Sampling takes
     return Sampling(seed=seed, **fields)
 
 

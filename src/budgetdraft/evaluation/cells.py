@@ -21,10 +21,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from budgetdraft.base import methods
 from budgetdraft.base.defaults import EAGER
 from budgetdraft.base.jsonio import json_object
-from budgetdraft.base.names import EAGLE3, METHODS, SHARED
-from budgetdraft.decoding import baselines, sparse_drafter
+from budgetdraft.base.names import EAGLE3, SHARED
+from budgetdraft.decoding import sparse_drafter
 from budgetdraft.decoding.flags import add_decode_flags
 from budgetdraft.decoding.models import ModelStore, load_model
 from budgetdraft.decoding.sampling import sampling_from_args
@@ -99,7 +100,8 @@ def make_decoder(args, verifier, prefilled=None, load=load_model):
         raise ValueError(f"method {args.method!r} needs --drafter")
     extra = json_object(args.extra, "--extra")
     # the paper's drafter or a baseline's module: drafter_factory(verifier, args, extra, load) -> () -> a fresh drafter
-    module = sparse_drafter if args.method == "sd" else importlib.import_module(baselines.module(args.method))
+    factory = next(m.factory for m in methods.REGISTRY.values() if m.decodes == args.method)
+    module = importlib.import_module(factory) if factory else sparse_drafter
     new_drafter = module.drafter_factory(verifier, args, extra, load)
     return lambda ids, n: speculative(
         new_drafter(),
@@ -122,8 +124,8 @@ def device_name(device: str) -> str:
 def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
     """The cell's rows: every prompt decoded ``repeats`` times after ``warmup`` discarded runs, measured. ``models``:
     the warm process's models (budgetdraft.pipeline.warm), else each is read from its files."""
-    if args.method not in METHODS:
-        raise ValueError(f"--method {args.method!r} is not one of {', '.join(METHODS)}")
+    if args.method not in methods.DECODES:
+        raise ValueError(f"--method {args.method!r} is not one of {', '.join(methods.DECODES)}")
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     prompts = pd.read_parquet(args.prompts)
@@ -188,7 +190,7 @@ def write_atomically(frame: pd.DataFrame, out: str | Path) -> None:
 
 def configure_parser(parser) -> None:
     parser.add_argument("--label", required=True, help="row label in the tables: ar, sd, lambda0.5, ...")
-    parser.add_argument("--method", required=True, help="decoding algorithm: " + ", ".join(METHODS))
+    parser.add_argument("--method", required=True, help="decoding algorithm: " + ", ".join(methods.DECODES))
     parser.add_argument("--verifier", required=True)
     parser.add_argument("--drafter", help="drafter model (sd, triforce) or EAGLE-3 head directory (eagle3)")
     parser.add_argument("--prompts", required=True, help="prompts parquet of one dataset x context")

@@ -9,8 +9,8 @@ positions (the pipeline uses the base drafter's native range, so the first bucke
 each later one a further multiple of it).
 
     budgetdraft profile --verifier results/models/verifier --prompts results/data/prompts/*/1K.parquet \\
-        --drafter sd=results/models/drafter_base/r0 --drafter lambda0.5=results/drafters/r0/lambda0.5 \\
-        --bucket 128 --replicate 0 --out results/profile/r0.parquet
+        --datasets gs longbench lwm --drafter sd=results/models/drafter_base/r0 \\
+        --drafter lambda0.5=results/drafters/r0/lambda0.5 --replicate 0 --out results/profile/r0.parquet
 
 One row per (drafter, prompt, bucket): ``agreed`` of ``total`` positions.
 """
@@ -25,6 +25,7 @@ import torch
 from budgetdraft.base.atomic import atomic_path
 from budgetdraft.decoding.flags import add_machine_flags
 from budgetdraft.decoding.models import load_model
+from budgetdraft.decoding.positions import native_range
 
 COLUMNS = ["label", "replicate", "dataset", "sample", "bucket_start", "bucket_end", "agreed", "total"]
 
@@ -67,7 +68,11 @@ def configure_parser(parser) -> None:
     parser.add_argument(
         "--drafter", action="append", required=True, metavar="LABEL=DIR", help="a drafter to profile (repeatable)"
     )
-    parser.add_argument("--bucket", type=int, required=True, help="positions per bucket (the native range)")
+    parser.add_argument(
+        "--bucket",
+        type=int,
+        help="positions per bucket (default: the first --drafter's native range, its config's max_position_embeddings)",
+    )
     parser.add_argument("--replicate", type=int, default=0, help="the training replicate the drafters belong to")
     parser.add_argument("--out", required=True, help="output parquet")
     add_machine_flags(parser, ("--verifier-dtype", "--drafter-dtype"))
@@ -87,7 +92,7 @@ def drafter_dirs(specs: list[str]) -> dict[str, str]:
 def run(args) -> None:
     if len(args.prompts) != len(args.datasets):
         raise ValueError(f"--prompts gives {len(args.prompts)} files but --datasets {len(args.datasets)} names")
-    if args.bucket < 1:
+    if args.bucket is not None and args.bucket < 1:
         raise ValueError(f"--bucket {args.bucket}: must be a positive number of positions")
     torch.set_num_threads(args.threads)
     prompts = {d: [list(ids) for ids in pd.read_parquet(p)["input_ids"]] for d, p in zip(args.datasets, args.prompts)}
@@ -95,7 +100,8 @@ def run(args) -> None:
     drafters = {
         label: load_model(path, args.device, args.drafter_dtype) for label, path in drafter_dirs(args.drafter).items()
     }
-    rows = profile(verifier, drafters, prompts, args.bucket, args.replicate)
+    bucket = args.bucket or native_range(next(iter(drafters.values())).config)
+    rows = profile(verifier, drafters, prompts, bucket, args.replicate)
     with atomic_path(Path(args.out)) as tmp:
         rows.to_parquet(tmp, index=False)
     print(args.out)

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from jsonschema import Draft202012Validator, validators
 
-from budgetdraft.base import names
+from budgetdraft.base import methods, names
 from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, GRAPHS, POLICY, SCORE_WINDOW, SEEDS, TRIFORCE_DEFAULTS
 from budgetdraft.decoding.flags import refuse_partial_chunk
 from budgetdraft.decoding.models import check_spec, max_positions
@@ -351,6 +351,22 @@ def check_config(config: dict, schema: str | Path | None = None, files=(), argv=
         check_plan_size(config)
 
 
+def method_problems(config: dict) -> list[str]:
+    """Each name of `baselines.enabled` and `controls` must be a method declared for that list
+    (budgetdraft.base.methods): one line per other name."""
+    problems = []
+    lists = {
+        "baselines.enabled": (config.get("baselines") or {}).get("enabled", []),
+        "controls": config.get("controls"),
+    }
+    for key, given in lists.items():
+        known = [label for label, m in methods.REGISTRY.items() if m.enabled_by == key.split(".")[0]]
+        for i, name in enumerate(given if isinstance(given, list) else []):
+            if name not in known:
+                problems.append(f"{key}[{i}] = {name!r}: must be one of {', '.join(known)}")
+    return problems
+
+
 def merge(config: dict, overrides: dict) -> None:
     """``overrides`` merged into ``config`` key by key at every depth (as Snakemake merges ``--config``)."""
     for key, value in overrides.items():
@@ -363,6 +379,7 @@ def merge(config: dict, overrides: dict) -> None:
 def check_consistency(config: dict) -> None:
     """Raise ValueError naming the key and value of the first inconsistency the schema cannot express."""
     check_path_names(config)
+    check_methods(config)
     check_variant_names(config)
     check_models(config)
     check_engine(config)
@@ -409,6 +426,20 @@ def segment_problem(name) -> str | None:
     return None
 
 
+def check_methods(config: dict) -> None:
+    """Each name of `baselines.enabled` and `controls` is a method declared for that list (budgetdraft.base.methods,
+    the one list of them: the schema keeps none)."""
+    lists = {
+        "baselines.enabled": config.get("baselines", {}).get("enabled", []),
+        "controls": config.get("controls", []),
+    }
+    for key, given in lists.items():
+        known = [label for label, m in methods.REGISTRY.items() if m.enabled_by == key.split(".")[0]]
+        for i, name in enumerate(given):
+            if name not in known:
+                raise ValueError(f"{key}[{i}] = {name!r}: must be one of {', '.join(known)}")
+
+
 def check_path_names(config: dict) -> None:
     """Every key that becomes a path segment (results/cells/LABEL[@POLICY]/DATASET/CONTEXT/..., results/drafters/
     rR/VARIANT, results/data/prompts/DATASET/CONTEXT.parquet) is one folder name: never '.', '..' or with a '/'
@@ -418,7 +449,10 @@ def check_path_names(config: dict) -> None:
     policies = config.get("policies", {}).get("names", [])
     baselines = config.get("baselines", {}).get("enabled", [])
     folders = {  # names that share a folder: cell labels (methods and variants) / datasets / contexts
-        "labels": [*(("the method label", m) for m in names.METHODS), *(("variants", k) for k in config["variants"])],
+        "labels": [
+            *(("the method label", m) for m in methods.REGISTRY),
+            *(("variants", k) for k in config["variants"]),
+        ],
         "datasets": [("datasets", k) for k in config["datasets"]],
         "contexts": [("contexts", k) for k in config["contexts"]],
     }
@@ -475,6 +509,33 @@ def check_models(config: dict) -> None:
         raise ValueError(
             f"training_data.prefix_len + cont_len = {data['prefix_len'] + data['cont_len']} "
             f"exceeds verifier_max_positions = {limit}"
+        )
+    check_base_range(config)
+
+
+def check_base_range(config: dict) -> None:
+    """The base drafter trains only within the positions its drafter knows (its native range: an embedded spec's
+    ``positions=N``, else its config.json's max_position_embeddings where readable), as llama-68m never saw more
+    than its 2,048: it is then evaluated beyond them, with explicit real positions, as the paper's drafter is."""
+    base, native = config.get("base_drafter"), max_positions(config["drafter"])
+    if native is None:
+        return
+    longest = max(config["contexts"].values())
+    if methods.PI in config.get("controls", []) and longest <= native:
+        raise ValueError(
+            f"controls: pi interpolates the drafter's positions to cover the longest context ({longest} tokens), but "
+            f"the drafter {config['drafter']!r} knows {native} positions already: nothing extrapolates, so there is "
+            "nothing to interpolate; remove pi from controls (or give the drafter a shorter range, spec option "
+            "positions=N)"
+        )
+    if not base:
+        return
+    window = base["data"]["prefix_len"] + base["data"]["cont_len"]
+    if window > native:
+        raise ValueError(
+            f"base_drafter.data.prefix_len + cont_len = {window} is more than the {native} positions the drafter "
+            f"{config['drafter']!r} knows: the base drafter would be trained beyond its native range; shorten its "
+            "windows to at most its range"
         )
 
 

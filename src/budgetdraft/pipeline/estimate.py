@@ -33,6 +33,7 @@ import yaml
 
 from budgetdraft.base.defaults import EAGER, ENGINE, ENGINES, GRAPHS, PREFILL_RUNS, SLOT_ROUNDING, rounded_capacity
 from budgetdraft.decoding.flags import add_engine_flag
+from budgetdraft.decoding.models import parse_spec
 from budgetdraft.evaluation.cellfile import path_key
 from budgetdraft.training.hparams import TrainingHparams
 
@@ -141,8 +142,10 @@ class Shape:
 
 
 def shape(spec: str) -> Shape:
-    """The shape of model ``spec``: a local directory's config.json, else `MODELS` (``:layers=k`` cuts layers)."""
-    base, _, layers = spec.partition(":layers=")
+    """The shape of model ``spec``: a local directory's config.json, else `MODELS` (an embedded spec's ``layers=k``
+    cuts layers; ``positions=N`` changes no shape)."""
+    base, options = parse_spec(spec)
+    layers = options.get("layers")
     config = Path(spec) / "config.json"
     if config.is_file():
         c = json.loads(config.read_text())
@@ -336,6 +339,15 @@ class Estimator:
         steps = int(hparams["steps"])
         return Cost(1, 0, steps * (p + c), 0, 1, steps * step + self.trainee.load_s)
 
+    def profile(self, drafters: int) -> Cost:
+        """One positional profile job: the verifier and ``drafters`` drafters over every longest prompt, full cache,
+        logits at every position (budgetdraft.evaluation.profile)."""
+        longest = max(self.cfg["contexts"].values())
+        prompts = sum(self.samples(d) for d in self.cfg["datasets"])
+        per = self.verifier.prefill(longest, logits=longest) + drafters * self.drafter.prefill(longest, logits=longest)
+        loads = 1 + drafters
+        return Cost(1, 0, prompts * (1 + drafters) * longest, 0, loads, prompts * per + self.verifier.load_s)
+
     def eagle3(self) -> Cost:
         hp = self.cfg["baselines"].get("eagle3", {}).get("training", {})
         data = self.cfg["training_data"]
@@ -376,6 +388,11 @@ def costs(cfg: dict, jobs, est: Estimator) -> dict[str, Cost]:
         elif rule == "export_model":
             model = est.verifier if path.endswith("verifier") else est.drafter
             out["exports"].add(Cost(1, 0, 0, 0, 1, 2 * model.load_s))
+        elif rule in ("interpolate", "interpolate_shared"):  # PI's drafter: the base drafter re-exported
+            out["exports"].add(Cost(1, 0, 0, 0, 1, 2 * est.drafter.load_s))
+        elif rule == "profile":
+            drafters = 1 + len(cfg["variants"]) + ("pi" in cfg.get("controls", []))
+            out["positional profiles"].add(est.profile(drafters))
     return dict(out)
 
 

@@ -19,11 +19,11 @@ import stat
 from functools import cached_property
 from pathlib import Path
 
-from budgetdraft.base import defaults, names, revisions
+from budgetdraft.base import defaults, methods, names, revisions
 from budgetdraft.base.importgraph import code_files
 from budgetdraft.base.jsonio import first_difference
-from budgetdraft.decoding import baselines
 from budgetdraft.evaluation import cellfile
+from budgetdraft.report import artifacts, paper
 from budgetdraft.report.settings import PaperSettings, Variant
 from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
 
@@ -35,6 +35,7 @@ STAGE_COMMANDS = {
     "train": "train",
     "eagle3": "train-eagle3",
     "prefill": "prefill",
+    "profile": "profile",
     "paper": "paper",
     "claims": "claims",
 }
@@ -51,7 +52,12 @@ class Plan:
         self.contexts = list(config["contexts"])
         self.budgets = list(config["budgets"])
         self.variants = list(config["variants"])  # trained drafters = cell labels
-        self.baselines = list(config["baselines"].get("enabled", []))
+        # the declared methods this config runs (budgetdraft.base.methods): AR and SD always, the baselines and the
+        # controls its `baselines.enabled` and `controls` name
+        self.methods = {label: methods.get(label) for label in methods.enabled(config)}
+        self.methods.update({v: methods.variant(v, names.METHOD_NAMES.get(v, "")) for v in self.variants})
+        self.baselines = [label for label, m in self.methods.items() if m.enabled_by == "baselines"]
+        self.controls = [label for label, m in self.methods.items() if m.enabled_by == "controls"]
         # the base drafter's training (only when config `base_drafter` trains one), else None
         self.base = config.get("base_drafter")
         # Training replicates: the chain base drafter -> variants runs once per replicate r (training seed + r).
@@ -59,8 +65,10 @@ class Plan:
         # Training stages, each with its own sequences and teacher targets: the base drafter (short full-cache
         # windows) and BudgetDraft's variants (long prefix + supervised continuation).
         self.training_stages = (["base"] if self.base else []) + ["budgetdraft"]
-        # TriForce and EAGLE-3 do not use the drafter budget B: one cell (at the largest B) per context is enough.
+        # A method that does not use the drafter budget B (TriForce, EAGLE-3) has one cell at the largest B.
         self.baseline_budget = max(self.budgets)
+        # the longest prompt: where PI's interpolated drafter must reach, and where the positional profile is taken
+        self.longest_context = max(self.contexts, key=lambda c: config["contexts"][c])
         self._labels(config)
         self._artifacts(config)
         # The device each kind of job runs on: model jobs on `device`; the training chain (targets, train_base,
@@ -74,8 +82,8 @@ class Plan:
 
     def _labels(self, config: dict) -> None:
         """The cell labels and their eval-cell --method (`method`): methods, variants and their companions."""
-        self.method = {method: method for method in names.METHODS}
-        self.method.update({variant: names.SD for variant in self.variants})
+        self.method = {label: m.decodes for label, m in methods.REGISTRY.items()}
+        self.method.update({variant: methods.SD for variant in self.variants})
         self.policy, self.engine = config["policy"], config["engine"]  # every cell's, unless its label says another
         # The `policies` target: the base drafter and BudgetDraft under each sparse policy; a policy other than the
         # config's `policy` has its own cell labels (LABEL@POLICY, budgetdraft.base.names.policy_label).
@@ -110,12 +118,13 @@ class Plan:
             {v: {**config["training"], **o} for v, o in config["variants"].items()}
         )
         self.other_variants = [v for v in names.extra_variants(self.variants) if v not in self.lambda_variants]
-        self.tables = list(names.TABLES)
-        self.all_tables = self.tables + list(names.EXTRA_TABLES)  # every table the `table` rule builds
-        self.tables_in_all = self.tables + (["variants"] if self.other_variants else [])
-        # file stem under results/figures/ -> artifact: the paper's (in `all`), and every figure (one rule draws them)
-        self.figures = {stem: artifact for artifact, stem in names.FIGURE_STEMS.items()}
-        self.all_figures = {**self.figures, **{stem: a for a, stem in names.EXTRA_FIGURE_STEMS.items()}}
+        # the declared tables and figures (budgetdraft.report.artifacts), and those `all` builds for this config
+        self.artifacts = paper.ARTIFACTS
+        wanted = {artifacts.ALWAYS: True, artifacts.NEVER: False, artifacts.OTHER_VARIANTS: bool(self.other_variants)}
+        self.in_all = [key for key, a in self.artifacts.items() if wanted[a.in_all]]
+        self.all_tables = [key for key, a in self.artifacts.items() if a.kind == "table"]  # what rule `table` builds
+        self.all_figures = {a.stem: key for key, a in self.artifacts.items() if a.kind == "figure"}  # stem -> key
+        self.figures_in_all = [key for key in self.in_all if self.artifacts[key].kind == "figure"]
 
     # ------------------------------------------------------------------------------------------------ labels
 
@@ -135,8 +144,15 @@ class Plan:
         """Whether a cell label's drafter is trained once per replicate: every variant, and SD and TriForce when they
         decode with the trained base drafter. AR, EAGLE-3 (one run) and, without `base_drafter`, SD and TriForce
         (the untrained drafter) are measured once and shared by every replicate."""
-        label = self.drafter_label(label)
-        return label in self.variants or (bool(self.base) and label in (names.SD, names.TRIFORCE))
+        method = self.method_of(label)
+        return method.drafter == methods.TRAINED or (bool(self.base) and method.replicated_drafter)
+
+    def method_of(self, label: str) -> methods.Method:
+        """The method (declared, or a trained variant) a cell label measures: LABEL@POLICY and LABEL+ENGINE are
+        LABEL's, a declared label (sd@full) its own."""
+        if label in self.methods or label in methods.REGISTRY:
+            return self.methods.get(label) or methods.get(label)
+        return self.methods[self.drafter_label(label)]
 
     # ------------------------------------------------------------------------------------------------ cells
 
@@ -152,101 +168,93 @@ class Plan:
             return [self.cell(label, dataset, context, budget, gamma, r) for r in self.replicates]
         return [self.cell(label, dataset, context, budget, gamma)]
 
-    def ar_cells(self, datasets=None, contexts=None) -> list[str]:
-        return [self.cell(names.AR, d, c, 0, 0) for d in datasets or self.datasets for c in contexts or self.contexts]
+    def budgets_of(self, label: str) -> list[int]:
+        """The budgets a label's cells take (its method's `budgets`): every B, the largest only, or B0."""
+        kind = self.method_of(label).budgets
+        return {methods.GRID: self.budgets, methods.LARGEST: [self.baseline_budget], methods.NO_BUDGET: [0]}[kind]
 
-    def sweep_cells(self, label) -> list[str]:
-        """Every dataset x context x budget x the context's γ sweep."""
+    def where(self, section: str) -> tuple[list[str], list[str], int]:
+        """(datasets, contexts, γ) of a config section a `Cells` names ("": every dataset and context, γ_fixed)."""
+        c = self.config
+        return {
+            "": lambda: (self.datasets, self.contexts, c["gamma_fixed"]),
+            "comparison": lambda: ([c["comparison"]["dataset"]], c["comparison"]["contexts"], c["comparison"]["gamma"]),
+            "single_budget": lambda: (
+                [c["single_budget"]["dataset"]],
+                [c["single_budget"]["context"]],
+                c["single_budget"]["gamma"],
+            ),
+            "collapse": lambda: ([c["collapse"]["dataset"]], self.contexts, c["collapse"]["gamma"]),
+            "policies": lambda: ([self.policies["dataset"]], self.contexts, self.policies["gamma"]),
+        }[section]()
+
+    def labels_of(self, labels) -> list[str]:
+        """Cell labels of a `Cells`, its groups (budgetdraft.report.artifacts.GROUPS) resolved for this config."""
+        groups = {
+            "baselines": self.baselines,
+            "lambda_variants": self.lambda_variants,
+            "other_variants": self.other_variants,
+            "policy_labels": self.policy_labels,
+        }
+        return [label for item in labels for label in groups.get(item, [item])]
+
+    def selected(self, cells: artifacts.Cells) -> list[str]:
+        """The cell files of one `Cells`: each label at every dataset × context of its section × the budgets its
+        method takes × γ (the section's, or each context's sweep); AR's cells are B0_g0."""
+        datasets, contexts, gamma = self.where(cells.where)
         return [
             f
-            for d in self.datasets
-            for c in self.contexts
-            for b in self.budgets
-            for g in self.config["gammas"][c]
+            for label in self.labels_of(cells.labels)
+            for d in datasets
+            for c in contexts
+            for b in self.budgets_of(label)
+            for g in (
+                [0]
+                if self.method[label] == methods.AR
+                else self.config["gammas"][c]
+                if cells.gamma == artifacts.SWEEP
+                else [gamma]
+            )
             for f in self.cell_files(label, d, c, b, g)
         ]
 
-    def cells_at(self, labels, datasets=None, contexts=None, gamma=None) -> list[str]:
-        """Every dataset x context x budget at one γ (default: gamma_fixed)."""
-        gamma = gamma or self.config["gamma_fixed"]
-        return [
-            f
-            for label in labels
-            for d in datasets or self.datasets
-            for c in contexts or self.contexts
-            for b in self.budgets
-            for f in self.cell_files(label, d, c, b, gamma)
-        ]
-
     def artifact_cells(self, artifact: str) -> list[str]:
-        """The cell files one table or figure reads (docs/artifacts.md, 'cells it needs'), unique, in order."""
-        config, ar_cells, cells_at = self.config, self.ar_cells, self.cells_at
-        cmp, single, collapse, pol = config["comparison"], config["single_budget"], config["collapse"], self.policies
-        SD, BD = names.SD, names.BD
+        """The cell files one table or figure reads (its declared `cells`), unique, in order."""
+        return list(dict.fromkeys(f for cells in self.artifacts[artifact].cells for f in self.selected(cells)))
 
-        def sweeps():
-            return self.sweep_cells(SD) + self.sweep_cells(BD)
-
-        cells = {
-            "main": lambda: ar_cells() + sweeps(),
-            "vram_gamma": lambda: ar_cells() + sweeps(),
-            "vram": lambda: ar_cells() + cells_at([SD, BD]),
-            "ablation_lc": lambda: ar_cells() + cells_at([names.LA_ONLY, BD]),
-            "lambda": lambda: ar_cells() + cells_at(self.lambda_variants),
-            "variants": lambda: ar_cells() + cells_at([BD] + self.other_variants),
-            "comparison": lambda: (
-                ar_cells([cmp["dataset"]], cmp["contexts"])
-                + cells_at([SD, BD], [cmp["dataset"]], cmp["contexts"], cmp["gamma"])
-                + [
-                    f
-                    for label in self.baselines
-                    for c in cmp["contexts"]
-                    for f in self.cell_files(label, cmp["dataset"], c, self.baseline_budget, cmp["gamma"])
-                ]
-            ),
-            "single_budget": lambda: (
-                ar_cells([single["dataset"]], [single["context"]])
-                + cells_at([names.SINGLE, BD], [single["dataset"]], [single["context"]], single["gamma"])
-            ),
-            "fig_collapse": lambda: cells_at([SD], [collapse["dataset"]], None, collapse["gamma"]),
-            "fig_gamma": lambda: ar_cells() + self.sweep_cells(BD),
-            "fig_errorbar": lambda: ar_cells() + self.sweep_cells(BD),
-            "fig_policies": lambda: (
-                ar_cells([pol["dataset"]]) + cells_at(self.policy_labels, [pol["dataset"]], None, pol["gamma"])
-            ),
-        }[artifact]()
-        return list(dict.fromkeys(cells))
+    def control_cells(self) -> list[str]:
+        """The cells of the controls the claims read (methods declared with `claims`): every dataset × context × the
+        budgets each takes, at γ_fixed."""
+        labels = tuple(label for label in self.controls if self.methods[label].claims)
+        return self.selected(artifacts.Cells(labels)) if labels else []
 
     def engine_cells(self) -> list[str]:
         """The eager companions of a graphs run (`engine_labels`) and the graphs cells they are compared with."""
         if not self.engine_labels:
             return []
         dataset, ar = self.config["comparison"]["dataset"], self.engine_labels[0]
-        return [self.cell(label, dataset, c, 0, 0) for label in (names.AR, ar) for c in self.contexts] + self.cells_at(
-            [names.SD, names.BD] + self.engine_labels[1:], [dataset]
-        )
+        return [self.cell(label, dataset, c, 0, 0) for label in (names.AR, ar) for c in self.contexts] + [
+            f
+            for label in [names.SD, names.BD] + self.engine_labels[1:]
+            for c in self.contexts
+            for b in self.budgets
+            for f in self.cell_files(label, dataset, c, b, self.config["gamma_fixed"])
+        ]
 
     def all_cells(self) -> list[str]:
-        """Every cell the claims read: the artifacts' of `all` and, on graphs, the eager companions (engine_cells)."""
-        artifacts = self.tables_in_all + list(self.figures.values())
-        return list(dict.fromkeys([c for a in artifacts for c in self.artifact_cells(a)] + self.engine_cells()))
+        """Every cell the claims read: the artifacts' of `all`, the controls' and, on graphs, the eager companions."""
+        cells = [c for a in self.in_all for c in self.artifact_cells(a)]
+        return list(dict.fromkeys(cells + self.control_cells() + self.engine_cells()))
 
     def every_cell(self) -> list[str]:
         """Every cell file any target of the workflow can ask for: every table's and figure's (the `policies` and
-        `variants` ones too) and the eager companions (the cell files `set_aside_unreadable` checks)."""
-        artifacts = self.all_tables + list(self.all_figures.values())
-        return list(dict.fromkeys([c for a in artifacts for c in self.artifact_cells(a)] + self.engine_cells()))
+        `variants` ones too), the controls' and the eager companions (the cell files `set_aside_unreadable` checks)."""
+        cells = [c for a in self.artifacts for c in self.artifact_cells(a)]
+        return list(dict.fromkeys(cells + self.control_cells() + self.engine_cells()))
 
-    def artifact_files(self, artifacts) -> list[str]:
-        """The files of tables and figures (by artifact): results/tables/A.tex, results/figures/STEM.{pdf,png}."""
-        files = [f"results/tables/{a}.tex" for a in artifacts if a in self.all_tables]
-        files += [
-            f"results/figures/{stem}.{ext}"
-            for stem, a in self.all_figures.items()
-            if a in artifacts
-            for ext in ("pdf", "png")
-        ]
-        return files
+    def artifact_files(self, keys) -> list[str]:
+        """The files of tables and figures (by key): results/tables/KEY.tex, results/figures/STEM.{pdf,png}."""
+        return [f for key in keys for f in self.artifacts[key].files]
 
     def cell_wildcards(self, replicated: bool) -> dict[str, str]:
         """The wildcard constraints of the eval rule of shared cells (``replicated`` False) or of one replicate's."""
@@ -286,26 +294,51 @@ class Plan:
     def drafter_dir(self, label, replicate=None) -> str | None:
         """The directory a cell label's drafter is read from (a directory() output; None for AR); ``replicate`` for
         the labels that are `replicated`."""
-        label = self.drafter_label(label)
-        if label == names.AR:
-            return None
-        if label in (names.SD, names.TRIFORCE):
-            return self.base_drafter_dir(replicate)
-        if label == names.EAGLE3:
-            return f"results/drafters/{label}"
-        return f"results/drafters/r{replicate}/{label}"
+        method = self.method_of(label)
+        return {
+            methods.NONE: lambda: None,
+            methods.BASE: lambda: self.base_drafter_dir(replicate),
+            methods.INTERPOLATED: lambda: self.interpolated_dir(replicate),
+            methods.HEAD: lambda: f"results/drafters/{method.label}",
+            methods.TRAINED: lambda: f"results/drafters/r{replicate}/{method.label}",
+        }[method.drafter]()
+
+    def interpolated_dir(self, replicate) -> str:
+        """PI's drafter: the base drafter of a replicate (or the untrained one, shared) with its positions interpolated
+        to cover the longest context (rule interpolate)."""
+        return f"results/drafters/r{replicate}/{methods.PI}" if self.base else f"results/drafters/{methods.PI}"
+
+    def interpolated_replicates(self) -> list:
+        """The replicates PI's drafter is made for (rule interpolate): each when the base drafter is trained, else
+        one shared (None)."""
+        if methods.PI not in self.controls:
+            return []
+        return list(self.replicates) if self.base else [None]
+
+    def longest_tokens(self) -> int:
+        """The longest context's prompt tokens: the positions PI's drafter is interpolated to cover."""
+        return self.config["contexts"][self.longest_context]
+
+    def profiled(self, replicate) -> dict[str, str]:
+        """{label: drafter directory} of the positional profile of one replicate (rule profile): the base drafter
+        (SD's), PI's when it runs, and every variant."""
+        labels = [methods.SD] + [methods.PI] * (methods.PI in self.controls) + self.variants
+        return {label: self.drafter_dir(label, replicate) for label in labels}
+
+    def profile_files(self) -> list[str]:
+        """The positional profile of each training replicate (rule profile), read by the claims."""
+        return [f"results/profile/r{r}.parquet" for r in self.replicates]
 
     def comparison_drafters(self) -> dict[str, list[str]]:
         """{label: [its model directories]} of the comparison table's rows, whose sizes the table counts from the
         weights (TriForce: its drafter + the verifier, its middle level); replicates have the same sizes: the
         first's."""
         first = self.replicates[0]
-        drafters = {names.SD: [self.base_drafter_dir(first)], names.BD: [self.drafter_dir(names.BD, first)]}
-        if names.TRIFORCE in self.baselines:
-            drafters[names.TRIFORCE] = [self.base_drafter_dir(first), VERIFIER]
-        if names.EAGLE3 in self.baselines:
-            drafters[names.EAGLE3] = [self.drafter_dir(names.EAGLE3)]
-        return drafters
+        models = {"drafter": lambda label: self.drafter_dir(label, first), "verifier": lambda label: VERIFIER}
+        drafters = {
+            label: [models[part](label) for part in m.comparison] for label, m in self.methods.items() if m.comparison
+        }
+        return {names.SD: drafters.pop(names.SD), names.BD: [self.drafter_dir(names.BD, first)], **drafters}
 
     def artifact_drafters(self, artifact: str) -> dict[str, list[str]]:
         """{label: [model directories]} whose sizes a table counts: the comparison table's drafters, else none."""
@@ -436,7 +469,7 @@ class Plan:
     def extra_flag(self, label: str) -> str:
         """`--extra JSON` of a baseline's cell (`baselines.<name>` of the config but its `training`), else nothing."""
         settings = self.config["baselines"].get(label)
-        if label not in names.BASELINES or not settings:
+        if label not in methods.BASELINES or not settings:
             return ""
         extra = {k: v for k, v in settings.items() if k != "training"}
         return f"--extra {shlex.quote(json.dumps(extra, sort_keys=True))}"
@@ -455,14 +488,14 @@ class Plan:
 
     @cached_property
     def _cell_code(self) -> dict[str, list[str]]:
+        factories = {m.decodes: m.factory for m in methods.REGISTRY.values()}
         return {
-            method: code_files("eval-cell", (baselines.module(method),) if method in names.BASELINES else ())
-            for method in names.METHODS
+            decodes: code_files("eval-cell", (factory,) if factory else ()) for decodes, factory in factories.items()
         }
 
     def cell_code(self, label: str) -> list[str]:
-        """The code of a cell's `eval-cell`: with a baseline's module, which eval-cell imports by a name computed
-        from --method (`budgetdraft.decoding.baselines.module`)."""
+        """The code of a cell's `eval-cell`: with a baseline's factory module, which eval-cell imports by the name
+        its method declares (budgetdraft.base.methods)."""
         return self._cell_code[self.method[label]]
 
 

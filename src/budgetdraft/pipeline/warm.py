@@ -85,10 +85,10 @@ AUTOSTART_PATIENCE_S = 600  # how long a cell waits for the server it started to
 def preload_modules() -> list[str]:
     """What the warm process imports before serving: the libraries, then every budgetdraft module a command runs
     (``budgetdraft.base.importgraph``; eval-cell's baselines, imported by a computed name, included), itself aside."""
-    from budgetdraft.base import names
+    from budgetdraft.base import methods
     from budgetdraft.base.importgraph import command_imports, commands
 
-    baselines = tuple(f"budgetdraft.decoding.baselines.{method}" for method in names.BASELINES)
+    baselines = tuple(m.factory for m in methods.REGISTRY.values() if m.factory)
     ours = {module for command in commands() if command != "warm" for module in command_imports(command)}
     return [*LIBRARIES, *sorted(ours | set(command_imports("eval-cell", baselines)) - {__name__})]
 

@@ -19,8 +19,9 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from budgetdraft.base.atomic import atomic_path  # noqa: E402
 from budgetdraft.base.jsonio import plain  # noqa: E402
-from budgetdraft.base.names import BD, METHOD_NAMES, SD, policy_label  # noqa: E402
+from budgetdraft.base.names import AR, BD, METHOD_NAMES, SD, policy_label  # noqa: E402
 from budgetdraft.evaluation.grid import Grid
+from budgetdraft.report.artifacts import NEVER, REGISTRY, SWEEP, Cells, figure  # noqa: E402
 from budgetdraft.report.settings import Settings, with_dataset_names  # noqa: E402
 
 
@@ -46,6 +47,7 @@ def budget_mean_by_replicate(grid: Grid, keys, metric: str) -> np.ndarray:
     return pd.concat(per_key, axis=1).mean(axis=1).to_numpy(dtype=float)
 
 
+@figure("fig_collapse", "collapse", "fig:collapse", "Fig. 1", (Cells((SD,), where="collapse"),))
 def fig_collapse(grid: Grid, s: Settings):
     """Acceptance of SD (sparse/full) vs context length, one line per budget (the largest labelled 'full'); error
     bars: the standard deviation over training replicates of the base drafter (when there are several)."""
@@ -193,14 +195,26 @@ def context_lines_layout(series: dict, s: Settings):
     return fig
 
 
+@figure(
+    "fig_gamma", "gamma_sensitivity", "fig:gamma_sensitivity_budget_avg", "Fig. 3", (Cells((AR,)), Cells((BD,), SWEEP))
+)
 def fig_gamma(grid: Grid, s: Settings):
     return gamma_grid(grid, s, errorbars=False)
 
 
+@figure("fig_errorbar", "errorbar", "fig:errorbar", "App. B", (Cells((AR,)), Cells((BD,), SWEEP)))
 def fig_errorbar(grid: Grid, s: Settings):
     return gamma_grid(grid, s, errorbars=True)
 
 
+@figure(
+    "fig_policies",
+    "policies",
+    "fig:policies",
+    "not in the paper",
+    (Cells((AR,), where="policies"), Cells(("policy_labels",), where="policies")),
+    in_all=NEVER,
+)
 def fig_policies(grid: Grid, s: Settings):
     """rows contexts x cols {SD, BudgetDraft} x {acceptance, speedup}: each vs the budget B, one line per sparse
     policy (settings `policies`: names, dataset, gamma, and the config's default policy, whose cells have the
@@ -246,25 +260,19 @@ def plain_title(text: str) -> str:
     return str(text).replace("$", r"\$")
 
 
-FIGURE_BUILDERS = {
-    name: with_dataset_names(builder, plain_title)
-    for name, builder in {
-        "fig_collapse": fig_collapse,
-        "fig_gamma": fig_gamma,
-        "fig_errorbar": fig_errorbar,
-        "fig_policies": fig_policies,
-    }.items()
-}
+def drawn(artifact: str, grid: Grid, s: Settings):
+    """The declared figure ``artifact`` (budgetdraft.report.artifacts), datasets named as matplotlib prints them."""
+    return with_dataset_names(REGISTRY[artifact].build, plain_title)(grid, s)
 
 
 def plotted_values(artifact: str, grid: Grid, s: Settings) -> dict:
     """The values figure ``artifact`` plots, as plain floats (NaN where a point has no data)."""
-    fig, values = FIGURE_BUILDERS[artifact](grid, s)
+    fig, values = drawn(artifact, grid, s)
     plt.close(fig)
     return plain(values)
 
 
 def draw(artifact: str, grid: Grid, s: Settings, out: Path) -> tuple[list[Path], dict]:
     """Write figure ``artifact`` to ``out`` (.pdf) and its .png; return the paths and the plotted values."""
-    fig, values = FIGURE_BUILDERS[artifact](grid, s)
+    fig, values = drawn(artifact, grid, s)
     return save(fig, out), plain(values)

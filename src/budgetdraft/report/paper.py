@@ -20,13 +20,20 @@ import pandas as pd
 
 from budgetdraft.base.atomic import atomic_write_text, file_sha256
 from budgetdraft.base.jsonio import json_object
-from budgetdraft.base.names import ARTIFACTS as PAPER_ARTIFACTS
-from budgetdraft.base.names import EXTRA_TABLES, TABLES
 from budgetdraft.evaluation.grid import Grid, load_cells
+from budgetdraft.report import figures
+from budgetdraft.report.artifacts import REGISTRY, Artifact
 from budgetdraft.report.settings import Settings, parse_settings, settings_dict, with_drafter_sizes
-from budgetdraft.report.tables import TABLE_BUILDERS, add_to_caption, engine_text, evidence_text, timing_text
+from budgetdraft.report.tables import add_to_caption, engine_text, evidence_text, laid_out, timing_text
 
-ARTIFACTS = {**PAPER_ARTIFACTS, **EXTRA_TABLES}  # the paper's, and the tables beyond it (`variants`)
+# every declared table, then every figure (budgetdraft.report.artifacts: each on its builder in tables / figures)
+ARTIFACTS = dict(sorted(REGISTRY.items(), key=lambda item: item[1].kind != "table"))
+
+
+def declared(key: str) -> Artifact:
+    if key not in ARTIFACTS:
+        raise ValueError(f"unknown artifact {key!r}; choose from {', '.join(ARTIFACTS)}")
+    return ARTIFACTS[key]
 
 
 def as_grid(cells, s: Settings) -> Grid:
@@ -41,17 +48,14 @@ def build(artifact: str, cells, settings, out) -> list[Path]:
 
     From cell files and plain settings it also writes the artifact's provenance (``sources_path``): the settings,
     the sha256 of every cell and of every file written, and for a figure the values it plots."""
-    if artifact not in ARTIFACTS:
-        raise ValueError(f"unknown artifact {artifact!r}; choose from {sorted(ARTIFACTS)}")
+    kind = declared(artifact).kind
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
     grid = as_grid(cells, s)
     out = Path(out)
-    if artifact in TABLE_BUILDERS:
+    if kind == "table":
         atomic_write_text(out, table_text(render_table(artifact, grid, s)))
         written, values = [out], None
     else:
-        from budgetdraft.report import figures
-
         written, values = figures.draw(artifact, grid, s, out)
     if isinstance(cells, (Grid, pd.DataFrame)) or isinstance(settings, Settings):
         return written
@@ -62,7 +66,7 @@ def build(artifact: str, cells, settings, out) -> list[Path]:
 
 def render_table(artifact: str, grid: Grid, s: Settings):
     """The table with its caption completed by what stands behind it (prompts, drafted tokens, timing)."""
-    table = TABLE_BUILDERS[artifact](grid, s)
+    table = laid_out(artifact, grid, s)
     add_to_caption(table, evidence_text(grid) + engine_text(grid) + timing_text(s))
     return table
 
@@ -96,7 +100,8 @@ def trace(table_path, cells, settings) -> list[tuple[str, str]]:
     line (header, caption, evidence) differs from what the cells and settings give."""
     text = Path(table_path).read_text()
     label = re.search(r"\\label\{([^}]*)\}", text)
-    artifact = {v: k for k, v in {**TABLES, **EXTRA_TABLES}.items()}.get(label.group(1) if label else None)
+    tables = {a.label: key for key, a in ARTIFACTS.items() if a.kind == "table"}
+    artifact = tables.get(label.group(1) if label else None)
     if artifact is None:
         raise ValueError(f"{table_path}: no known table \\label")
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
@@ -135,8 +140,6 @@ def first_difference(path, text: str, derived: str) -> None:
 def trace_figure(figure_path, artifact: str, cells, settings, recorded: dict) -> list[tuple[str, str]]:
     """Re-derive the values figure `artifact` (written to `figure_path`) plots from `cells`; they must equal the
     `recorded` ones."""
-    from budgetdraft.report import figures
-
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
     grid = as_grid(cells, s)
     derived = figures.plotted_values(artifact, grid, s)
@@ -186,7 +189,7 @@ def configure_parser(parser) -> None:
         "--artifact",
         required=True,
         choices=sorted(ARTIFACTS),
-        help="which table/figure: " + ", ".join(f"{k} ({v})" for k, v in ARTIFACTS.items()),
+        help="which table/figure: " + ", ".join(f"{k} ({a.label})" for k, a in ARTIFACTS.items()),
     )
     parser.add_argument(
         "--out",

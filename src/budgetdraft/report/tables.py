@@ -11,25 +11,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from budgetdraft.base.names import (
-    AR,
-    BD,
-    EAGLE3,
-    EXTRA_TABLES,
-    LA_ONLY,
-    LAMBDA1,
-    METHOD_NAMES,
-    SD,
-    SHARED,
-    SINGLE,
-    TABLES,
-    TRIFORCE,
-    extra_variants,
-)
+from budgetdraft.base import methods
+from budgetdraft.base.names import AR, BD, LA_ONLY, LAMBDA1, METHOD_NAMES, SD, SHARED, SINGLE, extra_variants
 from budgetdraft.evaluation.grid import Grid, cell_name
+from budgetdraft.report.artifacts import OTHER_VARIANTS, REGISTRY, SWEEP, Cells, label_of, table
 from budgetdraft.report.settings import Settings, with_dataset_names
 
 SD_NAME, BD_NAME = METHOD_NAMES[SD], METHOD_NAMES[BD]
+COMPARED = [label for label, m in methods.REGISTRY.items() if m.comparison]  # the comparison table's method rows
 X = r"$\times$"
 
 
@@ -158,6 +147,7 @@ def best_run(grid: Grid, s: Settings, dataset, context, budget, by: str):
     return best[1]
 
 
+@table("main", "tab:best_speedup_and_accept_per_budget", "Table 1", (Cells((AR,)), Cells((SD, BD), SWEEP)))
 def table_main(grid: Grid, s: Settings) -> Table:
     t, ds = Table(), s.datasets
     ncol = 2 + 3 * len(ds)
@@ -199,7 +189,7 @@ def table_main(grid: Grid, s: Settings) -> Table:
         "SD (sparse/full) run. "
         rf"SD (sparse/full) uses the {base_drafter_text(s)}; BudgetDraft uses {objective(s, BD)}."
     )
-    t.lines = wrap("table*", body + [""], caption, TABLES["main"], "1.4pt", "1.15")
+    t.lines = wrap("table*", body + [""], caption, label_of("main"), "1.4pt", "1.15")
     return t
 
 
@@ -224,10 +214,13 @@ def three_column_table(
 
     context_blocks(t, s, entries)
     t.add(r"\bottomrule", r"\end{tabular}")
-    t.lines = wrap("table*", t.lines, caption, label, "2.5pt", "1.12", "t!" if label == TABLES["ablation_lc"] else "t")
+    t.lines = wrap(
+        "table*", t.lines, caption, label, "2.5pt", "1.12", "t!" if label == label_of("ablation_lc") else "t"
+    )
     return t
 
 
+@table("ablation_lc", "tab:ablation_lc", "Table 3", (Cells((AR,)), Cells((LA_ONLY, BD))))
 def table_ablation_lc(grid: Grid, s: Settings) -> Table:
     g = s.gamma_fixed
     la, bd = objective(s, LA_ONLY), objective(s, BD)
@@ -236,7 +229,7 @@ def table_ablation_lc(grid: Grid, s: Settings) -> Table:
         rf"speedup vs AR / acceptance rate (\%) for {la} and {bd}, under the same $\gamma$ and KV budget."
     )
     return three_column_table(
-        grid, s, [LA_ONLY, BD], [la, bd], False, caption, TABLES["ablation_lc"], "Context", "Budget"
+        grid, s, [LA_ONLY, BD], [la, bd], False, caption, label_of("ablation_lc"), "Context", "Budget"
     )
 
 
@@ -262,6 +255,7 @@ def lambda_names(s: Settings, labels, compact: bool = False) -> list[str]:
     ]
 
 
+@table("lambda", "tab:lambda_sensitivity_full", "App. C", (Cells((AR,)), Cells(("lambda_variants",))))
 def table_lambda(grid: Grid, s: Settings) -> Table:
     g, labels = s.gamma_fixed, lambda_labels(s)
     caption = (
@@ -275,7 +269,7 @@ def table_lambda(grid: Grid, s: Settings) -> Table:
         lambda_names(s, labels, True),
         True,
         caption,
-        TABLES["lambda"],
+        label_of("lambda"),
         "Ctx",
         "Bud",
     )
@@ -290,6 +284,13 @@ def variant_text(s: Settings, label: str) -> str:
     return ", ".join(parts) or "hyper-parameters not given"
 
 
+@table(
+    "variants",
+    "tab:extra_variants",
+    "not in the paper",
+    (Cells((AR,)), Cells((BD, "other_variants"))),
+    in_all=OTHER_VARIANTS,
+)
 def table_variants(grid: Grid, s: Settings) -> Table:
     """The variants beyond the paper's four that the settings list (the workflow lists those that are not λ
     variants: they have the λ table), beside BudgetDraft, at gamma_fixed; their hyper-parameters in the caption."""
@@ -304,7 +305,7 @@ def table_variants(grid: Grid, s: Settings) -> Table:
         if extra
         else rf"No variants beyond the paper's in this configuration (config \texttt{{variants}}): BudgetDraft alone at $\gamma={g}$."
     ) + r" Entries report speedup vs AR / acceptance rate (\%) under the same $\gamma$, context length, and KV budget."
-    return three_column_table(grid, s, [BD] + extra, heads, True, caption, EXTRA_TABLES["variants"], "Ctx", "Bud")
+    return three_column_table(grid, s, [BD] + extra, heads, True, caption, label_of("variants"), "Ctx", "Bud")
 
 
 def comparison_key(grid: Grid, s: Settings, label, dataset, context, gamma, required: bool):
@@ -322,6 +323,12 @@ def comparison_key(grid: Grid, s: Settings, label, dataset, context, gamma, requ
     return (label, dataset, context, budgets[-1], gamma)
 
 
+@table(
+    "comparison",
+    "tab:comparison",
+    "Table 2",
+    (Cells((AR,), where="comparison"), Cells((SD, BD, "baselines"), where="comparison")),
+)
 def table_comparison(grid: Grid, s: Settings) -> Table:
     t = Table()
     dataset, gamma = s.comparison.dataset, s.comparison.gamma
@@ -338,10 +345,11 @@ def table_comparison(grid: Grid, s: Settings) -> Table:
         )
         ar = grid.ar_key(dataset, context)
         t.row(["AR", t.num(grid.speedup(ar), f"speedup {cell_name(ar)}", X), "--"])
-        for label in (SD, TRIFORCE, EAGLE3):
-            if label != SD and enabled is not None and label not in enabled:
+        for label in COMPARED:
+            optional = bool(methods.get(label).enabled_by)
+            if optional and enabled is not None and label not in enabled:
                 continue
-            required = label == SD or (enabled is not None and label in enabled)
+            required = not optional or (enabled is not None and label in enabled)
             key = comparison_key(grid, s, label, dataset, context, gamma, required=required)
             if key is not None:
                 t.row(
@@ -362,10 +370,16 @@ def table_comparison(grid: Grid, s: Settings) -> Table:
             )
     t.add(r"\bottomrule", r"\end{tabular}")
     caption = rf"Comparison with baselines on {name} at {names_text(contexts).replace(', and', ' and')} with $\gamma{{=}}{gamma}$."
-    t.lines = wrap("table", t.lines, caption, TABLES["comparison"], "5pt", "1.15")
+    t.lines = wrap("table", t.lines, caption, label_of("comparison"), "5pt", "1.15")
     return t
 
 
+@table(
+    "single_budget",
+    "tab:single_budget_ablation",
+    "App. E",
+    (Cells((AR,), where="single_budget"), Cells((SINGLE, BD), where="single_budget")),
+)
 def table_single_budget(grid: Grid, s: Settings) -> Table:
     t = Table()
     dataset, context = s.single_budget.dataset, s.single_budget.context
@@ -383,10 +397,11 @@ def table_single_budget(grid: Grid, s: Settings) -> Table:
         rf"fixed sparse-cache budget $B{{=}}{trained}$, while multi-budget training samples from "
         rf"$B\in{set_text(s.budgets)}$."
     )
-    t.lines = wrap("table*", t.lines, caption, TABLES["single_budget"], "5pt", "1.5", "t!")
+    t.lines = wrap("table*", t.lines, caption, label_of("single_budget"), "5pt", "1.5", "t!")
     return t
 
 
+@table("vram_gamma", "tab:peak_vram_gamma_full", "App. A (vs γ)", (Cells((AR,)), Cells((SD, BD), SWEEP)))
 def table_vram_gamma(grid: Grid, s: Settings) -> Table:
     """Peak memory vs gamma per context, averaged over budgets and datasets; '--' where gamma was not run."""
     t, ds = Table(), s.datasets
@@ -430,10 +445,11 @@ def table_vram_gamma(grid: Grid, s: Settings) -> Table:
         rf"({names_text(ds.values())}). Missing entries indicate that $\gamma$ was not evaluated at that "
         r"context length."
     )
-    t.lines = wrap("table*", t.lines, caption, TABLES["vram_gamma"], "5.0pt", "1.12")
+    t.lines = wrap("table*", t.lines, caption, label_of("vram_gamma"), "5.0pt", "1.12")
     return t
 
 
+@table("vram", "tab:peak_vram", "App. A", (Cells((AR,)), Cells((SD, BD))))
 def table_vram(grid: Grid, s: Settings) -> Table:
     t, ds, g = Table(), s.datasets, s.gamma_fixed
     t.add(r"\begin{tabular}{ll|" + "|".join("cc" for _ in ds) + "}", r"\toprule")
@@ -456,7 +472,7 @@ def table_vram(grid: Grid, s: Settings) -> Table:
         rf"Peak memory usage ({unit}) at $\gamma={g}$: {what}, under the same context length and KV budget. "
         rf"SD (sparse/full) uses the {base_drafter_text(s)}; BudgetDraft uses {objective(s, BD)}."
     )
-    t.lines = wrap("table*", t.lines, caption, TABLES["vram"], "4.5pt", "1.15")
+    t.lines = wrap("table*", t.lines, caption, label_of("vram"), "4.5pt", "1.15")
     return t
 
 
@@ -479,19 +495,9 @@ def latex_text(text: str) -> str:
     return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text))
 
 
-TABLE_BUILDERS = {
-    name: with_dataset_names(builder, latex_text)
-    for name, builder in {
-        "main": table_main,
-        "comparison": table_comparison,
-        "ablation_lc": table_ablation_lc,
-        "lambda": table_lambda,
-        "single_budget": table_single_budget,
-        "vram_gamma": table_vram_gamma,
-        "vram": table_vram,
-        "variants": table_variants,  # beyond the paper (names.EXTRA_TABLES)
-    }.items()
-}
+def laid_out(artifact: str, grid: Grid, s: Settings) -> Table:
+    """The declared table ``artifact`` (budgetdraft.report.artifacts), datasets named as LaTeX prints them."""
+    return with_dataset_names(REGISTRY[artifact].build, latex_text)(grid, s)
 
 
 # ------------------------------------------------------------------------------------------------ captions

@@ -8,10 +8,5 @@ Both drafters are ``budgetdraft.decoding.drafter.Drafter``s that need something 
 (TriForce: the full prefix KV cache and the last prompt query; EAGLE-3: the prompt's hidden states). They declare
 it (``reads``) and ``speculative`` hands it to their ``prefill`` (``VerifierPrefill``): no verifier work is
 repeated, and nothing is armed on the verifier between runs. Both draft greedily only (``GreedyDrafter``).
+Each is declared once, with its module as its factory, in ``budgetdraft.base.methods``.
 """
-
-
-def module(method: str) -> str:
-    """The module that builds baseline ``method``'s drafter: eval-cell imports it by this name (computed from
-    --method), and the workflow declares it among the cell's code inputs (budgetdraft.pipeline.plan)."""
-    return f"{__name__}.{method}"
