@@ -20,6 +20,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from budgetdraft.base import methods
 from budgetdraft.report import claims
 
 REPLICATE_DIR = re.compile(r"^r(\d+)$")
@@ -30,7 +31,7 @@ def cells_by_replicate(results: Path) -> tuple[list[Path], dict[int, list[Path]]
     shared, replicated = [], {}
     for path in sorted((results / "cells").rglob("*.parquet")):
         parts = path.relative_to(results / "cells").parts
-        if "@" in parts[0]:
+        if "@" in parts[0] and parts[0] not in methods.REGISTRY:  # a policy's cells; sd@full is a control of the claims
             continue
         match = REPLICATE_DIR.match(parts[1])
         if match:
