@@ -68,6 +68,7 @@ rule all:
     input:
         PLAN.artifact_files(PLAN.in_all),
         "results/claims.md",
+        "results/paper_diff.md",
         REPORT_PAGES,
     localrule: True
 

@@ -204,6 +204,9 @@ def test_paper_config_runs_offline_to_the_tables(paper_dirs, tmp_path, monkeypat
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
     paper_cfg = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
     cfg = paper_cpu_config(paper_cfg, str(paper_dirs["verifier"]), str(paper_dirs["drafter"]))
+    # one variant given, not trained (issue 40): a local checkpoint, exported once and measured as one draw
+    release = shutil.copytree(paper_dirs["drafter"], tmp_path / "release" / "tinydraft_1024only" / "final")
+    cfg["variants"]["single_budget"] = {"checkpoint": str(release), "lambda_c": 0.5, "budgets": [1024]}
     (work / "config/paper_cpu.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = {
         **os.environ,
@@ -248,14 +251,24 @@ def test_paper_config_runs_offline_to_the_tables(paper_dirs, tmp_path, monkeypat
         "single_budget",
         "triforce",
         "eagle3",
+        "pi",  # llama-68m interpolated to 2,304 positions (factor 1.125), not trained
+        "sd@full",  # SD with its whole prompt cache
     }
+    given = [c for c in cells if c.relative_to(work / "results/cells").parts[0] == "single_budget"]
+    assert given and all(c.parent.parent.parent.name == "single_budget" for c in given)  # shared: no rR
+    assert (work / "results/drafters/given/single_budget/config.json").is_file()
+    assert not (work / "results/drafters/r0/single_budget").exists()  # not trained
+    assert "Given as checkpoints, not trained here" in (work / "results/tables/single_budget.tex").read_text()
+    interpolated = json.loads((work / "results/drafters/pi/config.json").read_text())
+    assert interpolated["rope_parameters"]["factor"] == pytest.approx(CONTEXT / 2048)
+    assert (work / "results/paper_diff.md").read_text().startswith("# The paper, number by number: **This run is at")
     for path in cells:  # every cell decoded at positions 2,304 and beyond, with the paper's fp16 verifier
         for row in pq.read_table(path).to_pylist():
             assert row["prompt_tokens"] == CONTEXT and row["new_tokens"] >= 1, path
             assert json.loads(row["config"])["verifier_dtype"] == "float16", path
     train = pq.read_table(work / "results/data/train/budgetdraft.parquet").column("input_ids")
     assert {len(ids) for ids in train.to_pylist()} == {PREFIX + 16}
-    for variant in ("la_only", "lambda0.5", "lambda1.0", "single_budget"):
+    for variant in ("la_only", "lambda0.5", "lambda1.0"):
         trained = work / "results/drafters/r0" / variant  # the paper trained once: replicates 1
         log = (trained / "loss_log.csv").read_text().splitlines()
         assert len(log) == 1 + cfg["training"]["steps"], variant

@@ -195,6 +195,30 @@ rule claims:
         "python {input.render} cells {output.cells} --title 'Findings F1-F8 (claims)' --files {input.cells} >> {log} 2>&1"
 
 
+rule paper_diff:
+    """Every value the paper reports beside this run's, by table, row and column: within the authors' tolerance
+    for a rerun (±2 pp, ±0.05×) or not, or at another scale only a counterpart; and the authors' sanity checks."""
+    input:
+        tables=PLAN.artifact_files([a for a in PLAN.in_all if a in PLAN.all_tables]),
+        settings="results/settings/claims.json",
+        cells=PLAN.paper_diff_cells(),
+        drafters=PLAN.trained_drafters(),
+        code=PLAN.code("paper_diff"),
+    output:
+        md="results/paper_diff.md",
+        csv="results/paper_diff.csv",
+    log:
+        "logs/paper_diff.log",
+    conda:
+        "../../envs/budgetdraft.yaml"
+    params:
+        verifier=config["verifier"],
+    shell:
+        "python -m budgetdraft paper-diff --tables {input.tables} --settings {input.settings}"
+        " --verifier {params.verifier:q} --cells {input.cells} --drafters {input.drafters}"
+        " --out {output.md} > {log} 2>&1"
+
+
 rule run_record:
     """What the report's pages about the run show (the configuration, its files, the benchmark files of every job),
     as a file rule run_summary reads: its params would be embedded in the report's <script> (see rule settings).

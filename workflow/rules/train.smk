@@ -51,7 +51,7 @@ rule train:
     benchmark:
         "benchmarks/drafters/r{replicate}/{variant}.tsv"
     wildcard_constraints:
-        variant="|".join(re.escape(v) for v in PLAN.variants),
+        variant="|".join(re.escape(v) for v in PLAN.trained) or "(?!)",  # no variant trained here: none
         replicate=r"\d+",
     priority: 50  # the training chain is the critical path: before any grid cell
     conda:
@@ -123,3 +123,29 @@ use rule interpolate as interpolate_shared with:
         "logs/drafters/pi.log",
     benchmark:
         "benchmarks/drafters/pi.tsv"
+
+
+rule export_given:
+    """A variant given as a checkpoint (config `variants.X.checkpoint`, e.g. the authors' released drafters), not
+    trained here: exported once, in the drafter's dtype, refused before anything is written when its vocabulary is
+    not the verifier's; measured like a trained variant, as one external draw (no training replicate).
+    """
+    input:
+        verifier="results/models/verifier",
+        code=PLAN.code("models"),
+    output:
+        directory("results/drafters/given/{variant}"),
+    log:
+        "logs/drafters/given/{variant}.log",
+    benchmark:
+        "benchmarks/drafters/given/{variant}.tsv"
+    wildcard_constraints:
+        variant="|".join(re.escape(v) for v in PLAN.given) or "(?!)",
+    conda:
+        "../../envs/budgetdraft.yaml"
+    params:
+        flags=lambda wc: PLAN.export_given_flags(wc.variant),
+        dtype=PLAN.export_dtype("drafter"),
+    shell:
+        "python -m budgetdraft export-model {params.flags} --dtype {params.dtype} --verifier {input.verifier}"
+        " --out {output} > {log} 2>&1"

@@ -22,7 +22,8 @@ BASE = "base"  # the base drafter: the trained base drafter of each replicate, o
 INTERPOLATED = "interpolated"  # the base drafter, its positions interpolated to cover the longest context (no training)
 HEAD = "head"  # a head of its own trained once from the verifier (EAGLE-3)
 TRAINED = "trained"  # a variant trained from the base drafter (config `variants`)
-DRAFTERS = (NONE, BASE, INTERPOLATED, HEAD, TRAINED)
+GIVEN = "given"  # a variant given as a checkpoint (config `variants.X.checkpoint`): exported once, never trained
+DRAFTERS = (NONE, BASE, INTERPOLATED, HEAD, TRAINED, GIVEN)
 
 # Which budgets a method's cells take:
 GRID = "grid"  # every budget of the config
@@ -143,8 +144,11 @@ BASELINES = tuple(label for label, m in REGISTRY.items() if m.enabled_by == "bas
 CONTROLS = tuple(label for label, m in REGISTRY.items() if m.enabled_by == "controls")
 
 
-def variant(label: str, name: str = "") -> Method:
-    """A trained variant of config `variants` as a method: SD's loop with its own trained drafter."""
+def variant(label: str, name: str = "", given: bool = False) -> Method:
+    """A variant of config `variants` as a method: SD's loop with its own drafter, trained from the base drafter
+    (once per replicate) or ``given`` as a checkpoint (one external draw, no training replicate)."""
+    if given:
+        return Method(label, name or label, "sd", GIVEN, what="a drafter given as a checkpoint, not trained here")
     return Method(label, name or label, "sd", TRAINED, what="a drafter trained from the base drafter (L_A + λ·L_C)")
 
 

@@ -513,7 +513,7 @@ def _load(spec: str, device: str, dtype: str):
     return model.eval()
 
 
-def load_tokenizer(spec: str, revision: str = ""):
+def load_tokenizer(spec: str, revision: str = "", subfolder: str = ""):
     """The tokenizer of ``spec``; ``trust_remote_code`` stays off. A directory whose tokenizer is only a
     SentencePiece ``tokenizer.model`` (the Llama-2-era hub repositories, e.g. the paper's JackFram/llama-68m) is
     converted by transformers, which needs protobuf for it: without, a ValueError says so (transformers itself
@@ -521,7 +521,7 @@ def load_tokenizer(spec: str, revision: str = ""):
     from transformers import AutoTokenizer
 
     path = resolve(spec)
-    local = Path(path)
+    local = Path(path) / subfolder
     if (local / "tokenizer.model").is_file() and not (local / "tokenizer.json").is_file():
         try:
             import google.protobuf  # noqa: F401
@@ -531,9 +531,44 @@ def load_tokenizer(spec: str, revision: str = ""):
                 "needs protobuf (pinned in envs/requirements.txt: pip install -r envs/requirements.txt)"
             ) from None
     try:
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=False, revision=revision or None)
+        return AutoTokenizer.from_pretrained(
+            path, trust_remote_code=False, revision=revision or None, subfolder=subfolder or ""
+        )
     except OSError as err:
         raise ValueError(load_error(spec, path, err)) from None
+
+
+def vocabulary(directory: str | Path) -> tuple[int | None, str | None]:
+    """(vocab_size of its config.json, sha256 of its tokenizer.json's token -> id map) of a model directory, read
+    without loading it; None where a file is absent (a SentencePiece tokenizer.model has no map to compare here)."""
+    directory = Path(directory)
+    size = None
+    if (directory / "config.json").is_file():
+        size = json.loads((directory / "config.json").read_text()).get("vocab_size")
+    digest = None
+    if (directory / "tokenizer.json").is_file():
+        model = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8")).get("model") or {}
+        vocab = model.get("vocab")
+        if vocab is not None:
+            digest = hashlib.sha256(json.dumps(vocab, sort_keys=True).encode()).hexdigest()
+    return size, digest
+
+
+def vocabulary_problem(drafter: str | Path, verifier: str | Path, drafter_name: str, verifier_name: str) -> str | None:
+    """Why a drafter directory cannot draft for a verifier directory (another vocabulary size, or another tokenizer
+    map), naming both; None where they agree or a file to compare is absent."""
+    (ds, dt), (vs, vt) = vocabulary(drafter), vocabulary(verifier)
+    if ds is not None and vs is not None and ds != vs:
+        return (
+            f"{drafter_name} has a vocabulary of {ds:,} tokens and the verifier {verifier_name} of {vs:,}: speculative "
+            "decoding compares token ids, so the drafter must share the verifier's tokenizer"
+        )
+    if dt is not None and vt is not None and dt != vt:
+        return (
+            f"{drafter_name}'s tokenizer (token map sha256 {dt[:12]}) is not the verifier {verifier_name}'s "
+            f"({vt[:12]}): the same ids would be other tokens; use a drafter trained with the verifier's tokenizer"
+        )
+    return None
 
 
 def check_pair(drafter, verifier) -> None:
@@ -543,12 +578,22 @@ def check_pair(drafter, verifier) -> None:
         raise ValueError(f"drafter vocab_size {dv} differs from verifier vocab_size {vv}: they cannot share token ids")
 
 
-def export(spec: str, out: str | Path, dtype: str = DTYPE, revision: str = "", cover: int | None = None) -> Path:
+def export(
+    spec: str,
+    out: str | Path,
+    dtype: str = DTYPE,
+    revision: str = "",
+    cover: int | None = None,
+    subfolder: str = "",
+    verifier: str | Path | None = None,
+) -> Path:
     """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer), its
     weights stored in ``dtype``: the dtype the run uses, so that a 7B fp16 verifier is written (and read by every
     job) as 13.5 GB, not as a 27 GB float32 copy. ``revision``: the hub commit of a hub id (budgetdraft.base.revisions).
     ``cover``: rescale its rotary positions so that this many positions span its native range (position
-    interpolation, ``budgetdraft.decoding.positions.cover``); the weights are unchanged.
+    interpolation, ``budgetdraft.decoding.positions.cover``); the weights are unchanged. ``subfolder``: the model's
+    folder inside a hub repository or a directory. ``verifier``: a verifier directory whose vocabulary the model
+    must share (a drafter given as a checkpoint), refused naming both when it does not.
     An existing ``out`` is replaced only when it is an earlier export (``base.atomic.check_out``): a folder of the
     user's, the working directory or $HOME is refused, never emptied."""
     from transformers import AutoModelForCausalLM
@@ -557,18 +602,19 @@ def export(spec: str, out: str | Path, dtype: str = DTYPE, revision: str = "", c
     src = resolve(spec)
     if revision and not hub_model(spec):
         raise ValueError(f"--revision {revision}: {spec!r} is not a hub repository")
+    where = {"revision": revision or None, "subfolder": subfolder or ""}
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            src, dtype=torch_dtype(dtype), trust_remote_code=False, revision=revision or None
-        )
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype(dtype), trust_remote_code=False, **where)
     except OSError as err:
         raise ValueError(load_error(spec, src, err)) from None
     if cover is not None:
         positions.cover(model.config, cover)
-    tokenizer = load_tokenizer(spec, revision)
+    tokenizer = load_tokenizer(spec, revision, subfolder)
     with atomic_path(out, command="export-model") as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        if verifier is not None and (why := vocabulary_problem(tmp, verifier, spec, str(verifier))):
+            raise ValueError(why)  # before the export is published: nothing is written
     return Path(out)
 
 
@@ -577,6 +623,11 @@ def configure_parser(parser) -> None:
     parser.add_argument("--out", required=True, help="output Hugging Face directory")
     parser.add_argument("--dtype", default=DTYPE, choices=DTYPES, help="dtype the weights are stored in")
     parser.add_argument("--revision", default="", help="hub commit to read a hub id at (config `revisions:`)")
+    parser.add_argument("--subfolder", default="", help="the model's folder inside the hub repository or directory")
+    parser.add_argument(
+        "--verifier",
+        help="a verifier directory whose vocabulary the model must share (a drafter given as a checkpoint)",
+    )
     parser.add_argument(
         "--cover",
         type=int,
@@ -588,4 +639,4 @@ def configure_parser(parser) -> None:
 
 
 def run(args) -> None:
-    print(export(args.spec, args.out, args.dtype, args.revision, args.cover))
+    print(export(args.spec, args.out, args.dtype, args.revision, args.cover, args.subfolder, args.verifier))

@@ -218,7 +218,17 @@ def divergence(row, ref, ref_key, near_tie_margin: float) -> dict:
 class Grid:
     """Measured cells, indexed by (label, dataset, context, budget, gamma), with the paper's metrics."""
 
-    def __init__(self, df: pd.DataFrame, check: bool = True, lossless: str = "error", near_tie_margin: float = 0.0):
+    def __init__(
+        self,
+        df: pd.DataFrame,
+        check: bool = True,
+        lossless: str = "error",
+        near_tie_margin: float = 0.0,
+        not_run=(),
+    ):
+        """``not_run``: labels whose cells the run left out on purpose (a variant whose checkpoint was not given):
+        asked for, they are no error, and every metric of them is NaN (a table prints "--")."""
+        self.not_run = frozenset(not_run)
         self.divergences = check_lossless(df, lossless, near_tie_margin) if check else []
         if "device" in df.columns and df["device"].nunique() > 1:
             print(
@@ -239,7 +249,7 @@ class Grid:
 
     def need(self, *key):
         key = tuple(key)
-        if key not in self.rows:
+        if key not in self.rows and key[0] not in self.not_run:
             raise ValueError(f"missing cell {cell_name(key)}: not among the --cells given")
         return key
 
@@ -262,7 +272,13 @@ class Grid:
             )
         return ar.loc[method.index] / method
 
+    def left_out(self, key) -> bool:
+        """Whether ``key`` is a cell of a label the run left out (``not_run``): its metrics are NaN."""
+        return tuple(key) not in self.rows and key[0] in self.not_run
+
     def speedup(self, key) -> float:
+        if self.left_out(key):
+            return math.nan
         return float(self.sample_speedups(key).mean())
 
     def sample_acceptance(self, key) -> pd.Series:
@@ -270,6 +286,8 @@ class Grid:
         return 100.0 * s["accepted"] / s["drafted"].where(s["drafted"] > 0)
 
     def acceptance(self, key) -> float:
+        if self.left_out(key):
+            return math.nan
         rows = self.rows[self.need(*key)]
         drafted = rows["drafted"].sum()
         return 100.0 * rows["accepted"].sum() / drafted if drafted > 0 else math.nan
@@ -332,6 +350,8 @@ class Grid:
 
     def peak(self, key) -> float:
         """Mean `peak_mem_mb` of a cell, in the unit of `memory`."""
+        if self.left_out(key):
+            return math.nan
         return float(self.rows[self.need(*key)]["peak_mem_mb"].mean()) / self.memory[1]
 
 

@@ -30,6 +30,10 @@ COMMANDS = {
         "teacher-forced top-1 agreement of drafters with the verifier, by position",
     ),
     "paper": ("budgetdraft.report.paper", "build one table or figure of the paper from cell files"),
+    "paper-diff": (
+        "budgetdraft.report.paperdiff",
+        "every value the paper reports beside this run's, within the authors' tolerance or not",
+    ),
     "claims": (
         "budgetdraft.report.claims",
         "report which of the paper's findings hold in this run, with bootstrap intervals",

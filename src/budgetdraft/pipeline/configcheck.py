@@ -17,6 +17,7 @@ import copy
 import io
 import json
 import math
+import os
 import re
 import unicodedata
 from pathlib import Path
@@ -381,6 +382,7 @@ def check_consistency(config: dict) -> None:
     check_path_names(config)
     check_methods(config)
     check_variant_names(config)
+    check_given(config)
     check_models(config)
     check_engine(config)
     check_references(config)
@@ -587,8 +589,46 @@ def trained_hparams(config: dict) -> list[tuple[str, dict]]:
     """(key, the hyper-parameters handed to the trainer, before its defaults) of `training` and of every variant
     (`training` merged with its overrides)."""
     return [("training", config["training"])] + [
-        (f"variants.{v}", {**config["training"], **o}) for v, o in config["variants"].items()
+        (f"variants.{v}", {**config["training"], **o}) for v, o in config["variants"].items() if "checkpoint" not in o
     ]
+
+
+GIVEN_KEYS = ("checkpoint", "subfolder", "revision", "lambda_c", "budgets", "budget_weights")  # what it was, not how
+
+
+def check_given(config: dict) -> None:
+    """A variant given as a checkpoint is not trained here: a training key beside `checkpoint` would have no effect
+    (refused, naming it), and a local checkpoint must share the verifier's vocabulary (refused naming both; a hub
+    checkpoint is checked when exported, the verifier too when it is a hub id)."""
+    from budgetdraft.decoding.models import vocabulary_problem
+
+    for label, given in config["variants"].items():
+        if "checkpoint" not in given:
+            continue
+        for key in given:
+            if key not in GIVEN_KEYS:
+                raise ValueError(
+                    f"variants.{label}.{key}: {label} is given as a checkpoint, not trained here, so {key} has no "
+                    f"effect; remove it (with checkpoint, only {', '.join(GIVEN_KEYS[1:])} say what it is)"
+                )
+        where = Path(os.path.expanduser(str(given["checkpoint"] or ""))) / given.get("subfolder", "")
+        verifier = verifier_directory(config)
+        if given["checkpoint"] and where.is_dir() and verifier is not None:
+            name = f"variants.{label}.checkpoint = {str(where)!r}"
+            if why := vocabulary_problem(where, verifier, name, config["verifier"]):
+                raise ValueError(why)
+
+
+def verifier_directory(config: dict) -> Path | None:
+    """The verifier's files where they can be read at plan time: a local directory, or an embedded model's converted
+    cache (once converted); None for a hub id (a results/ export may be another config's: never read as this one's)."""
+    from budgetdraft.decoding.models import cache_root, parse_spec
+
+    base, _ = parse_spec(config["verifier"])
+    path = Path(os.path.expanduser(config["verifier"]))
+    if base.startswith("embedded:"):
+        path = cache_root() / "models" / base.split(":", 1)[1]
+    return path if (path / "config.json").is_file() else None
 
 
 def check_training(config: dict) -> None:

@@ -38,6 +38,7 @@ STAGE_COMMANDS = {
     "profile": "profile",
     "paper": "paper",
     "claims": "claims",
+    "paper_diff": "paper-diff",
 }
 VERIFIER = "results/models/verifier"
 SETTINGS_FILE = "results/settings/{name}.json"  # rule settings' output: what `paper` and `claims` lay out where
@@ -51,11 +52,19 @@ class Plan:
         self.datasets = list(config["datasets"])
         self.contexts = list(config["contexts"])
         self.budgets = list(config["budgets"])
-        self.variants = list(config["variants"])  # trained drafters = cell labels
+        # Variants = cell labels: trained here (once per replicate) or given as a checkpoint (`checkpoint`: exported
+        # once, one external draw); a given variant whose checkpoint is empty is left out, its rows "not run".
+        given = {v: o for v, o in config["variants"].items() if "checkpoint" in o}
+        self.not_run = {v: f"variants.{v}.checkpoint is not given" for v, o in given.items() if not o["checkpoint"]}
+        self.variants = [v for v in config["variants"] if v not in self.not_run]
+        self.given = {v: o for v, o in given.items() if v not in self.not_run}
+        self.trained = [v for v in self.variants if v not in self.given]
         # the declared methods this config runs (budgetdraft.base.methods): AR and SD always, the baselines and the
         # controls its `baselines.enabled` and `controls` name
         self.methods = {label: methods.get(label) for label in methods.enabled(config)}
-        self.methods.update({v: methods.variant(v, names.METHOD_NAMES.get(v, "")) for v in self.variants})
+        self.methods.update(
+            {v: methods.variant(v, names.METHOD_NAMES.get(v, ""), given=v in self.given) for v in self.variants}
+        )
         self.baselines = [label for label, m in self.methods.items() if m.enabled_by == "baselines"]
         self.controls = [label for label, m in self.methods.items() if m.enabled_by == "controls"]
         # the base drafter's training (only when config `base_drafter` trains one), else None
@@ -93,16 +102,15 @@ class Plan:
             "gamma": defaults.GAMMA,
             **config.get("policies", {}),
         }
+        run = [label for label in (names.SD, names.BD) if label not in self.not_run]  # BudgetDraft may be left out
         self.policy_labels = [
-            names.policy_label(label, policy, self.policy)
-            for label in (names.SD, names.BD)
-            for policy in self.policies["names"]
+            names.policy_label(label, policy, self.policy) for label in run for policy in self.policies["names"]
         ]
         self.method.update({label: self.method[self.drafter_label(label)] for label in self.policy_labels})
         # `engine: graphs`: AR, SD and BudgetDraft also decoded eagerly at γ_fixed on the comparison dataset
         # (LABEL+eager, budgetdraft.base.names.engine_label), for the claims' finding E1.
         self.engine_labels = (
-            [names.engine_label(label, defaults.EAGER, self.engine) for label in (names.AR, names.SD, names.BD)]
+            [names.engine_label(label, defaults.EAGER, self.engine) for label in (names.AR, *run)]
             if self.engine != defaults.EAGER
             else []
         )
@@ -196,7 +204,7 @@ class Plan:
             "other_variants": self.other_variants,
             "policy_labels": self.policy_labels,
         }
-        return [label for item in labels for label in groups.get(item, [item])]
+        return [label for item in labels for label in groups.get(item, [item]) if label not in self.not_run]
 
     def selected(self, cells: artifacts.Cells) -> list[str]:
         """The cell files of one `Cells`: each label at every dataset × context of its section × the budgets its
@@ -235,7 +243,7 @@ class Plan:
         dataset, ar = self.config["comparison"]["dataset"], self.engine_labels[0]
         return [self.cell(label, dataset, c, 0, 0) for label in (names.AR, ar) for c in self.contexts] + [
             f
-            for label in [names.SD, names.BD] + self.engine_labels[1:]
+            for label in [label for label in (names.SD, names.BD) if label not in self.not_run] + self.engine_labels[1:]
             for c in self.contexts
             for b in self.budgets
             for f in self.cell_files(label, dataset, c, b, self.config["gamma_fixed"])
@@ -301,6 +309,7 @@ class Plan:
             methods.INTERPOLATED: lambda: self.interpolated_dir(replicate),
             methods.HEAD: lambda: f"results/drafters/{method.label}",
             methods.TRAINED: lambda: f"results/drafters/r{replicate}/{method.label}",
+            methods.GIVEN: lambda: f"results/drafters/given/{method.label}",
         }[method.drafter]()
 
     def interpolated_dir(self, replicate) -> str:
@@ -329,6 +338,32 @@ class Plan:
         """The positional profile of each training replicate (rule profile), read by the claims."""
         return [f"results/profile/r{r}.parquet" for r in self.replicates]
 
+    def paper_diff_cells(self) -> list[str]:
+        """The cells the paper diff's sanity checks read: AR's, and SD's and BudgetDraft's at the shortest context
+        and γ_fixed (is acceptance the same at every budget there?)."""
+        shortest, gamma = self.contexts[:1], self.config["gamma_fixed"]
+        ar = self.selected(artifacts.Cells((methods.AR,)))
+        return ar + [
+            f
+            for label in (methods.SD, names.BD)
+            if label in self.methods and label not in self.not_run
+            for d in self.datasets
+            for b in self.budgets
+            for f in self.cell_files(label, d, shortest[0], b, gamma)
+        ]
+
+    def trained_drafters(self) -> list[str]:
+        """Every trained variant's directory, per replicate (their loss logs)."""
+        return [self.drafter_dir(v, r) for r in self.replicates for v in self.trained]
+
+    def export_given_flags(self, variant: str) -> str:
+        """export-model's flags for a variant given as a checkpoint: the checkpoint, its subfolder and revision."""
+        given = self.given[variant]
+        flags = [f"--spec {shlex.quote(str(given['checkpoint']))}"]
+        flags += [f"--subfolder {shlex.quote(given['subfolder'])}"] if given.get("subfolder") else []
+        flags += [f"--revision {shlex.quote(given['revision'])}"] if given.get("revision") else []
+        return " ".join(flags)
+
     def comparison_drafters(self) -> dict[str, list[str]]:
         """{label: [its model directories]} of the comparison table's rows, whose sizes the table counts from the
         weights (TriForce: its drafter + the verifier, its middle level); replicates have the same sizes: the
@@ -338,7 +373,8 @@ class Plan:
         drafters = {
             label: [models[part](label) for part in m.comparison] for label, m in self.methods.items() if m.comparison
         }
-        return {names.SD: drafters.pop(names.SD), names.BD: [self.drafter_dir(names.BD, first)], **drafters}
+        bd = {names.BD: [self.drafter_dir(names.BD, first)]} if names.BD in self.variants else {}
+        return {names.SD: drafters.pop(names.SD), **bd, **drafters}
 
     def artifact_drafters(self, artifact: str) -> dict[str, list[str]]:
         """{label: [model directories]} whose sizes a table counts: the comparison table's drafters, else none."""
@@ -381,6 +417,14 @@ class Plan:
         hparams = {**self.config["training"], "device": self.training_device, **self.config["variants"][variant]}
         return json.dumps(self.seeded(hparams, replicate), sort_keys=True)
 
+    def variant_settings(self, variant: str) -> dict:
+        """What the tables say of a variant: its λ, budgets and steps as trained here, or, given as a checkpoint, the
+        λ and budgets its config says it was trained with, and the checkpoint."""
+        overrides = self.config["variants"][variant]
+        if "checkpoint" in overrides:
+            return Variant.of_checkpoint({**overrides, "checkpoint": str(overrides["checkpoint"] or "")}).to_json()
+        return Variant.of_hparams(json.loads(self.variant_hparams(variant))).to_json()
+
     def eagle3_hparams(self) -> str:
         """`train-eagle3 --hparams`: `baselines.eagle3.training` on `device` unless it names its own."""
         return json.dumps(self.eagle3_training, sort_keys=True)
@@ -414,7 +458,8 @@ class Plan:
             "lossless_check": config["lossless_check"],
             "near_tie_margin": config["near_tie_margin"],
             "verifier_prefill_runs": defaults.PREFILL_RUNS if config["share_verifier_prefill"] else 0,
-            "variants": {v: Variant.of_hparams(json.loads(self.variant_hparams(v))).to_json() for v in self.variants},
+            "variants": {v: self.variant_settings(v) for v in self.config["variants"]},
+            "not_run": self.not_run,
             "base_drafter_steps": base["training"]["steps"] if base else 0,
             "replicates": len(self.replicates),
             "base_drafter_teacher": base["teacher"] if base else "",

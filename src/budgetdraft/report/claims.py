@@ -218,6 +218,23 @@ def clock_rows(ev: Evidence) -> list[str]:
     return lines
 
 
+def given(settings: Settings) -> list[str]:
+    """The variants given as checkpoints (not trained here) that have cells."""
+    return [label for label, v in settings.variants.items() if v.checkpoint and label not in settings.not_run]
+
+
+def given_notes(found: list[Finding], settings: Settings) -> list[Finding]:
+    """A note on every finding that compares a drafter given as a checkpoint: it is one external draw, so no
+    training replicate stands behind it and the interval does not see how another training run would land."""
+    labels = set(given(settings))
+    for f in found:
+        arms = {token for arm in f.drafted for token in arm.replace("+", " ").split()}
+        if used := sorted(labels & arms):
+            text = f"{', '.join(used)}: one external checkpoint (no training replicate): the interval covers its prompts only"
+            f.note = "; ".join(filter(None, (f.note, text)))
+    return found
+
+
 def header(ev: Evidence, n_files: int, seed: int) -> dict:
     per_dataset = {d: sum(p[0] == d for p in ev.prompts) for d in ev.datasets}
     gammas = sorted({k[4] for k in ev.grid.rows if k[0] != AR})
@@ -235,6 +252,8 @@ def header(ev: Evidence, n_files: int, seed: int) -> dict:
         "resamples": (len(ev.prompt_weights) - 1) // 3,
         "seed": seed,
         "timing": timing_text(ev.s).strip(),
+        "given": given(ev.s),
+        "not_run": dict(ev.s.not_run),
         "lossless": lossless_summary(ev),
     }
 
@@ -276,6 +295,12 @@ def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict], 
         f"- Contexts (shortest first): {', '.join(head['contexts'])}; budgets: {head['budgets']}; "
         f"γ: {head['gammas']} (γ_fixed = {head['gamma_fixed']}); variants: {variants}",
         replicates_line(head),
+        *(
+            [f"- Given as checkpoints, not trained here (one external draw each): {', '.join(head['given'])}"]
+            if head.get("given")
+            else []
+        ),
+        *(["- Not run: " + "; ".join(f"{v} ({w})" for v, w in head["not_run"].items())] if head.get("not_run") else []),
         f"- 95 % interval: {interval_text(head)}",
         f"- Verdict rule: {VERDICT_RULE}",
         *([f"- {head['timing']}"] if head.get("timing") else []),
@@ -354,7 +379,7 @@ def build(
     ``profile_figure`` when given); return the paths written."""
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
     ev = Evidence(load_claim_cells(cells), s, resamples, seed)
-    found, head, model = all_findings(ev), header(ev, len(cells), seed), speedup_model(ev)
+    found, head, model = given_notes(all_findings(ev), s), header(ev, len(cells), seed), speedup_model(ev)
     positions = profile_summary(ev, load_profile(profile))
     out = Path(out)
     json_path = out.with_suffix(".json")

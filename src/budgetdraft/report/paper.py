@@ -24,7 +24,14 @@ from budgetdraft.evaluation.grid import Grid, load_cells
 from budgetdraft.report import figures
 from budgetdraft.report.artifacts import REGISTRY, Artifact
 from budgetdraft.report.settings import Settings, parse_settings, settings_dict, with_drafter_sizes
-from budgetdraft.report.tables import add_to_caption, engine_text, evidence_text, laid_out, timing_text
+from budgetdraft.report.tables import (
+    add_to_caption,
+    engine_text,
+    evidence_text,
+    laid_out,
+    provenance_text,
+    timing_text,
+)
 
 # every declared table, then every figure (budgetdraft.report.artifacts: each on its builder in tables / figures)
 ARTIFACTS = dict(sorted(REGISTRY.items(), key=lambda item: item[1].kind != "table"))
@@ -67,7 +74,7 @@ def build(artifact: str, cells, settings, out) -> list[Path]:
 def render_table(artifact: str, grid: Grid, s: Settings):
     """The table with its caption completed by what stands behind it (prompts, drafted tokens, timing)."""
     table = laid_out(artifact, grid, s)
-    add_to_caption(table, evidence_text(grid) + engine_text(grid) + timing_text(s))
+    add_to_caption(table, evidence_text(grid) + engine_text(grid) + timing_text(s) + provenance_text(s))
     return table
 
 

@@ -65,6 +65,7 @@ class Variant(JsonRecord):
     lambda_c: float | None = None
     budgets: list | None = None
     steps: int | None = None
+    checkpoint: str | None = None  # given as this checkpoint (not trained here: one external draw); None: trained
 
     @classmethod
     def from_json(cls, data: dict) -> Variant:
@@ -75,7 +76,12 @@ class Variant(JsonRecord):
         """What the paper says of a variant trained with `budgetdraft train --hparams` JSON ``hparams`` (its
         values as given: the settings JSON then says what the command line said)."""
         TrainingHparams.from_json(hparams)  # the contract: unknown keys, unpaired budgets fail here
-        return cls(**{f.name: hparams[f.name] for f in fields(cls)})
+        return cls(**{f.name: hparams[f.name] for f in fields(cls) if f.name != "checkpoint"})
+
+    @classmethod
+    def of_checkpoint(cls, given: dict) -> Variant:
+        """A variant given as a checkpoint (config `variants.X`: checkpoint, its λ and budgets as it was trained)."""
+        return cls(lambda_c=given.get("lambda_c"), budgets=given.get("budgets"), checkpoint=given["checkpoint"])
 
     def to_json(self) -> dict:
         return {k: v for k, v in super().to_json().items() if v is not None}
@@ -118,6 +124,7 @@ class PaperSettings(JsonRecord):
     replicates: int = 1
     base_drafter_teacher: str = ""
     policies: Policies | None = None
+    not_run: dict = field(default_factory=dict)  # label -> why its cells were left out (a checkpoint not given)
 
     @classmethod
     def from_json(cls, data: dict) -> PaperSettings:
@@ -135,8 +142,9 @@ class PaperSettings(JsonRecord):
 
     @property
     def lossless(self) -> dict:
-        """`Grid`'s keyword arguments for the lossless check (`lossless_check`, `near_tie_margin`)."""
-        return {"lossless": self.lossless_check, "near_tie_margin": self.near_tie_margin}
+        """`Grid`'s keyword arguments: the lossless check (`lossless_check`, `near_tie_margin`) and the labels left
+        out on purpose (`not_run`)."""
+        return {"lossless": self.lossless_check, "near_tie_margin": self.near_tie_margin, "not_run": self.not_run}
 
     def given_gammas(self, context: str) -> list[int] | None:
         """`gammas[context]` (sorted) when the settings fix the sweep there, else None."""

@@ -559,6 +559,22 @@ def timing_text(settings: Settings) -> str:
     )
 
 
+def provenance_text(settings: Settings) -> str:
+    """Which drafters were given as checkpoints (one external draw each, not trained here) and which were left out
+    ("--" in the table), with why."""
+    given = [label for label, v in settings.variants.items() if v.checkpoint and label not in settings.not_run]
+    text = ""
+    if given:
+        text += (
+            f" Given as checkpoints, not trained here (one external draw each, no training replicate): "
+            f"{names_text(latex_text(g) for g in given)}."
+        )
+    if settings.not_run:
+        text += " Not run (--): " + "; ".join(f"{latex_text(v)}: {latex_text(w)}" for v, w in settings.not_run.items())
+        text += "."
+    return text
+
+
 def add_to_caption(table: Table, text: str) -> None:
     """Append ``text`` inside the table's ``\\caption{...}``."""
     i = next(i for i, line in enumerate(table.lines) if line.startswith(r"\caption{"))

@@ -1,0 +1,121 @@
+"""Drafters given, not trained (issue 40): a variant named by a checkpoint (a local directory here; a hub id works
+the same with internet) plans no training job and is exported once and measured as one external draw, and
+config/paper_release.yaml is the paper's evaluation of the authors' four released drafters, no training."""
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import tiny_llama
+
+from budgetdraft.decoding.models import vocabulary_problem
+from budgetdraft.pipeline.configcheck import check_config
+from budgetdraft.pipeline.plan import Plan
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
+
+
+def test_the_release_config_is_the_papers_but_for_its_given_drafters():
+    """Everything but the variants (checkpoints, no training overrides) and EAGLE-3 (a head trained here) is
+    config/paper.yaml's, so that its numbers are the paper's evaluation of the released drafters."""
+    paper, release = load("paper"), load("paper_release")
+    changed = {k for k in paper.keys() | release.keys() if paper.get(k) != release.get(k)}
+    assert changed == {"variants", "baselines"}
+    assert release["baselines"]["enabled"] == ["triforce"]
+    assert {k: {x: y for x, y in v.items() if x != "checkpoint"} for k, v in release["variants"].items()} == {
+        "la_only": {"lambda_c": 0.0},
+        "lambda0.5": {"lambda_c": 0.5},
+        "lambda1.0": {"lambda_c": 1.0},
+        "single_budget": {"lambda_c": 0.5, "budgets": [1024], "budget_weights": [1.0]},
+    }
+    assert all("checkpoint" in v for v in release["variants"].values())
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("release") / "tinydraft_phase_a_16k" / "final"
+    tiny_llama(seed=5, layers=1).save_pretrained(path)
+    return str(path)
+
+
+def release_plan(**variants) -> Plan:
+    cfg = load("paper_release")
+    for label, given in variants.items():
+        cfg["variants"][label].update(given)
+    check_config(cfg, schema=SCHEMA)
+    return Plan(cfg)
+
+
+def test_a_given_variant_plans_no_training_and_is_measured_once(checkpoint):
+    p = release_plan(**{"lambda0.5": {"checkpoint": checkpoint}})
+    assert p.trained == [] and p.given == {"lambda0.5": {"checkpoint": checkpoint, "lambda_c": 0.5}}
+    assert p.drafter_dir("lambda0.5") == "results/drafters/given/lambda0.5" and not p.replicated("lambda0.5")
+    cells = [c for c in p.all_cells() if "/lambda0.5/" in c]
+    assert cells and all("/r0/" not in c for c in cells)  # shared: one external draw, no training replicate
+    assert p.export_given_flags("lambda0.5") == f"--spec {checkpoint}"
+    settings = json.loads(p.artifact_settings("main"))
+    assert settings["variants"]["lambda0.5"]["checkpoint"] == checkpoint
+    assert set(settings["not_run"]) == {"la_only", "lambda1.0", "single_budget"}
+    assert not any(f"/{v}/" in c for c in p.every_cell() for v in settings["not_run"])  # left out: no cell asked
+
+
+def test_a_training_key_beside_a_checkpoint_is_refused(checkpoint):
+    cfg = load("paper_release")
+    cfg["variants"]["lambda0.5"].update(checkpoint=checkpoint, steps=100)
+    with pytest.raises(ValueError, match=r"variants\.lambda0\.5\.steps: lambda0\.5 is given as a checkpoint"):
+        check_config(cfg, schema=SCHEMA)
+
+
+@pytest.mark.real
+def test_a_checkpoint_of_another_vocabulary_is_refused_naming_both(checkpoint, real_pair):
+    """The default's verifier (SmolLM2, 49,152 tokens, converted by real_pair) against a 96-token checkpoint: refused
+    at plan time, naming both; and export-model refuses it before writing anything."""
+    cfg = load("config")
+    cfg["variants"]["lambda1.0"] = {"checkpoint": checkpoint, "lambda_c": 1.0}
+    with pytest.raises(ValueError) as err:
+        check_config(cfg, schema=SCHEMA)
+    said = str(err.value)
+    assert f"variants.lambda1.0.checkpoint = '{checkpoint}' has a vocabulary of 96 tokens" in said
+    assert "the verifier embedded:smollm2 of 49,152" in said
+
+
+def test_export_refuses_a_drafter_of_another_vocabulary_before_writing(checkpoint, tmp_path):
+    verifier = tmp_path / "verifier"
+    tiny_llama(seed=0, layers=1, vocab=128).save_pretrained(verifier)
+    assert "vocabulary of 96 tokens" in vocabulary_problem(checkpoint, verifier, "drafter", "verifier")
+    assert vocabulary_problem(checkpoint, checkpoint, "a", "b") is None
+
+
+@pytest.mark.workflow
+def test_the_release_dry_run_plans_no_training_and_every_evaluation(checkpoint, tmp_path):
+    """`snakemake -n all --configfile config/paper_release.yaml`, the four checkpoints filled in: no job trains, a
+    job exports each checkpoint, and every cell of the paper's grid is planned."""
+    given = {v: {"checkpoint": checkpoint} for v in ("la_only", "lambda0.5", "lambda1.0", "single_budget")}
+    override = json.dumps(given).replace('"', "")
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "all", "--configfile", "config/paper_release.yaml",
+         "--config", f"variants={override}"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    jobs = {
+        line.split()[0]: int(line.split()[1])
+        for line in run.stdout.splitlines()
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    }
+    assert not {"train", "train_base", "train_eagle3", "targets"} & set(jobs), jobs
+    assert jobs["export_given"] == 4
+    cfg = copy.deepcopy(load("paper_release"))
+    for label, g in given.items():
+        cfg["variants"][label].update(g)
+    check_config(cfg, schema=SCHEMA)
+    assert jobs["eval_cell"] == len(Plan(cfg).all_cells())

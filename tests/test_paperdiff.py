@@ -1,0 +1,160 @@
+"""The paper, number by number (`budgetdraft.report.paperdiff`): its reference values, the reader that takes them from a
+LaTeX table (the paper's or ours: one layout), the diff against the authors' tolerance, and the sanity checks.
+
+The cells below are TEST FIXTURES (test_claims' synthetic cells), laid out at the paper's own settings so that every
+table this pipeline builds has the paper's shape."""
+
+import math
+
+import pytest
+from test_claims import SPEED, paper_like, write_cell
+
+from budgetdraft.report import paper, paperdiff
+from budgetdraft.report.paperdiff import SAME, Value
+
+SPEED_LABELS = ("sd", "lambda0.5", "la_only", "lambda1.0", "single_budget")  # test_claims' paper-like acceptance
+PER_TABLE = {  # values the paper reports in each table
+    "main": 2 * 12 * 3 * 5,  # 2 panels x 12 (context, budget) rows x 3 datasets x (AR + 2 x speedup/acceptance)
+    "comparison": 16,
+    "ablation_lc": 12 * 3 * 5,
+    "lambda": 12 * 3 * 5,
+    "single_budget": 2 * 4 * 2,
+    "vram_gamma": (16 + 6 + 3) * 2,  # γ rows per context, "--" where the paper did not run one
+    "vram": 12 * 3 * 2,
+}
+PAPER_SETTINGS = {
+    "datasets": {"gs": "GS", "longbench": "LongBench", "lwm": "LWM"},
+    "contexts": ["4K", "8K", "16K"],
+    "context_tokens": {"4K": 3800, "8K": 8192, "16K": 16384},
+    "budgets": [256, 512, 1024, 2048],
+    "gammas": {"4K": list(range(5, 85, 5)), "8K": list(range(5, 35, 5)), "16K": [5, 10, 15]},
+    "gamma_fixed": 5,
+    "collapse": {"dataset": "gs", "gamma": 5},
+    "comparison": {"dataset": "lwm", "contexts": ["8K", "16K"], "gamma": 5, "baselines": ["triforce", "eagle3"]},
+    "single_budget": {"dataset": "lwm", "context": "16K", "gamma": 20, "trained_budget": 1024},
+    "lossless_check": "error",
+    "variants": {
+        "lambda0.5": {"lambda_c": 0.5},
+        "la_only": {"lambda_c": 0.0},
+        "lambda1.0": {"lambda_c": 1.0},
+        "single_budget": {"lambda_c": 0.5, "budgets": [1024]},
+    },
+}
+
+
+def test_the_papers_reference_values_parse_and_cover_every_table():
+    values = paperdiff.paper_values()
+    counts = {t: sum(v.table == t for v in values) for t in PER_TABLE}
+    assert counts == PER_TABLE
+    first = values[0]
+    assert (first.table, first.row_label, first.column_label, first.metric, first.value) == (
+        "main",
+        "4K / 256",
+        "GS / AR",
+        "tok_s",
+        38.10,
+    )
+    lwm_16k = [v for v in values if v.table == "main" and v.panel == 1 and v.row_label == "16K / 256"]
+    assert [v.value for v in lwm_16k if v.column_label == "LWM / BudgetDraft"] == [1.94, 66.48]  # panel B
+    assert {v.metric for v in values} == {"tok_s", "speedup", "acceptance", "peak_gb"}
+    assert len({v.where for v in values}) == len(values)  # one value per place
+
+
+@pytest.fixture(scope="module")
+def paper_scale_tables(tmp_path_factory):
+    """Every table built by this pipeline from synthetic cells at the paper's settings (three datasets, 4K / 8K /
+    16K, four budgets, the paper's γ sweep, the single-budget table at γ = 20)."""
+    root = tmp_path_factory.mktemp("paper_scale")
+    for label, speed in {"triforce": 1.1, "eagle3": 1.3}.items():
+        SPEED.setdefault(label, speed)
+    s = PAPER_SETTINGS
+    cells = []
+
+    def cell(label, d, c, b, g):
+        cells.append(write_cell(root, paper_like if label in SPEED_LABELS else lambda *a: 0.5, label, d, c, b, g))
+
+    for d in s["datasets"]:
+        for c in s["contexts"]:
+            cell("ar", d, c, 0, 0)
+            for b in s["budgets"]:
+                for g in s["gammas"][c]:
+                    for label in ("sd", "lambda0.5"):
+                        cell(label, d, c, b, g)
+                for label in ("la_only", "lambda1.0"):
+                    cell(label, d, c, b, 5)
+    for c in s["comparison"]["contexts"]:
+        for label in ("triforce", "eagle3"):
+            cell(label, "lwm", c, 2048, 5)
+    for b in s["budgets"]:
+        for label in ("single_budget", "lambda0.5"):
+            cell(label, "lwm", "16K", b, 20)
+    out = {}
+    for key in PER_TABLE:
+        path = root / "tables" / f"{key}.tex"
+        path.parent.mkdir(exist_ok=True)
+        paper.build(key, cells, s, path)
+        out[key] = path
+    return out
+
+
+def test_every_value_of_the_paper_has_its_place_in_this_pipelines_tables(paper_scale_tables):
+    """Built at the paper's settings, this pipeline's tables hold a number at every place the paper reports one, with
+    the same row and column labels: the diff compares like with like."""
+    ours = {v.where: v for key, path in paper_scale_tables.items() for v in paperdiff.read_tex_tables(path.read_text())}
+    missing = [v for v in paperdiff.paper_values() if v.where not in ours]
+    assert not missing, missing[:5]
+    for v in paperdiff.paper_values():
+        mine = ours[v.where]
+        assert (mine.column_label.split(" / ")[0], mine.metric) == (v.column_label.split(" / ")[0], v.metric), v
+        if v.table != "vram_gamma":
+            assert mine.row_label.lower() == v.row_label.lower(), (v, mine)
+
+
+def value(metric: str, number: float, row: int = 0) -> Value:
+    return Value("main", 0, row, 1, "4K / 256", "GS / BudgetDraft", metric, number)
+
+
+@pytest.mark.parametrize(
+    "metric, delta, within",
+    [("acceptance", 1.99, True), ("acceptance", -2.01, False), ("speedup", 0.049, True), ("speedup", -0.051, False)],
+)
+def test_a_rerun_is_judged_against_the_authors_tolerance(metric, delta, within):
+    """±2 points of acceptance and ±0.05× of speedup (EXPECTED_RESULTS.md): inside, or outside."""
+    line = paperdiff.compared(value(metric, 50.0), value(metric, 50.0 + delta), SAME)
+    assert line["difference"] == pytest.approx(delta) and line["within"] is within
+    assert paperdiff.status(line, SAME) == ("within" if within else "outside")
+
+
+def test_throughput_and_memory_have_no_tolerance_and_another_scale_no_verdict():
+    tok = paperdiff.compared(value("tok_s", 38.1), value("tok_s", 30.0), SAME)
+    assert tok["within"] is None and paperdiff.status(tok, SAME) == "no tolerance stated"
+    far = paperdiff.compared(value("acceptance", 91.62), value("acceptance", 7.0), paperdiff.OTHER)
+    assert far["within"] is None and paperdiff.status(far, paperdiff.OTHER) == "counterpart"
+    missing = paperdiff.diff([value("speedup", 2.0)], [], SAME)
+    assert paperdiff.status(missing[0], SAME) == "not run"
+
+
+def test_the_first_line_says_when_a_run_is_at_another_scale():
+    settings = {"context_tokens": {"0.25K": 240}, "budgets": [16]}
+    scale, described = paperdiff.run_scale(settings, "embedded:smollm2")
+    text = paperdiff.markdown(paperdiff.diff(paperdiff.paper_values(), [], scale), scale, described, [])
+    first = text.splitlines()[0]
+    assert "another scale than the paper" in first and "embedded:smollm2" in first and "no verdict" in first
+    same, _ = paperdiff.run_scale(
+        {"context_tokens": {"4K": 3800, "8K": 8192, "16K": 16384}, "budgets": [256, 512, 1024, 2048]},
+        "NousResearch/Yarn-Llama-2-7b-128k",
+    )
+    assert same == SAME
+
+
+def test_the_authors_sanity_checks():
+    """AR's share of the A100's bound from its tok/s and the 7B fp16 verifier's bytes a step (13.5 GB + the KV at
+    3,928 tokens: 2.06 GB): 38.1 tok/s is 0.29 of 2,039 GB/s; identical acceptance at every budget is named."""
+    assert paperdiff.paper_bound_fraction(38.10, 3800) == pytest.approx(38.10 * (13.48 + 3928 * 524288 / 1e9) / 2039)
+    assert 0.28 < paperdiff.paper_bound_fraction(38.10, 3800) < 0.30
+    lines = paperdiff.budget_lines("4K", {"lambda0.5": {"gs": {256: 91.62, 512: 91.62}, "lwm": {256: 90.0, 512: 89.0}}})
+    assert any("gs" in line and "**yes**" in line for line in lines)
+    assert any("lwm" in line and "| no |" in line for line in lines)
+    rows = [{"L_A": "2.0", "L_C": "1.0"}, {"L_A": "4.0", "L_C": "1.0"}]
+    assert math.isclose(paperdiff.mean_loss(rows, 0.5), 3.5)
+    assert math.isclose(paperdiff.mean_loss([{"L_A": "2.0", "L_C": ""}], 0.0), 2.0)  # L_A only: no L_C logged
