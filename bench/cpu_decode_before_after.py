@@ -25,9 +25,14 @@ import torch
 from budgetdraft.models import load_model, load_tokenizer
 
 try:  # the loop only decodes, a cell's measure times it from outside (issue 34.3): time what a cell runs
-    from budgetdraft.evaluation.measure import autoregressive, speculative
-except ImportError:  # the loop timed itself: its public names (budgetdraft.decoding) hold in every layout before
-    from budgetdraft.decoding import autoregressive, speculative
+    from budgetdraft.evaluation.measure import timed_autoregressive, timed_speculative
+except ImportError:
+    try:  # issue 34.3 to 41: the timed loops were called speculative / autoregressive there too
+        from budgetdraft.evaluation.measure import autoregressive as timed_autoregressive
+        from budgetdraft.evaluation.measure import speculative as timed_speculative
+    except ImportError:  # the loop timed itself: its public names (budgetdraft.decoding) hold in every layout before
+        from budgetdraft.decoding import autoregressive as timed_autoregressive
+        from budgetdraft.decoding import speculative as timed_speculative
 
 try:  # the layered package (issue 34)
     from budgetdraft.decoding.sparse_drafter import SparseDrafter
@@ -80,9 +85,11 @@ def main() -> None:
     n = args.new_tokens
     out = {
         "label": args.label,
-        "ar": measure(lambda: autoregressive(verifier, ids, n, eos_token_id=[]), args.repeats),
+        "ar": measure(lambda: timed_autoregressive(verifier, ids, n, eos_token_id=[]), args.repeats),
         "sd": measure(
-            lambda: speculative(SparseDrafter(drafter, args.budget), verifier, ids, n, args.gamma, eos_token_id=[]),
+            lambda: timed_speculative(
+                SparseDrafter(drafter, args.budget), verifier, ids, n, args.gamma, eos_token_id=[]
+            ),
             args.repeats,
         ),
     }

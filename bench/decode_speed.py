@@ -48,7 +48,7 @@ from budgetdraft.decoding.models import load_model, load_tokenizer
 from budgetdraft.decoding.policies import POLICIES
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.evaluation.grid import predicted_speedup
-from budgetdraft.evaluation.measure import autoregressive, speculative  # the loops, timed
+from budgetdraft.evaluation.measure import timed_autoregressive, timed_speculative  # the loops, timed
 
 
 def shakespeare_ids(tokenizer, name: str, count: int) -> list[int]:
@@ -275,7 +275,7 @@ def load_bench(args) -> Bench:
 
 def ours_ar(b: Bench):
     def fn(m=None):
-        gen = autoregressive(b.verifier, b.ids, m or b.n, eos_token_id=[])
+        gen = timed_autoregressive(b.verifier, b.ids, m or b.n, eos_token_id=[])
         return gen.tokens, {"stats": gen.stats}
 
     return fn
@@ -284,7 +284,7 @@ def ours_ar(b: Bench):
 def ours_sd(b: Bench, model, policy: str, vocab=None):
     def fn(m=None):
         sd = SparseDrafter(model, b.args.budget, policy, b.args.chunk_size, b.args.score_window, draft_vocab=vocab)
-        gen = speculative(sd, b.verifier, b.ids, m or b.n, b.gamma, eos_token_id=[])
+        gen = timed_speculative(sd, b.verifier, b.ids, m or b.n, b.gamma, eos_token_id=[])
         return gen.tokens, {"stats": gen.stats}
 
     return fn

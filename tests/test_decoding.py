@@ -136,7 +136,7 @@ def test_metrics_are_consistent(pair, prompt):
 
     verifier, drafter = pair
     assert autoregressive(verifier, prompt, 12, eos_token_id=[]).stats.tau == 1.0
-    sd = measure.speculative(SparseDrafter(drafter, 16), verifier, prompt, 20, 4, eos_token_id=[]).stats
+    sd = measure.timed_speculative(SparseDrafter(drafter, 16), verifier, prompt, 20, 4, eos_token_id=[]).stats
     assert sd.total_s >= sd.verifier_prefill_s + sd.drafter_prefill_s
     assert sd.decode_s >= 0 and sd.peak_mem_mb > 0
     assert sd.tau == pytest.approx(20 / sd.verifier_forwards)

@@ -11,7 +11,8 @@ from budgetdraft.decoding.engine import rounded_capacity
 from budgetdraft.decoding.metrics import module_tensors, storage_bytes
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.decoding.verifier import weight_bytes
-from budgetdraft.evaluation.measure import autoregressive, speculative
+from budgetdraft.evaluation.measure import timed_autoregressive as autoregressive
+from budgetdraft.evaluation.measure import timed_speculative as speculative
 
 NEW, GAMMA = 8, 3
 KV_TOKEN_BYTES = 2 * 2 * 16 * 4  # keys + values, 2 KV heads of dim 16, float32: per token and layer

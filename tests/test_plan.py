@@ -191,8 +191,8 @@ def test_the_policies_target_asks_for_its_cells_apart_from_the_grid():
     assert p.artifact_files(["fig_policies"]) == ["results/figures/policies.pdf", "results/figures/policies.png"]
     assert f"results/cells/lambda0.5@snapkv/r1/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in cells
     assert f"results/cells/sd/r0/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in cells  # the grid's own cell
-    assert p.label_policy("sd@verifier_guided") == "verifier_guided"
-    assert all(p.label_policy(key(c)["label"]) == "topk_chunks" for c in cells if "@" not in key(c)["label"])
+    assert p.policy_of("sd@verifier_guided") == "verifier_guided"
+    assert all(p.policy_of(key(c)["label"]) == "topk_chunks" for c in cells if "@" not in key(c)["label"])
     everything = p.all_cells() + p.artifact_files(p.in_all)
     assert not any(("@" in f and "sd@full" not in f) or "policies.pdf" in f for f in everything)  # `all` is apart
     assert p.policies == {"names": pol["names"], "dataset": pol["dataset"], "gamma": pol["gamma"]}
@@ -215,9 +215,9 @@ def test_a_graphs_run_asks_for_eager_companions_on_their_own_engine():
     eager = [c for c in p.all_cells() if "+eager" in key(c)["label"]]
     n_ctx, n_b, n_r = len(cfg["contexts"]), len(cfg["budgets"]), cfg["replicates"]
     assert len(eager) == n_ctx + 2 * n_ctx * n_b * n_r  # AR, then SD and BudgetDraft per budget and replicate
-    assert all(p.label_engine(key(c)["label"]) == "eager" for c in eager)
+    assert all(p.engine_of(key(c)["label"]) == "eager" for c in eager)
     assert all(key(c)["dataset"] == cfg["comparison"]["dataset"] for c in eager)
-    assert all(p.label_engine(key(c)["label"]) == "graphs" for c in p.all_cells() if c not in eager)
+    assert all(p.engine_of(key(c)["label"]) == "graphs" for c in p.all_cells() if c not in eager)
     assert p.method["ar+eager"] == names.AR and p.method["lambda0.5+eager"] == names.SD
     assert p.drafter_dir("sd+eager", 1) == p.drafter_dir(names.SD, 1)
     plain = plan("ci")

@@ -8,7 +8,10 @@ from conftest import tiny_llama
 
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.decoding.verifier import prompt_key
-from budgetdraft.evaluation.measure import autoregressive, speculative  # a shared prefill's seconds are charged there
+from budgetdraft.evaluation.measure import (  # a shared prefill's seconds are charged there
+    timed_autoregressive,
+    timed_speculative,
+)
 from budgetdraft.evaluation.prefill import check_covers, load_prefills, record_prefills, save_prefills
 
 
@@ -46,10 +49,10 @@ def test_decoding_from_a_shared_prefill_gives_the_same_tokens_and_charges_its_ti
     prefilled = load_prefills(path)
     drafter = tiny_llama(seed=1, layers=1)
     for p in prompts:
-        ar = autoregressive(verifier, p, 20, eos_token_id=[])
+        ar = timed_autoregressive(verifier, p, 20, eos_token_id=[])
         for run in (
-            autoregressive(verifier, p, 20, eos_token_id=[], prefilled=prefilled),
-            speculative(SparseDrafter(drafter, 16), verifier, p, 20, gamma, eos_token_id=[], prefilled=prefilled),
+            timed_autoregressive(verifier, p, 20, eos_token_id=[], prefilled=prefilled),
+            timed_speculative(SparseDrafter(drafter, 16), verifier, p, 20, gamma, eos_token_id=[], prefilled=prefilled),
         ):
             assert run.tokens == ar.tokens
             assert run.stats.verifier_prefill_s == prefilled[prompt_key(p)].seconds
@@ -132,7 +135,7 @@ def test_a_cell_with_a_shared_prefill_decodes_what_the_real_verifier_decodes(rea
     assert (
         list(shared.output_ids[0])
         == list(own.output_ids[0])
-        == autoregressive(verifier, ids, 12, eos_token_id=[]).tokens
+        == timed_autoregressive(verifier, ids, 12, eos_token_id=[]).tokens
     )
     recorded = next(iter(load_prefills(tmp_path / "p.safetensors").values())).seconds
     assert shared.verifier_prefill_s[0] == recorded

@@ -53,7 +53,7 @@ rule eval_cell:
         extra=lambda wc: PLAN.extra_flag(wc.label),
         prefill=cell_prefill_flag,
         sampling=PLAN.sampling_flags(),
-        policy=lambda wc: PLAN.label_policy(wc.label),
+        policy=lambda wc: PLAN.policy_of(wc.label),
         chunk_size=config["chunk_size"],
         score_window=config["score_window"],
         max_new_tokens=config["max_new_tokens"],
@@ -62,7 +62,7 @@ rule eval_cell:
         warmup_prompt_tokens=config["warmup_prompt_tokens"],
         repeats=config["repeats"],
         device=config["device"],
-        engine=lambda wc: PLAN.label_engine(wc.label),
+        engine=lambda wc: PLAN.engine_of(wc.label),
         verifier_dtype=config["verifier_dtype"],
         drafter_dtype=config["drafter_dtype"],
         replicate=lambda wc: (

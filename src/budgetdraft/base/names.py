@@ -42,7 +42,7 @@ def policy_label(label: str, policy: str, default: str) -> str:
     return label if policy == default else f"{label}{POLICY_SEP}{policy}"
 
 
-def label_policy(label: str, default: str) -> tuple[str, str]:
+def split_policy_label(label: str, default: str) -> tuple[str, str]:
     """(drafter label, sparse policy) of a cell label: the inverse of ``policy_label``."""
     base, sep, policy = label.partition(POLICY_SEP)
     return base, policy if sep else default
@@ -59,7 +59,7 @@ def engine_label(label: str, engine: str, default: str) -> str:
     return label if engine == default else f"{label}{ENGINE_SEP}{engine}"
 
 
-def label_engine(label: str, default: str) -> tuple[str, str]:
+def split_engine_label(label: str, default: str) -> tuple[str, str]:
     """(label, engine) of a cell label: the inverse of ``engine_label``."""
     base, sep, engine = label.partition(ENGINE_SEP)
     return base, engine if sep else default

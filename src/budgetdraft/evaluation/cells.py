@@ -30,7 +30,7 @@ from budgetdraft.decoding.flags import add_decode_flags
 from budgetdraft.decoding.models import ModelStore, load_model
 from budgetdraft.decoding.sampling import sampling_from_args
 from budgetdraft.evaluation.cellfile import write_cell
-from budgetdraft.evaluation.measure import autoregressive, speculative
+from budgetdraft.evaluation.measure import timed_autoregressive, timed_speculative
 from budgetdraft.evaluation.prefill import check_covers, load_prefills
 
 CELL_COLUMNS = [
@@ -91,7 +91,7 @@ def make_decoder(args, verifier, prefilled=None, load=load_model):
             f"runs with methods {', '.join(SAMPLING_METHODS)}"
         )
     if args.method == "ar":
-        return lambda ids, n: autoregressive(
+        return lambda ids, n: timed_autoregressive(
             verifier, ids, n, eos_token_id=NO_EOS, prefilled=prefilled, sampling=sampling, engine=args.engine
         )
     if args.gamma < 1:
@@ -103,7 +103,7 @@ def make_decoder(args, verifier, prefilled=None, load=load_model):
     factory = next(m.factory for m in methods.REGISTRY.values() if m.decodes == args.method)
     module = importlib.import_module(factory) if factory else sparse_drafter
     new_drafter = module.drafter_factory(verifier, args, extra, load)
-    return lambda ids, n: speculative(
+    return lambda ids, n: timed_speculative(
         new_drafter(),
         verifier,
         ids,

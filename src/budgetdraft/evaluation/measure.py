@@ -219,7 +219,7 @@ class Measurement:
         return stats
 
 
-def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, **options) -> loop.Generation:
+def timed_autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, **options) -> loop.Generation:
     """``budgetdraft.decoding.loop.autoregressive``, measured (``stats``: a ``DecodeStats``, the bound included)."""
     run = Measurement(verifier_model.device)
     gen = run.run(loop.autoregressive, verifier_model, prompt_ids, max_new_tokens, **options)
@@ -230,7 +230,7 @@ def autoregressive(verifier_model, prompt_ids: list[int], max_new_tokens: int, *
     return gen
 
 
-def speculative(
+def timed_speculative(
     drafter, verifier_model, prompt_ids: list[int], max_new_tokens: int, gamma: int, **options
 ) -> loop.Generation:
     """``budgetdraft.decoding.loop.speculative``, measured (``stats``: a ``DecodeStats``)."""

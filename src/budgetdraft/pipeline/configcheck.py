@@ -384,7 +384,7 @@ def check_consistency(config: dict) -> None:
     check_variant_names(config)
     check_given(config)
     check_models(config)
-    check_engine(config)
+    check_engine_device(config)
     check_references(config)
     check_gammas(config)
     check_training(config)
@@ -541,7 +541,7 @@ def check_base_range(config: dict) -> None:
         )
 
 
-def check_engine(config: dict) -> None:
+def check_engine_device(config: dict) -> None:
     """CUDA graphs exist on CUDA devices only: ``engine: graphs`` elsewhere is refused rather than run as something
     else (compiling the steps on a CPU would time the compiler, not the graphs the setting names)."""
     engine, device = config.get("engine", ENGINE), str(config["device"])

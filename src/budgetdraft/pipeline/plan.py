@@ -138,15 +138,15 @@ class Plan:
 
     def drafter_label(self, label: str) -> str:
         """The drafter a cell label decodes with: LABEL@POLICY and LABEL+ENGINE are LABEL's."""
-        return names.label_policy(names.label_engine(label, self.engine)[0], self.policy)[0]
+        return names.split_policy_label(names.split_engine_label(label, self.engine)[0], self.policy)[0]
 
-    def label_engine(self, label: str) -> str:
+    def engine_of(self, label: str) -> str:
         """The engine a cell label decodes on: its own (LABEL+eager), else the config's."""
-        return names.label_engine(label, self.engine)[1]
+        return names.split_engine_label(label, self.engine)[1]
 
-    def label_policy(self, label: str) -> str:
+    def policy_of(self, label: str) -> str:
         """The sparse policy a cell label decodes with: its own (LABEL@POLICY), else the config's."""
-        return names.label_policy(label, self.policy)[1]
+        return names.split_policy_label(label, self.policy)[1]
 
     def replicated(self, label: str) -> bool:
         """Whether a cell label's drafter is trained once per replicate: every variant, and SD and TriForce when they
