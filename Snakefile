@@ -54,6 +54,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/code.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/targets.smk"

@@ -43,7 +43,8 @@ def test_closure_follows_lazy_imports_and_packages():
 
 
 def planned_jobs(workdir) -> list[tuple[str, set[str], str]]:
-    """(rule, its inputs, its shell command) of every job of `all` and `policies` on config/ci.yaml."""
+    """(rule, its code: the modules of the digests it reads, its shell command) of every job of `all` and `policies`
+    on config/ci.yaml (a job names one digest, results/code/STAGE.sha256, whose rule `code` reads the modules)."""
     out = subprocess.run(
         [SNAKEMAKE, "-n", "-p", "--forceall", "all", "policies", "--configfile", "config/ci.yaml"],
         cwd=workdir,
@@ -51,13 +52,20 @@ def planned_jobs(workdir) -> list[tuple[str, set[str], str]]:
         text=True,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out.stdout):
+    blocks, digests, jobs = re.split(r"\n(?=(?:local)?rule \w+:)", out.stdout), {}, []
+    for block in blocks:
+        rule, inputs = re.match(r"(?:local)?rule (\w+):", block), re.search(r"^\s+input: (.+)$", block, re.M)
+        output = re.search(r"^\s+output: (.+)$", block, re.M)
+        if rule and rule.group(1) == "code":
+            digests[output.group(1)] = set(inputs.group(1).split(", "))
+    for block in blocks:
         rule = re.match(r"(?:local)?rule (\w+):", block)
         inputs = re.search(r"^\s+input: (.+)$", block, re.M)
         shell = re.search(r"^Shell command: (.+)$", block, re.M)
         if rule and shell and "python -m budgetdraft" in shell.group(1):
-            jobs.append((rule.group(1), set(inputs.group(1).split(", ")) if inputs else set(), shell.group(1)))
+            named = set(inputs.group(1).split(", ")) if inputs else set()
+            assert not any(f.startswith("src/") for f in named), f"{rule.group(1)} lists modules, not its digest"
+            jobs.append((rule.group(1), set().union(*(digests.get(f, set()) for f in named)), shell.group(1)))
     return jobs
 
 

@@ -370,19 +370,20 @@ def test_the_eval_rules_write_the_cell_path_the_plan_formats():
 def test_each_stage_runs_the_code_its_command_imports():
     p = plan("ci")
     for stage, command in STAGE_COMMANDS.items():
-        assert p.code(stage) == code_files(command), stage
+        assert p.code(stage) == f"results/code/{stage}.sha256" and p.code_files(stage) == code_files(command), stage
     for method in methods.BASELINES:  # eval-cell imports its declared factory by name: the plan declares it as code
         assert methods.get(method).factory == f"budgetdraft.decoding.baselines.{method}"
-        assert f"src/budgetdraft/decoding/baselines/{method}.py" in p.cell_code(method)
-        assert set(code_files("eval-cell")) < set(p.cell_code(method))
+        assert p.cell_code(method) == f"results/code/cell-{method}.sha256"
+        assert f"src/budgetdraft/decoding/baselines/{method}.py" in p.code_files(f"cell-{method}")
+        assert set(code_files("eval-cell")) < set(p.code_files(f"cell-{method}"))
     for label in (names.AR, names.SD, names.BD, "sd@snapkv"):
-        assert p.cell_code(label) == code_files("eval-cell")
-        assert not any(f.endswith(("/baselines/triforce.py", "/baselines/eagle3.py")) for f in p.cell_code(label))
+        assert p.cell_code(label) in ("results/code/cell-ar.sha256", "results/code/cell-sd.sha256")
+        assert p.code_files(p.cell_code(label).split("/")[-1][: -len(".sha256")]) == code_files("eval-cell")
     inputs = p.cell_inputs(names.BD, "gs", "128", 1)
     assert inputs == {
         "verifier": "results/models/verifier",
         "prompts": "results/data/prompts/gs/128.parquet",
-        "code": code_files("eval-cell"),
+        "code": "results/code/cell-sd.sha256",
         "prefill": "results/prefill/gs/128.safetensors",
         "drafter": "results/drafters/r1/lambda0.5",
     }

@@ -143,3 +143,10 @@ def model_revision_flag(wildcards):
 def data_revision_flag(source):
     """`--revision SHA` of the hub dataset behind a data source, when `revisions:` pins it."""
     return PLAN.revision_flag(revisions.HUB_DATASETS.get(source))
+
+
+def write_code_digest(paths, out):
+    """Rule code's digest: "sha256  path" per module, written whole (budgetdraft.base.atomic)."""
+    from budgetdraft.base.atomic import atomic_write_text, file_sha256
+
+    atomic_write_text(out, "".join(f"{file_sha256(p)}  {p}\n" for p in paths))

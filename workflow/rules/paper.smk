@@ -197,7 +197,8 @@ rule claims:
 
 rule paper_diff:
     """Every value the paper reports beside this run's, by table, row and column: within the authors' tolerance
-    for a rerun (±2 pp, ±0.05×) or not, or at another scale only a counterpart; and the authors' sanity checks."""
+    for a rerun (±2 pp, ±0.05×) or not, or at another scale only a counterpart; and the authors' sanity checks.
+    """
     input:
         tables=PLAN.artifact_files([a for a in PLAN.in_all if a in PLAN.all_tables]),
         settings="results/settings/claims.json",

@@ -41,7 +41,8 @@ STAGE_COMMANDS = {
     "paper_diff": "paper-diff",
 }
 VERIFIER = "results/models/verifier"
-SETTINGS_FILE = "results/settings/{name}.json"  # rule settings' output: what `paper` and `claims` lay out where
+SETTINGS_FILE = "results/settings/{name}.json"
+CODE_DIGEST = "results/code/{code}.sha256"  # rule code's output: the sha256 of the modules a stage runs  # rule settings' output: what `paper` and `claims` lay out where
 
 
 class Plan:
@@ -523,25 +524,35 @@ class Plan:
 
     @cached_property
     def _code(self) -> dict[str, list[str]]:
-        return {stage: code_files(command) for stage, command in STAGE_COMMANDS.items()}
-
-    def code(self, stage: str) -> list[str]:
-        """The src/ modules a stage's command runs (budgetdraft.base.importgraph: its module and every module that
-        imports, transitively, lazy imports included), its rule's code inputs: editing one reruns exactly the
-        stages that run it. Never a list kept by hand."""
-        return self._code[stage]
-
-    @cached_property
-    def _cell_code(self) -> dict[str, list[str]]:
+        """{code set: the src/ modules it runs}: each stage's command, and eval-cell per way a cell decodes (a
+        baseline's declared factory module, which eval-cell imports by name, among them)."""
+        stages = {stage: code_files(command) for stage, command in STAGE_COMMANDS.items()}
         factories = {m.decodes: m.factory for m in methods.REGISTRY.values()}
-        return {
-            decodes: code_files("eval-cell", (factory,) if factory else ()) for decodes, factory in factories.items()
+        cells = {
+            f"cell-{decodes}": code_files("eval-cell", (factory,) if factory else ())
+            for decodes, factory in factories.items()
         }
+        return {**stages, **cells}
 
-    def cell_code(self, label: str) -> list[str]:
-        """The code of a cell's `eval-cell`: with a baseline's factory module, which eval-cell imports by the name
-        its method declares (budgetdraft.base.methods)."""
-        return self._cell_code[self.method[label]]
+    def code_files(self, code: str) -> list[str]:
+        """The src/ modules of a code set (budgetdraft.base.importgraph: a command's module and every module it
+        imports, transitively, lazy imports included): the inputs of its digest (rule code). Never a list kept by
+        hand."""
+        return self._code[code]
+
+    @property
+    def code_sets(self) -> list[str]:
+        return list(self._code)
+
+    def code(self, stage: str) -> str:
+        """A stage's code input: the digest of the modules its command runs (rule code, results/code/STAGE.sha256),
+        rewritten when one of them changes, so editing a module reruns exactly the stages that run it. One file
+        instead of dozens: Snakemake reads every waiting job's inputs at each scheduling round."""
+        return CODE_DIGEST.format(code=stage)
+
+    def cell_code(self, label: str) -> str:
+        """The code input of a cell's `eval-cell`: the digest of the way it decodes (with a baseline's factory)."""
+        return self.code(f"cell-{self.method[label]}")
 
 
 # ---------------------------------------------------------------------------------------------------- unreadable
