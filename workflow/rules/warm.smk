@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from budgetdraft.pipeline.warm import rendezvous
@@ -88,9 +89,19 @@ def stop_warm():
         shutil.rmtree(os.path.dirname(WARM["socket"]), ignore_errors=True)
 
 
+def cancel_scheduling_timers():
+    """Snakemake's pending re-evaluation timers (one per scheduling round, profiles/default/config.yaml) are
+    threads it does not stop: at the end of a run they would hold its exit for up to one timespan."""
+    for thread in threading.enumerate():
+        if isinstance(thread, threading.Timer):
+            thread.cancel()
+
+
 onsuccess:
     stop_warm()
+    cancel_scheduling_timers()
 
 
 onerror:
     stop_warm()
+    cancel_scheduling_timers()
