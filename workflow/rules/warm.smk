@@ -91,7 +91,8 @@ def stop_warm():
 
 def cancel_scheduling_timers():
     """Snakemake's pending re-evaluation timers (one per scheduling round, profiles/default/config.yaml) are
-    threads it does not stop: at the end of a run they would hold its exit for up to one timespan."""
+    threads it does not stop: at the end of a run they would hold its exit for up to one timespan.
+    """
     for thread in threading.enumerate():
         if isinstance(thread, threading.Timer):
             thread.cancel()
