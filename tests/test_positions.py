@@ -9,7 +9,7 @@ from budgetdraft.decoding import positions
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.models import export, load_model
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
-from budgetdraft.evaluation.profile import agreement, profile
+from budgetdraft.evaluation.profile import agreement, profile, verifier_targets
 
 
 def test_cover_multiplies_positions_and_sets_the_native_range():
@@ -46,7 +46,8 @@ def test_agreement_buckets_count_every_position():
 
 def test_a_drafter_that_is_the_verifier_agrees_everywhere():
     verifier, other = tiny_llama(seed=0), tiny_llama(seed=1)
-    rows = profile(verifier, {"same": verifier, "other": other}, {"d": [list(range(1, 41))]}, 16, 0)
+    prompts = {"d": [list(range(1, 41))]}
+    rows = profile(verifier_targets(verifier, prompts), {"same": verifier, "other": other}, prompts, 16, 0)
     same = rows[rows["label"] == "same"]
     assert list(same["bucket_start"]) == [0, 16, 32] and list(same["total"]) == [16, 16, 8]
     assert (same["agreed"] == same["total"]).all()

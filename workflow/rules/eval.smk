@@ -94,13 +94,47 @@ use rule eval_cell as eval_replicate_cell with:
         **PLAN.cell_wildcards(replicated=True),
 
 
-rule profile:
-    """The positional profile of one training replicate: each drafter's teacher-forced top-1 agreement with the
-    verifier by position bucket (buckets of the base drafter's native range) over the longest context's prompts,
-    full cache, real positions (`budgetdraft profile`); the claims report's section and figure read it.
+rule profile_targets:
+    """The verifier's greedy next token at every position of the longest context's prompts, once for every
+    replicate's positional profile (rule profile): the 30-layer verifier's forward with logits at every position is
+    most of the profile's work.
     """
     input:
         verifier="results/models/verifier",
+        prompts=expand(
+            "results/data/prompts/{dataset}/{context}.parquet",
+            dataset=PLAN.datasets,
+            context=PLAN.longest_context,
+        ),
+        code=PLAN.code("profile"),
+    output:
+        "results/profile/verifier.parquet",
+    log:
+        "logs/profile/verifier.log",
+    benchmark:
+        "benchmarks/profile/verifier.tsv"
+    conda:
+        "../../envs/budgetdraft.yaml"
+    threads: config["threads"]
+    resources:
+        gpu=PLAN.gpu_slots(config["device"]),
+    params:
+        datasets=" ".join(PLAN.datasets),
+        device=config["device"],
+        dtype=config["verifier_dtype"],
+    shell:
+        "python -m budgetdraft profile --verifier {input.verifier} --prompts {input.prompts}"
+        " --datasets {params.datasets} --device {params.device} --verifier-dtype {params.dtype}"
+        " --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule profile:
+    """The positional profile of one training replicate: each drafter's teacher-forced top-1 agreement with the
+    verifier's next tokens (rule profile_targets) by position bucket (buckets of the base drafter's native range),
+    full cache, real positions (`budgetdraft profile`); the claims report's section and figure read it.
+    """
+    input:
+        targets="results/profile/verifier.parquet",
         prompts=expand(
             "results/data/prompts/{dataset}/{context}.parquet",
             dataset=PLAN.datasets,
@@ -128,10 +162,9 @@ rule profile:
         ),
         datasets=" ".join(PLAN.datasets),
         device=config["device"],
-        verifier_dtype=config["verifier_dtype"],
         drafter_dtype=config["drafter_dtype"],
     shell:
-        "python -m budgetdraft profile --verifier {input.verifier} --prompts {input.prompts}"
+        "python -m budgetdraft profile --targets {input.targets} --prompts {input.prompts}"
         " --datasets {params.datasets} {params.drafters} --replicate {wildcards.replicate}"
-        " --device {params.device} --verifier-dtype {params.verifier_dtype} --drafter-dtype {params.drafter_dtype}"
+        " --device {params.device} --drafter-dtype {params.drafter_dtype}"
         " --threads {threads} --out {output} > {log} 2>&1"

@@ -5,10 +5,16 @@ that extrapolation as a cause of the collapse) without ever showing where a draf
 it on the evaluation's own longest prompts: one forward of the verifier and of each drafter over the whole prompt,
 full cache, real positions 0 … T − 1, and at every position whether the two greedy next tokens agree (the raw
 acceptance a drafter would get with every earlier token given). Positions are grouped in buckets of ``bucket``
-positions (the pipeline uses the base drafter's native range, so the first bucket is what it was trained on and
-each later one a further multiple of it).
+positions (by default the first drafter's native range, so the first bucket is what the base drafter was trained
+on and each later one a further multiple of it).
+
+Two steps, as the workflow runs them: the verifier's greedy next tokens once (no ``--drafter``: one row per prompt;
+the 30-layer verifier's forward with logits at every position is most of the work), then each replicate's drafters
+against them (``--targets``):
 
     budgetdraft profile --verifier results/models/verifier --prompts results/data/prompts/*/1K.parquet \\
+        --datasets gs longbench lwm --out results/profile/verifier.parquet
+    budgetdraft profile --targets results/profile/verifier.parquet --prompts results/data/prompts/*/1K.parquet \\
         --datasets gs longbench lwm --drafter sd=results/models/drafter_base/r0 \\
         --drafter lambda0.5=results/drafters/r0/lambda0.5 --replicate 0 --out results/profile/r0.parquet
 
@@ -28,6 +34,7 @@ from budgetdraft.decoding.models import load_model
 from budgetdraft.decoding.positions import native_range
 
 COLUMNS = ["label", "replicate", "dataset", "sample", "bucket_start", "bucket_end", "agreed", "total"]
+TARGET_COLUMNS = ["dataset", "sample", "next_ids"]
 
 
 @torch.inference_mode()
@@ -47,31 +54,43 @@ def agreement(drafter_next: torch.Tensor, verifier_next: torch.Tensor, bucket: i
     ]
 
 
-def profile(verifier, drafters: dict, prompts: dict[str, list[list[int]]], bucket: int, replicate: int):
-    """The profile rows (``COLUMNS``) of every drafter ({label: model}) on ``prompts`` ({dataset: [ids, ...]})."""
+def verifier_targets(verifier, prompts: dict[str, list[list[int]]]) -> pd.DataFrame:
+    """The verifier's greedy next token at every position of every prompt (``TARGET_COLUMNS``)."""
+    rows = [
+        (dataset, sample, greedy_next(verifier, ids).tolist())
+        for dataset, samples in prompts.items()
+        for sample, ids in enumerate(samples)
+    ]
+    return pd.DataFrame(rows, columns=TARGET_COLUMNS)
+
+
+def profile(targets: pd.DataFrame, drafters: dict, prompts: dict[str, list[list[int]]], bucket: int, replicate: int):
+    """The profile rows (``COLUMNS``) of every drafter ({label: model}) on ``prompts`` ({dataset: [ids, ...]}),
+    against the verifier's next tokens ``targets`` (``verifier_targets``)."""
+    wanted = {(d, s): torch.tensor(list(ids)) for d, s, ids in targets.itertuples(index=False)}
     rows = []
     for dataset, samples in prompts.items():
         for sample, ids in enumerate(samples):
-            target = greedy_next(verifier, ids)
+            if (dataset, sample) not in wanted or len(wanted[dataset, sample]) != len(ids):
+                raise ValueError(f"the verifier's targets have no prompt {dataset} {sample} of {len(ids)} tokens")
             for label, drafter in drafters.items():
-                for start, agreed, total in agreement(greedy_next(drafter, ids), target, bucket):
+                for start, agreed, total in agreement(greedy_next(drafter, ids), wanted[dataset, sample], bucket):
                     rows.append((label, replicate, dataset, sample, start, start + total, agreed, total))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def configure_parser(parser) -> None:
-    parser.add_argument("--verifier", required=True, help="verifier model spec or directory")
+    parser.add_argument("--verifier", help="verifier model spec or directory: write its next tokens (no --drafter)")
+    parser.add_argument("--targets", help="the verifier's next tokens (written without --drafter) to compare with")
     parser.add_argument("--prompts", nargs="+", required=True, help="prompts parquet files, one per dataset")
     parser.add_argument(
         "--datasets", nargs="+", required=True, help="the dataset of each --prompts file, in the same order"
     )
-    parser.add_argument(
-        "--drafter", action="append", required=True, metavar="LABEL=DIR", help="a drafter to profile (repeatable)"
-    )
+    parser.add_argument("--drafter", action="append", default=[], metavar="LABEL=DIR", help="a drafter (repeatable)")
     parser.add_argument(
         "--bucket",
         type=int,
-        help="positions per bucket (default: the first --drafter's native range, its config's max_position_embeddings)",
+        help="positions per bucket (default: the first --drafter's native range, its max_position_embeddings)",
     )
     parser.add_argument("--replicate", type=int, default=0, help="the training replicate the drafters belong to")
     parser.add_argument("--out", required=True, help="output parquet")
@@ -94,14 +113,19 @@ def run(args) -> None:
         raise ValueError(f"--prompts gives {len(args.prompts)} files but --datasets {len(args.datasets)} names")
     if args.bucket is not None and args.bucket < 1:
         raise ValueError(f"--bucket {args.bucket}: must be a positive number of positions")
+    if bool(args.drafter) == bool(args.verifier) or bool(args.drafter) != bool(args.targets):
+        raise ValueError("give --verifier (its next tokens) or --targets with --drafter (the drafters against them)")
     torch.set_num_threads(args.threads)
     prompts = {d: [list(ids) for ids in pd.read_parquet(p)["input_ids"]] for d, p in zip(args.datasets, args.prompts)}
-    verifier = load_model(args.verifier, args.device, args.verifier_dtype)
-    drafters = {
-        label: load_model(path, args.device, args.drafter_dtype) for label, path in drafter_dirs(args.drafter).items()
-    }
-    bucket = args.bucket or native_range(next(iter(drafters.values())).config)
-    rows = profile(verifier, drafters, prompts, bucket, args.replicate)
+    if args.verifier:
+        rows = verifier_targets(load_model(args.verifier, args.device, args.verifier_dtype), prompts)
+    else:
+        drafters = {
+            label: load_model(path, args.device, args.drafter_dtype)
+            for label, path in drafter_dirs(args.drafter).items()
+        }
+        bucket = args.bucket or native_range(next(iter(drafters.values())).config)
+        rows = profile(pd.read_parquet(args.targets), drafters, prompts, bucket, args.replicate)
     with atomic_path(Path(args.out)) as tmp:
         rows.to_parquet(tmp, index=False)
     print(args.out)

@@ -340,13 +340,14 @@ class Estimator:
         return Cost(1, 0, steps * (p + c), 0, 1, steps * step + self.trainee.load_s)
 
     def profile(self, drafters: int) -> Cost:
-        """One positional profile job: the verifier and ``drafters`` drafters over every longest prompt, full cache,
-        logits at every position (budgetdraft.evaluation.profile)."""
+        """One positional profile job: ``drafters`` drafters (or, with 0, the verifier) over every longest prompt,
+        full cache, logits at every position (budgetdraft.evaluation.profile)."""
         longest = max(self.cfg["contexts"].values())
         prompts = sum(self.samples(d) for d in self.cfg["datasets"])
-        per = self.verifier.prefill(longest, logits=longest) + drafters * self.drafter.prefill(longest, logits=longest)
-        loads = 1 + drafters
-        return Cost(1, 0, prompts * (1 + drafters) * longest, 0, loads, prompts * per + self.verifier.load_s)
+        model, n = (self.drafter, drafters) if drafters else (self.verifier, 1)
+        return Cost(
+            1, 0, prompts * n * longest, 0, n, prompts * n * model.prefill(longest, logits=longest) + model.load_s
+        )
 
     def eagle3(self) -> Cost:
         hp = self.cfg["baselines"].get("eagle3", {}).get("training", {})
@@ -390,6 +391,8 @@ def costs(cfg: dict, jobs, est: Estimator) -> dict[str, Cost]:
             out["exports"].add(Cost(1, 0, 0, 0, 1, 2 * model.load_s))
         elif rule in ("interpolate", "interpolate_shared"):  # PI's drafter: the base drafter re-exported
             out["exports"].add(Cost(1, 0, 0, 0, 1, 2 * est.drafter.load_s))
+        elif rule == "profile_targets":
+            out["positional profiles"].add(est.profile(0))
         elif rule == "profile":
             drafters = 1 + len(cfg["variants"]) + ("pi" in cfg.get("controls", []))
             out["positional profiles"].add(est.profile(drafters))
