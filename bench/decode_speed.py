@@ -5,7 +5,7 @@
     python bench/decode_speed.py --threads 1 --self-draft         # also: the verifier drafting for itself (α = 1)
     python bench/decode_speed.py --threads 1 --profile            # cProfile one run of each method instead
 
-The first sparse policy's SD also runs through transformers' own ``generate(custom_generate=budgetdraft.decoding.hf.generate)``
+The first sparse policy's SD also runs through transformers' own ``generate(custom_generate=budgetdraft.decoding.hf_generate.generate)``
 (row "... via generate()"), side by side with the direct ``speculative`` call: the summary gives the overhead of
 the ``generate`` route as paired per-repeat differences.
 
@@ -44,7 +44,7 @@ import torch
 from budgetdraft.decoding import attention, hf
 from budgetdraft.decoding.draftvocab import ReducedHead, frequent_tokens
 from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers, prefill
-from budgetdraft.decoding.models import load_model, load_tokenizer
+from budgetdraft.decoding.loading import load_model, load_tokenizer
 from budgetdraft.decoding.policies import POLICIES
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.evaluation.grid import predicted_speedup
@@ -291,7 +291,7 @@ def ours_sd(b: Bench, model, policy: str, vocab=None):
 
 
 def ours_sd_generate(b: Bench, model, policy: str):
-    """Our SD through transformers' ``generate(custom_generate=budgetdraft.decoding.hf.generate)`` (EOS off: ``eos_token_id=None``)."""
+    """Our SD through transformers' ``generate(custom_generate=budgetdraft.decoding.hf_generate.generate)`` (EOS off: ``eos_token_id=None``)."""
 
     def fn(m=None):
         out = b.verifier.generate(

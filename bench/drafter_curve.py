@@ -19,8 +19,8 @@ from functools import partial
 import pandas as pd
 import torch
 
+from budgetdraft.decoding.loading import load_model
 from budgetdraft.decoding.loop import autoregressive, speculative
-from budgetdraft.decoding.models import load_model
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.training.targets import load_targets
 from budgetdraft.training.train import lr_factor, resolve_hparams, train_step, trainable_parameters

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
+from budgetdraft.decoding.loading import load_model, load_tokenizer
 from budgetdraft.decoding.loop import autoregressive, speculative
-from budgetdraft.decoding.models import load_model, load_tokenizer
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 
 

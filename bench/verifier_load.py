@@ -14,7 +14,7 @@ file; a copy to the GPU reads it all) and reports its seconds and peak resident 
 
 - before: ``export-model`` wrote float32 (the old default); a cell loaded that with ``dtype=float16`` (the CPU
   reads 4 bytes a weight and converts) and then moved it to the device, in every one of the grid's cells;
-- after: ``export-model --dtype float16`` (the run's ``verifier_dtype``), loaded by ``budgetdraft.decoding.models._load``
+- after: ``export-model --dtype float16`` (the run's ``verifier_dtype``), loaded by ``budgetdraft.decoding.loading._load``
   (straight onto the device with ``device_map`` on an accelerator; here the CPU), once per resident process: the
   whole grid on one GPU, or one SLURM job group of ``--cells-per-job`` cells.
 
@@ -43,7 +43,7 @@ import json, sys, time
 import torch
 from transformers import AutoModelForCausalLM
 from transformers.models.llama import modeling_llama
-from budgetdraft.decoding.models import _load
+from budgetdraft.decoding.loading import _load
 torch.set_num_threads(1)
 start = time.perf_counter()  # imports done: the seconds of reading the weights
 if sys.argv[1] == "before":

@@ -125,7 +125,7 @@ def tiny_model_dir(path: Path, seed: int = 0, layers: int = 1) -> Path:
 @pytest.fixture(scope="session")
 def real_pair():
     """The embedded verifier (SmolLM2-135M-Instruct) and the untrained 4-layer drafter, with the tokenizer."""
-    from budgetdraft.decoding.models import load_model, load_tokenizer
+    from budgetdraft.decoding.loading import load_model, load_tokenizer
 
     return (load_model("embedded:smollm2"), load_model("embedded:smollm2:layers=4"), load_tokenizer("embedded:smollm2"))
 

@@ -20,7 +20,7 @@ from budgetdraft.decoding.baselines.triforce import TriForceDrafter, retrieval_i
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.verifier import SharedPrefill, Verifier, ids_tensor, prompt_key
 from budgetdraft.pipeline.cli import main as cli
-from budgetdraft.training import eagle3 as eagle3_training
+from budgetdraft.training import eagle3_head as eagle3_training
 from budgetdraft.training.targets import save_targets, teacher_targets
 
 torch.set_num_threads(1)
@@ -159,7 +159,7 @@ def tiny_targets(tmp_path_factory):
 
 def test_eagle3_training_lowers_loss(tiny_targets):
     hp = {"steps": 40, "lr": 3e-3, "warmup_steps": 3, "ttt_steps": 3, "log_every": 100}
-    result = eagle3_training.train(
+    result = eagle3_training.train_head(
         str(tiny_targets / "verifier"), tiny_targets / "targets.safetensors", tiny_targets / "head", hp, verbose=False
     )
     losses = [r["loss"] for r in result["rows"]]
@@ -231,7 +231,7 @@ def shakespeare_prompt(tokenizer, tokens: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def embedded():
-    from budgetdraft.decoding.models import load_model, load_tokenizer
+    from budgetdraft.decoding.loading import load_model, load_tokenizer
 
     verifier = load_model("embedded:smollm2")
     prompt = shakespeare_prompt(load_tokenizer("embedded:smollm2"), 300)
@@ -241,7 +241,7 @@ def embedded():
 @pytest.mark.real
 @pytest.mark.parametrize("gamma", [2, 5])
 def test_triforce_is_lossless_on_embedded_smollm2(embedded, gamma):
-    from budgetdraft.decoding.models import load_model
+    from budgetdraft.decoding.loading import load_model
 
     verifier, prompt, ref = embedded
     args = SimpleNamespace(drafter="embedded:smollm2:layers=4", device="cpu", drafter_dtype="float32", chunk_size=8)

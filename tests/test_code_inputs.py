@@ -18,13 +18,13 @@ SNAKEMAKE = shutil.which("snakemake")
 def test_closure_follows_lazy_imports_and_packages():
     graph = import_graph()
     assert "budgetdraft.decoding.metrics" in graph["budgetdraft.decoding.loop"]
-    assert "budgetdraft.decoding.models" in graph["budgetdraft.decoding.loop"]  # imported inside a function
+    assert "budgetdraft.decoding.loading" in graph["budgetdraft.decoding.loop"]  # imported inside a function
     assert packages_above("budgetdraft.decoding.baselines.eagle3") == [
         "budgetdraft",
         "budgetdraft.decoding",
         "budgetdraft.decoding.baselines",
     ]
-    eagle3 = imports_closure(["budgetdraft.training.eagle3"], graph)
+    eagle3 = imports_closure(["budgetdraft.training.eagle3_head"], graph)
     assert {"budgetdraft", "budgetdraft.decoding.baselines.eagle3", "budgetdraft.training.train"} <= eagle3
     cell = command_imports("eval-cell")
     assert {"budgetdraft.decoding.metrics", "budgetdraft.decoding.draftvocab", "budgetdraft.evaluation.cells"} <= set(

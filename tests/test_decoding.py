@@ -9,8 +9,8 @@ import torch
 from conftest import shakespeare_text, tiny_llama
 
 from budgetdraft.decoding.draftvocab import ReducedHead, frequent_tokens, load_vocab, save_vocab
+from budgetdraft.decoding.loading import EMBEDDED, EmbeddedGGUF, check_pair, embedded_gguf, load_model, resolve
 from budgetdraft.decoding.loop import autoregressive, speculative
-from budgetdraft.decoding.models import EMBEDDED, EmbeddedGGUF, check_pair, embedded_gguf, load_model, resolve
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.decoding.verifier import Verifier, ids_tensor
 

@@ -98,7 +98,7 @@ def test_the_link_and_target_parsers_see_what_they_should():
     assert LINK.findall("see [a](docs/a.md#x) and [b](https://x.org)") == ["docs/a.md#x", "https://x.org"]
     assert slug("Lossless, said exactly") == "lossless-said-exactly"
     assert COMMAND.findall(
-        "`python -m budgetdraft decode --x` and `budgetdraft train` not budgetdraft.decoding.hf"
+        "`python -m budgetdraft decode --x` and `budgetdraft train` not budgetdraft.decoding.hf_generate"
     ) == [
         "decode",
         "train",

@@ -1,4 +1,4 @@
-"""Sparse speculative decoding through transformers' own `generate(custom_generate=...)` (budgetdraft.decoding.hf)."""
+"""Sparse speculative decoding through transformers' own `generate(custom_generate=...)` (budgetdraft.decoding.hf_generate)."""
 
 import pytest
 import torch

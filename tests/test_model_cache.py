@@ -8,7 +8,7 @@ import shutil
 import pytest
 from conftest import tiny_llama, tiny_tokenizer
 
-from budgetdraft.decoding import models
+from budgetdraft.decoding import loading as models
 from budgetdraft.pipeline import cli, warm
 
 

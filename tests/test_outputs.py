@@ -10,7 +10,7 @@ import pytest
 from conftest import tiny_model_dir
 from transformers import PreTrainedTokenizerFast
 
-from budgetdraft.decoding import models
+from budgetdraft.decoding import loading as models
 from budgetdraft.pipeline import cli, warm
 
 OUTPUT_MARKER = ".budgetdraft-output.json"  # what a command writes into its output: {"command": NAME}

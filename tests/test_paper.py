@@ -499,7 +499,7 @@ def test_comparison_drafter_sizes_are_counted_from_the_weights(cells, tmp_path):
     """`paper --drafters`: the Drafter column is the parameter count of each label's directories, never typed."""
     from conftest import tiny_llama
 
-    from budgetdraft.decoding.models import parameter_count
+    from budgetdraft.decoding.loading import parameter_count
 
     small, large = tmp_path / "small", tmp_path / "large"
     tiny_llama(layers=1).save_pretrained(small)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import tiny_llama
 
-from budgetdraft.decoding.models import vocabulary_problem
+from budgetdraft.decoding.loading import vocabulary_problem
 from budgetdraft.pipeline.configcheck import check_config
 from budgetdraft.pipeline.plan import Plan
 

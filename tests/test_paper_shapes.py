@@ -128,7 +128,7 @@ def test_paper_models_load_natively(paper_dirs):
     """transformers loads the verifier's yarn rope_scaling itself (no remote code, auto_map ignored), and the
     drafter with 2,048 positions computes at explicit real positions beyond them."""
     from budgetdraft.decoding.kvcache import PreallocatedCache, prefill
-    from budgetdraft.decoding.models import load_model, load_tokenizer
+    from budgetdraft.decoding.loading import load_model, load_tokenizer
 
     published = json.loads((paper_dirs["verifier"] / "config.json").read_text())
     assert published["auto_map"] and published["rope_scaling"]["type"] == "yarn"
@@ -167,7 +167,7 @@ def test_weights_are_placed_on_their_device_as_they_load(paper_dirs, device, mon
     model is made first, and on the CPU the same call runs (a real load below; the GPU calls are recorded)."""
     from transformers import AutoModelForCausalLM
 
-    from budgetdraft.decoding import models
+    from budgetdraft.decoding import loading as models
 
     seen = {}
     real = AutoModelForCausalLM.from_pretrained.__func__
@@ -185,7 +185,7 @@ def test_weights_are_placed_on_their_device_as_they_load(paper_dirs, device, mon
 def test_sentencepiece_only_tokenizer_without_protobuf_is_a_clear_error(tmp_path, monkeypatch):
     """The paper's hub drafter ships its tokenizer as a SentencePiece tokenizer.model: without protobuf,
     transformers 5 falls back to tiktoken and fails about tiktoken; load_tokenizer names what is missing."""
-    from budgetdraft.decoding.models import load_tokenizer
+    from budgetdraft.decoding.loading import load_tokenizer
 
     (tmp_path / "config.json").write_text(json.dumps(paper_models.LLAMA_68M))
     (tmp_path / "tokenizer.model").write_bytes(b"")

@@ -6,10 +6,10 @@ import torch
 from conftest import shakespeare_text, tiny_llama
 
 from budgetdraft.decoding import positions
+from budgetdraft.decoding.loading import export, load_model
 from budgetdraft.decoding.loop import autoregressive, speculative
-from budgetdraft.decoding.models import export, load_model
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
-from budgetdraft.evaluation.profile import agreement, profile, verifier_targets
+from budgetdraft.evaluation.profile import bucket_agreement, profile, verifier_targets
 
 
 def test_cover_multiplies_positions_and_sets_the_native_range():
@@ -41,7 +41,7 @@ def test_cover_refuses_a_count_that_is_not_positions():
 
 def test_agreement_buckets_count_every_position():
     drafted, target = torch.tensor([1, 2, 3, 4, 5]), torch.tensor([1, 0, 3, 0, 5])
-    assert agreement(drafted, target, 2) == [(0, 1, 2), (2, 1, 2), (4, 1, 1)]
+    assert bucket_agreement(drafted, target, 2) == [(0, 1, 2), (2, 1, 2), (4, 1, 1)]
 
 
 def test_a_drafter_that_is_the_verifier_agrees_everywhere():

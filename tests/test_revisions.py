@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from budgetdraft.base import revisions
-from budgetdraft.decoding import models
+from budgetdraft.decoding import loading as models
 from budgetdraft.training import data
 
 ROOT = Path(__file__).resolve().parents[1]

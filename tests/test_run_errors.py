@@ -16,7 +16,7 @@ from conftest import tiny_cell_args, tiny_cell_inputs, tiny_model_dir
 from transformers import LlamaConfig
 
 from budgetdraft.base.text import decode_text, read_text_file
-from budgetdraft.decoding import models
+from budgetdraft.decoding import loading as models
 from budgetdraft.evaluation import cellfile
 from budgetdraft.pipeline import cli, warm
 

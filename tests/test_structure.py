@@ -59,3 +59,36 @@ def test_no_function_longer_than_a_screen():
     paths = sorted((SRC / "budgetdraft").rglob("*.py")) + sorted((ROOT / "bench").glob("*.py"))
     assert len(paths) > 20
     assert long_functions(paths) == []
+
+
+# A top-level function or class name that more than one module defines must mean the same thing in each: a protocol
+# every command or baseline module fills, or a report module's own writer. Anything else is one name for two things.
+SAME_MEANING = {
+    "configure_parser": "a command module's flags (budgetdraft.pipeline.commands)",
+    "run": "a command module's entry (budgetdraft.pipeline.commands)",
+    "drafter_factory": "a decoding method's drafter (eval-cell's protocol: sparse_drafter and each baseline)",
+    "build": "a report module writes its files (paper, claims, paperdiff)",
+    "markdown": "a report module's markdown text (claims, paperdiff)",
+    "draw": "a report module draws its figure to files (figures, profiles)",
+    "resolve_hparams": "the typed hyper-parameters of a JSON dict (the drafter's, the EAGLE-3 head's)",
+    "generate": "transformers' custom_generate entry (hf_generate, and the file template it publishes)",
+}
+
+
+def defined_names() -> dict[str, list[str]]:
+    """{top-level function or class name: the modules that define it}."""
+    out: dict[str, list[str]] = {}
+    for path in sorted((SRC / "budgetdraft").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                out.setdefault(node.name, []).append(str(path.relative_to(SRC)))
+    return out
+
+
+def test_one_module_per_name_and_one_meaning_per_function_name():
+    """No two modules of the package share a file name (budgetdraft.hf beside budgetdraft.decoding.hf read as one
+    thing), and a name defined in two modules is one of the protocols above."""
+    stems = [p.stem for p in (SRC / "budgetdraft").rglob("*.py") if p.stem != "__init__"]
+    assert sorted({s for s in stems if stems.count(s) > 1}) == []
+    twice = {name: where for name, where in defined_names().items() if len(where) > 1}
+    assert set(twice) <= set(SAME_MEANING), {n: w for n, w in twice.items() if n not in SAME_MEANING}

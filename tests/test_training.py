@@ -15,7 +15,7 @@ import torch
 from conftest import tiny_llama
 from safetensors.torch import load_file
 
-from budgetdraft.decoding.models import weights_digest
+from budgetdraft.decoding.loading import weights_digest
 from budgetdraft.pipeline.cli import main as cli
 from budgetdraft.training import train as training
 from budgetdraft.training.targets import IGNORE, load_targets, save_targets, teacher_targets, text_targets
@@ -522,7 +522,7 @@ def test_short_training_lowers_heldout_losses_on_the_embedded_pair(tmp_path):
     """Verifier embedded:smollm2 teaches its own first 4 layers; 40 steps lower held-out L_A and L_C."""
     import time
 
-    from budgetdraft.decoding.models import load_model, load_tokenizer
+    from budgetdraft.decoding.loading import load_model, load_tokenizer
 
     p, c, n_train, n_held, steps = 192, 32, 20, 4, 40
     tok = load_tokenizer("embedded:smollm2")

@@ -176,7 +176,7 @@ def test_a_preloaded_model_is_handed_out_once_and_never_after_its_files_change(t
     import torch
     from conftest import tiny_llama
 
-    from budgetdraft.decoding.models import ModelStore
+    from budgetdraft.decoding.loading import ModelStore
     from budgetdraft.evaluation.cells import preload_models
 
     models_and_prompts(tmp_path)
@@ -307,7 +307,7 @@ def test_a_resident_model_a_command_left_hooked_is_dropped_but_not_for_transform
     from conftest import tiny_llama
 
     from budgetdraft.decoding.kvcache import QueryCapture
-    from budgetdraft.decoding.models import ModelStore
+    from budgetdraft.decoding.loading import ModelStore
 
     tiny_llama(seed=0, layers=2).save_pretrained(tmp_path / "v")
     store = ModelStore(keep=True)  # a resident server's

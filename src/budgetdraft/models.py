@@ -1,5 +1,5 @@
-"""Public name: ``budgetdraft.models.load_model`` / ``load_tokenizer`` (budgetdraft.decoding.models)."""
+"""Public name: ``budgetdraft.models.load_model`` / ``load_tokenizer`` (budgetdraft.decoding.loading)."""
 
-from budgetdraft.decoding.models import export, load_model, load_tokenizer
+from budgetdraft.decoding.loading import export, load_model, load_tokenizer
 
 __all__ = ["export", "load_model", "load_tokenizer"]

@@ -42,7 +42,7 @@ def configure_parser(parser) -> None:
 
 def run(args) -> None:
     from budgetdraft.base.text import read_text_file
-    from budgetdraft.decoding.models import load_model, load_tokenizer
+    from budgetdraft.decoding.loading import load_model, load_tokenizer
 
     sampling = sampling_from_args(args)
     if args.method == "sd":

@@ -175,7 +175,7 @@ def check_speculative(drafter, verifier_model, prompt_len: int, max_new_tokens: 
     check_request(verifier_model, prompt_len, max_new_tokens)
     if sampling is not None:
         check_sampling(verifier_model, drafter)
-    from budgetdraft.decoding.models import check_pair
+    from budgetdraft.decoding.loading import check_pair
 
     check_pair(drafter.model, verifier_model)
 

@@ -141,7 +141,7 @@ def drafter_factory(verifier, args, extra: dict, load=None):
     window, draft vocabulary and engine), loaded once by ``load`` (spec, device, dtype; default ``load_model``);
     returns () -> a fresh drafter per run, as a baseline module's ``drafter_factory`` does (``extra``: no settings
     of its own)."""
-    from budgetdraft.decoding.models import load_model
+    from budgetdraft.decoding.loading import load_model
 
     if extra:
         raise ValueError(f"method sd takes no --extra settings, got {sorted(extra)}")

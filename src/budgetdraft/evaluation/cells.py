@@ -27,7 +27,7 @@ from budgetdraft.base.jsonio import json_object
 from budgetdraft.base.names import EAGLE3, SHARED
 from budgetdraft.decoding import sparse_drafter
 from budgetdraft.decoding.flags import add_decode_flags
-from budgetdraft.decoding.models import ModelStore, load_model
+from budgetdraft.decoding.loading import ModelStore, load_model
 from budgetdraft.decoding.sampling import sampling_from_args
 from budgetdraft.evaluation.cellfile import write_cell
 from budgetdraft.evaluation.measure import timed_autoregressive, timed_speculative

@@ -28,8 +28,8 @@ from budgetdraft.base.atomic import atomic_path
 from budgetdraft.base.defaults import PREFILL_RUNS
 from budgetdraft.decoding.flags import add_machine_flags
 from budgetdraft.decoding.kvcache import num_layers
+from budgetdraft.decoding.loading import load_model
 from budgetdraft.decoding.metrics import Stopwatch
-from budgetdraft.decoding.models import load_model
 from budgetdraft.decoding.verifier import SharedPrefill, Verifier, ids_tensor, prompt_key
 
 METADATA_KEY = "budgetdraft_prefill"

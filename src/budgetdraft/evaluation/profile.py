@@ -30,7 +30,7 @@ import torch
 
 from budgetdraft.base.atomic import atomic_path
 from budgetdraft.decoding.flags import add_machine_flags
-from budgetdraft.decoding.models import load_model
+from budgetdraft.decoding.loading import load_model
 from budgetdraft.decoding.positions import native_range
 
 COLUMNS = ["label", "replicate", "dataset", "sample", "bucket_start", "bucket_end", "agreed", "total"]
@@ -45,7 +45,7 @@ def greedy_next(model, ids: list[int]) -> torch.Tensor:
     return model(input_ids=input_ids, position_ids=positions).logits[0].argmax(-1).cpu()
 
 
-def agreement(drafter_next: torch.Tensor, verifier_next: torch.Tensor, bucket: int) -> list[tuple[int, int, int]]:
+def bucket_agreement(drafter_next: torch.Tensor, verifier_next: torch.Tensor, bucket: int) -> list[tuple[int, int, int]]:
     """(bucket start, agreed, total) for each bucket of ``bucket`` positions."""
     agree = (drafter_next == verifier_next).long()
     return [
@@ -74,7 +74,7 @@ def profile(targets: pd.DataFrame, drafters: dict, prompts: dict[str, list[list[
             if (dataset, sample) not in wanted or len(wanted[dataset, sample]) != len(ids):
                 raise ValueError(f"the verifier's targets have no prompt {dataset} {sample} of {len(ids)} tokens")
             for label, drafter in drafters.items():
-                for start, agreed, total in agreement(greedy_next(drafter, ids), wanted[dataset, sample], bucket):
+                for start, agreed, total in bucket_agreement(greedy_next(drafter, ids), wanted[dataset, sample], bucket):
                     rows.append((label, replicate, dataset, sample, start, start + total, agreed, total))
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -8,7 +8,7 @@ import importlib
 import sys
 
 COMMANDS = {
-    "export-model": ("budgetdraft.decoding.models", "materialise a verifier/drafter as a Hugging Face directory"),
+    "export-model": ("budgetdraft.decoding.loading", "materialise a verifier/drafter as a Hugging Face directory"),
     "decode": (
         "budgetdraft.decoding.decode",
         "decode one prompt with AR or speculative decoding, print text + metrics",
@@ -38,7 +38,7 @@ COMMANDS = {
         "budgetdraft.report.claims",
         "report which of the paper's findings hold in this run, with bootstrap intervals",
     ),
-    "train-eagle3": ("budgetdraft.training.eagle3", "train the EAGLE-3 draft head baseline"),
+    "train-eagle3": ("budgetdraft.training.eagle3_head", "train the EAGLE-3 draft head baseline"),
     "warm": ("budgetdraft.pipeline.warm", "serve pre-imported forks to the commands of a local pipeline run"),
     "estimate": ("budgetdraft.pipeline.estimate", "what a configuration will cost on a device, before it runs"),
     "pin": (
@@ -46,13 +46,13 @@ COMMANDS = {
         "the hub commits of a config's models and datasets, as its `revisions:` block",
     ),
     "export-hf-generate": (
-        "budgetdraft.decoding.hf",
+        "budgetdraft.decoding.hf_generate",
         "write custom_generate/ beside a drafter: publish it with its loop",
     ),
 }
 # every pipeline stage: the warm process saves each job its start-up (1-6 s of imports; budgetdraft.pipeline.warm)
 WARM_COMMANDS = tuple(name for name in COMMANDS if name not in ("warm", "estimate", "pin", "export-hf-generate"))
-# commands whose run(args, models) takes a warm process's models (budgetdraft.decoding.models.ModelStore)
+# commands whose run(args, models) takes a warm process's models (budgetdraft.decoding.loading.ModelStore)
 MODEL_COMMANDS = ("eval-cell", "prefill")
 
 

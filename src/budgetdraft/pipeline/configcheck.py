@@ -28,7 +28,7 @@ from jsonschema import Draft202012Validator, validators
 from budgetdraft.base import methods, names
 from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, GRAPHS, POLICY, SCORE_WINDOW, SEEDS, TRIFORCE_DEFAULTS
 from budgetdraft.decoding.flags import refuse_partial_chunk
-from budgetdraft.decoding.models import check_spec, max_positions
+from budgetdraft.decoding.loading import check_spec, max_positions
 from budgetdraft.evaluation.cellfile import path_key
 from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
 
@@ -56,7 +56,7 @@ def dotted(path) -> str:
     return out or "config"
 
 
-def problem(error) -> str:
+def schema_problem(error) -> str:
     """One line for one jsonschema error."""
     where = dotted(error.absolute_path)
     at = "config" + "".join(f"[{p!r}]" for p in error.absolute_path)
@@ -91,7 +91,7 @@ def _validate(config: dict, schema: dict) -> list[str]:
 
     filling = validators.extend(base, {"properties": fill})
     errors = filling(schema).iter_errors(config)
-    return [problem(e) for e in sorted(errors, key=lambda e: [str(p) for p in e.absolute_path])]
+    return [schema_problem(e) for e in sorted(errors, key=lambda e: [str(p) for p in e.absolute_path])]
 
 
 def whole_numbers(value, schema: dict, root: dict):
@@ -600,7 +600,7 @@ def check_given(config: dict) -> None:
     """A variant given as a checkpoint is not trained here: a training key beside `checkpoint` would have no effect
     (refused, naming it), and a local checkpoint must share the verifier's vocabulary (refused naming both; a hub
     checkpoint is checked when exported, the verifier too when it is a hub id)."""
-    from budgetdraft.decoding.models import vocabulary_problem
+    from budgetdraft.decoding.loading import vocabulary_problem
 
     for label, given in config["variants"].items():
         if "checkpoint" not in given:
@@ -622,7 +622,7 @@ def check_given(config: dict) -> None:
 def verifier_directory(config: dict) -> Path | None:
     """The verifier's files where they can be read at plan time: a local directory, or an embedded model's converted
     cache (once converted); None for a hub id (a results/ export may be another config's: never read as this one's)."""
-    from budgetdraft.decoding.models import cache_root, parse_spec
+    from budgetdraft.decoding.loading import cache_root, parse_spec
 
     base, _ = parse_spec(config["verifier"])
     path = Path(os.path.expanduser(config["verifier"]))

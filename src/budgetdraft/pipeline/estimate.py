@@ -33,7 +33,7 @@ import yaml
 
 from budgetdraft.base.defaults import EAGER, ENGINE, ENGINES, GRAPHS, PREFILL_RUNS, SLOT_ROUNDING, rounded_capacity
 from budgetdraft.decoding.flags import add_engine_flag
-from budgetdraft.decoding.models import parse_spec
+from budgetdraft.decoding.loading import parse_spec
 from budgetdraft.evaluation.cellfile import path_key
 from budgetdraft.training.hparams import TrainingHparams
 

@@ -479,7 +479,7 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
     import torch
     from transformers.utils import logging as hf_logging
 
-    from budgetdraft.decoding.models import ModelStore
+    from budgetdraft.decoding.loading import ModelStore
 
     models = ModelStore(keep=resident)  # this server's models, handed to the commands it runs
     torch.set_num_threads(1)  # no OpenMP pool for a fork to inherit; each command sets its own --threads

@@ -24,9 +24,9 @@ from budgetdraft.evaluation.grid import KEY, acceptance_by_replicate
 from budgetdraft.report.bootstrap import RESAMPLES, SEED
 from budgetdraft.report.evidence import Evidence, load_claim_cells
 from budgetdraft.report.findings import all_findings
-from budgetdraft.report.positions import TEXT as POSITIONS_TEXT
-from budgetdraft.report.positions import draw as draw_profile
-from budgetdraft.report.positions import load_profile, profile_summary, section
+from budgetdraft.report.profiles import TEXT as POSITIONS_TEXT
+from budgetdraft.report.profiles import draw as draw_profile
+from budgetdraft.report.profiles import load_profile, profile_summary, section
 from budgetdraft.report.settings import Settings, parse_settings
 from budgetdraft.report.tables import timing_text
 from budgetdraft.report.verdicts import DIAGNOSTIC as DIAGNOSTIC  # re-exported: bench/verdict_stability.py reads it

@@ -128,11 +128,11 @@ def trace(table_path, cells, settings) -> list[tuple[str, str]]:
     wrong = [(n, v, src) for n, (v, src) in zip(found, expected) if n != v]
     if wrong:
         raise ValueError(f"{table_path}: numbers not derived from the cells (found, derived, source): {wrong[:5]}")
-    first_difference(table_path, text, table_text(table))
+    check_same_lines(table_path, text, table_text(table))
     return expected
 
 
-def first_difference(path, text: str, derived: str) -> None:
+def check_same_lines(path, text: str, derived: str) -> None:
     """Raise naming the first line of ``text`` that is not the ``derived`` one."""
     if text == derived:
         return
@@ -220,7 +220,7 @@ def configure_parser(parser) -> None:
 
 def drafter_sizes(drafters: dict) -> dict:
     """{label: parameter counts of its directories, as '42.5M' or '42.5M+135.0M'}."""
-    from budgetdraft.decoding.models import parameter_count, size_text
+    from budgetdraft.decoding.loading import parameter_count, size_text
 
     return {label: "+".join(size_text(parameter_count(d)) for d in dirs) for label, dirs in drafters.items()}
 

@@ -57,7 +57,7 @@ class Value:
         return (self.table, self.panel, self.row, self.column, self.metric)
 
 
-def plain(cell: str) -> str:
+def cell_text(cell: str) -> str:
     """A table cell without colour, bold and box wrappers, math times and spacing."""
     for wrapper in (r"\\textcolor\{[^}]*\}", r"\\colorbox\{[^}]*\}", r"\\textbf", r"\\mathbf"):
         cell = re.sub(wrapper, "", cell)
@@ -95,7 +95,7 @@ LEAD = {"main": 2, "ablation_lc": 2, "lambda": 2, "vram": 2, "vram_gamma": 1, "c
 MULTICOLUMN = re.compile(r"\\multicolumn\{(\d+)\}\{[^}]*\}\{(.*)\}$")
 
 
-def read_table(key: str, tex: str) -> list[Value]:
+def table_values(key: str, tex: str) -> list[Value]:
     """Every number of table ``key`` (artifact key) in LaTeX ``tex`` (ours or the paper's: the same layout)."""
     single, lead = ("peak_gb" if key.startswith("vram") else "tok_s"), LEAD[key]
     values = []
@@ -105,14 +105,14 @@ def read_table(key: str, tex: str) -> list[Value]:
             spans = [m for c in cells if (m := MULTICOLUMN.match(c))]
             if len(cells) == 1 and spans:  # a panel title, or a section header (Table 2: "8K context (LWM, ...)")
                 if " context" in spans[0].group(2):
-                    section = plain(spans[0].group(2)).split(" context")[0]
+                    section = cell_text(spans[0].group(2)).split(" context")[0]
                 continue
             if spans:  # a group header: & & \multicolumn{3}{c}{GS} & ...
-                groups = [(int(m.group(1)), plain(m.group(2))) for m in spans]
+                groups = [(int(m.group(1)), cell_text(m.group(2))) for m in spans]
                 continue
             context = re.match(r"\\multirow\{\d+\}\{\*\}\{(.*)\}$", cells[0])
-            section = plain(context.group(1)) if context else section
-            labels, data = [plain(c) for c in cells[:lead]], [plain(c) for c in cells[lead:]]
+            section = cell_text(context.group(1)) if context else section
+            labels, data = [cell_text(c) for c in cells[:lead]], [cell_text(c) for c in cells[lead:]]
             if not any(cell_values(t, single) for t in data):  # the row of column names
                 names = data
                 continue
@@ -143,7 +143,7 @@ def read_tex_tables(tex: str) -> list[Value]:
     for env in re.findall(r"\\begin\{table\*?\}.*?\\end\{table\*?\}", tex, flags=re.S):
         label = re.search(r"\\label\{(tab:[^}]*)\}", env)
         if label and label.group(1) in TABLES:
-            values += read_table(TABLES[label.group(1)], env)
+            values += table_values(TABLES[label.group(1)], env)
     return values
 
 

@@ -307,7 +307,7 @@ def write_parquet(rows: dict[str, list], out: str | Path) -> None:
 
 
 def load_encoder(tokenizer: str) -> Encoder:
-    from budgetdraft.decoding.models import load_tokenizer
+    from budgetdraft.decoding.loading import load_tokenizer
 
     return Encoder(load_tokenizer(tokenizer))
 

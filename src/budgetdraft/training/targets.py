@@ -179,7 +179,7 @@ def _partial_mismatch(old: dict, input_ids: torch.Tensor, args, verifier_sha256:
 
 
 def run(args) -> None:
-    from budgetdraft.decoding.models import load_model, weights_digest
+    from budgetdraft.decoding.loading import load_model, weights_digest
 
     if args.prefix_len < 1 or args.cont_len < 1:
         raise ValueError("--prefix-len and --cont-len must be positive")

@@ -295,7 +295,7 @@ def _run_identity(hp: TrainingHparams, targets_file, init: str) -> dict:
     """What must be equal for a restart to continue the same run: the hparams (less RESTART_FREE_KEYS) and the
     sha256 of the targets file, of the init drafter's weights (``weights_digest``) and of the ``step_code`` sources.
     Paths are not part of it: the same path may hold other contents after the kill."""
-    from budgetdraft.decoding.models import weights_digest
+    from budgetdraft.decoding.loading import weights_digest
 
     return {
         "hparams": {k: v for k, v in resolve_hparams(hp).to_json().items() if k not in RESTART_FREE_KEYS},
@@ -447,7 +447,7 @@ def _log_heldout(drafter, heldout: dict | None, hp: TrainingHparams, step: int, 
 
 
 def _copy_tokenizer(init: str, out: Path) -> None:
-    from budgetdraft.decoding.models import resolve
+    from budgetdraft.decoding.loading import resolve
 
     src = Path(resolve(init))
     if not src.is_dir():
@@ -560,7 +560,7 @@ def train(
 
 
 def _train(init: str, targets_file, out: Path, hp: TrainingHparams, stop_after, progress: bool) -> Path | None:
-    from budgetdraft.decoding.models import load_model
+    from budgetdraft.decoding.loading import load_model
     from budgetdraft.training.targets import load_targets
 
     if hp.threads > 0:

@@ -154,7 +154,7 @@ def verifier_features(verifier, input_ids: torch.Tensor, layer_ids, greedy: bool
 def load_head(directory, device="cpu", dtype="float32") -> Eagle3Head:
     from safetensors.torch import load_file
 
-    from budgetdraft.decoding.models import torch_dtype
+    from budgetdraft.decoding.loading import torch_dtype
 
     directory = Path(directory)
     if not (directory / CONFIG_FILE).is_file():

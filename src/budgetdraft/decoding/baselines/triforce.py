@@ -241,7 +241,7 @@ def settings(args, extra: dict) -> dict:
 def drafter_factory(verifier, args, extra: dict, load=None):
     """``eval-cell`` method triforce: its small drafter loaded once by ``load`` (default ``load_model``); returns ()
     -> a fresh TriForce drafter per run."""
-    from budgetdraft.decoding.models import load_model
+    from budgetdraft.decoding.loading import load_model
 
     small = (load or load_model)(args.drafter, args.device, args.drafter_dtype)
     cfg = settings(args, extra or {})

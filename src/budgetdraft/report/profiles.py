@@ -42,7 +42,7 @@ def load_profile(paths) -> pd.DataFrame:
     return df
 
 
-def agreement(ev: Evidence, rows: pd.DataFrame) -> np.ndarray:
+def pooled_agreement(ev: Evidence, rows: pd.DataFrame) -> np.ndarray:
     """Agreement (%) of ``rows`` under each bootstrap weights row of ``ev`` (row 0: the point estimate); a prompt the
     cells do not know is dropped."""
     known = [(d, int(s)) in ev.column for d, s in zip(rows["dataset"], rows["sample"])]
@@ -61,7 +61,7 @@ def profile_summary(ev: Evidence, df: pd.DataFrame) -> dict[str, dict]:
     out = {}
     for label, rows in df.groupby("label", sort=False):
         spans = buckets(rows)
-        values = {span: agreement(ev, rows[rows["bucket_start"] == span[0]]) for span in spans}
+        values = {span: pooled_agreement(ev, rows[rows["bucket_start"] == span[0]]) for span in spans}
         first, last = values[spans[0]], values[spans[-1]]
         out[str(label)] = {
             "buckets": [(a, b, float(values[(a, b)][0])) for a, b in spans],

@@ -1,6 +1,6 @@
 """Sparse-KV speculative decoding inside transformers' own ``generate``.
 
-    out = verifier.generate(input_ids, custom_generate=budgetdraft.decoding.hf.generate, drafter=drafter, kv_budget=64,
+    out = verifier.generate(input_ids, custom_generate=budgetdraft.decoding.hf_generate.generate, drafter=drafter, kv_budget=64,
                             kv_policy="topk_chunks", gamma=5, max_new_tokens=128)
 
 ``generate`` prepares the request as for any decoding mode (generation config, ``max_new_tokens`` → ``max_length``,
@@ -79,7 +79,9 @@ def check_generate_request(model, input_ids: torch.Tensor, generation_config, mo
     """Refuse, naming the setting, what this loop cannot serve exactly: anything but one unpadded prompt decoded
     from scratch into one sequence, or outputs it does not compute."""
     if model.config.is_encoder_decoder:
-        raise ValueError("custom_generate=budgetdraft.decoding.hf.generate decodes decoder-only verifiers only")
+        raise ValueError(
+            "custom_generate=budgetdraft.decoding.hf_generate.generate decodes decoder-only verifiers only"
+        )
     for key in ("num_beams", "num_return_sequences"):
         if (getattr(generation_config, key, None) or 1) != 1:
             raise ValueError(f"{key}={getattr(generation_config, key)}: sparse speculative decoding makes one sequence")
@@ -120,8 +122,8 @@ def sparse_drafter(drafter, kv_budget, kv_policy: str, gamma, engine: str = ENGI
     """The drafter model with its sparse KV cache, each argument checked and named when wrong."""
     if drafter is None:
         raise ValueError(
-            "custom_generate=budgetdraft.decoding.hf.generate needs drafter=<the drafter model> (a causal LM sharing the "
-            "verifier's vocabulary, e.g. budgetdraft.decoding.models.load_model(DIR))"
+            "custom_generate=budgetdraft.decoding.hf_generate.generate needs drafter=<the drafter model> (a causal LM sharing the "
+            "verifier's vocabulary, e.g. budgetdraft.decoding.loading.load_model(DIR))"
         )
     if not (isinstance(drafter, torch.nn.Module) and hasattr(drafter, "config")):
         raise ValueError(f"drafter= must be a causal LM (a transformers model), got {type(drafter).__name__}")
@@ -208,7 +210,7 @@ REPOSITORY is this hub repository or its local directory; its drafter (below) is
 `drafter=` passes another. Options: kv_budget (required), kv_policy, gamma, seed, and generate's own.
 """
 
-from budgetdraft.decoding.hf import generate_with_drafter
+from budgetdraft.decoding.hf_generate import generate_with_drafter
 
 DRAFTER = {drafter}
 
@@ -220,7 +222,7 @@ def generate(model, **generate_arguments):
 
 def stored_drafter(source: str, model) -> torch.nn.Module:
     """The drafter named by ``source`` (a directory or hub id, `models.load_model`) on ``model``'s device and dtype."""
-    from budgetdraft.decoding.models import load_model
+    from budgetdraft.decoding.loading import load_model
 
     key = (source, str(model.device), str(model.dtype).removeprefix("torch."))
     if key not in _DRAFTERS:

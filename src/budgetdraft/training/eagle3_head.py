@@ -91,7 +91,7 @@ def resolve_hparams(hparams: dict | Eagle3Hparams | None) -> Eagle3Hparams:
 
 
 def frozen_verifier(verifier_spec: str, hp: Eagle3Hparams):
-    from budgetdraft.decoding.models import load_model
+    from budgetdraft.decoding.loading import load_model
 
     verifier = load_model(verifier_spec, hp.device, hp.verifier_dtype).eval()
     for prm in verifier.parameters():
@@ -133,7 +133,7 @@ def save_head(out, head: Eagle3Head, config: dict, log_rows: list[dict]) -> None
             writer.writerows(log_rows)
 
 
-def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *, verbose: bool = True) -> dict:
+def train_head(verifier_spec: str, targets_file, out, hparams: dict | None = None, *, verbose: bool = True) -> dict:
     """Train an EAGLE-3 head and write ``out/head.safetensors`` + ``out/eagle3.json`` + ``out/loss_log.csv``.
 
     A non-finite loss, gradient norm or weight stops it with one ValueError naming the step (the drafter's rule,
@@ -143,13 +143,13 @@ def train(verifier_spec: str, targets_file, out, hparams: dict | None = None, *,
     hp = resolve_hparams(hparams)
     check_out(out, "train-eagle3")  # before any work: a folder of the user's is refused, never replaced
     try:
-        return _train(verifier_spec, targets_file, out, hp, verbose)
+        return _train_head(verifier_spec, targets_file, out, hp, verbose)
     except Diverged as err:
         raise stopped("EAGLE-3 head", err, out) from None
 
 
-def _train(verifier_spec: str, targets_file, out, hp: Eagle3Hparams, verbose: bool) -> dict:
-    from budgetdraft.decoding.models import torch_dtype
+def _train_head(verifier_spec: str, targets_file, out, hp: Eagle3Hparams, verbose: bool) -> dict:
+    from budgetdraft.decoding.loading import torch_dtype
     from budgetdraft.training.targets import load_targets
     from budgetdraft.training.train import check_finite, check_weights, lr_factor  # the drafter's schedule and checks
 
@@ -215,4 +215,4 @@ def configure_parser(parser) -> None:
 def run(args) -> None:
     from budgetdraft.training.train import read_hparams
 
-    train(args.verifier, args.targets, args.out, read_hparams(args.hparams))
+    train_head(args.verifier, args.targets, args.out, read_hparams(args.hparams))
