@@ -67,7 +67,7 @@ include: "workflow/rules/warm.smk"
 rule all:
     default_target: True
     input:
-        PLAN.artifact_files(PLAN.in_all),
+        PLAN.cells.artifact_files(PLAN.cells.in_all),
         "results/claims.md",
         "results/paper_diff.md",
         REPORT_PAGES,
@@ -76,25 +76,25 @@ rule all:
 
 rule main:
     input:
-        PLAN.artifact_files(["main"]),
+        PLAN.cells.artifact_files(["main"]),
     localrule: True
 
 
 rule comparison:
     input:
-        PLAN.artifact_files(["comparison"]),
+        PLAN.cells.artifact_files(["comparison"]),
     localrule: True
 
 
 rule ablation_lc:
     input:
-        PLAN.artifact_files(["ablation_lc"]),
+        PLAN.cells.artifact_files(["ablation_lc"]),
     localrule: True
 
 
 rule lambda:
     input:
-        PLAN.artifact_files(["lambda"]),
+        PLAN.cells.artifact_files(["lambda"]),
     localrule: True
 
 
@@ -102,37 +102,37 @@ rule variants:
     """The variants a config adds beyond the paper's four that are not λ variants, beside BudgetDraft (results/tables/
     variants.tex); in `all` when the config has one (λ variants are in the λ table)."""
     input:
-        PLAN.artifact_files(["variants"]),
+        PLAN.cells.artifact_files(["variants"]),
     localrule: True
 
 
 rule single_budget:
     input:
-        PLAN.artifact_files(["single_budget"]),
+        PLAN.cells.artifact_files(["single_budget"]),
     localrule: True
 
 
 rule vram:
     input:
-        PLAN.artifact_files(["vram", "vram_gamma"]),
+        PLAN.cells.artifact_files(["vram", "vram_gamma"]),
     localrule: True
 
 
 rule figures:
     input:
-        PLAN.artifact_files(PLAN.figures_in_all),
+        PLAN.cells.artifact_files(PLAN.cells.figures_in_all),
     localrule: True
 
 
 rule policies:
     """Acceptance and speedup vs budget under each sparse policy (config `policies`); not part of `all`."""
     input:
-        PLAN.artifact_files(["fig_policies"]),
+        PLAN.cells.artifact_files(["fig_policies"]),
     localrule: True
 
 
 rule cells:
     """Every grid cell of the configuration, without building tables."""
     input:
-        PLAN.all_cells(),
+        PLAN.cells.all_cells(),
     localrule: True

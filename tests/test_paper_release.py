@@ -57,15 +57,17 @@ def release_plan(**variants) -> Plan:
 
 def test_a_given_variant_plans_no_training_and_is_measured_once(checkpoint):
     p = release_plan(**{"lambda0.5": {"checkpoint": checkpoint}})
-    assert p.trained == [] and p.given == {"lambda0.5": {"checkpoint": checkpoint, "lambda_c": 0.5}}
-    assert p.drafter_dir("lambda0.5") == "results/drafters/given/lambda0.5" and not p.replicated("lambda0.5")
-    cells = [c for c in p.all_cells() if "/lambda0.5/" in c]
+    assert p.labels.trained == [] and p.labels.given == {"lambda0.5": {"checkpoint": checkpoint, "lambda_c": 0.5}}
+    assert p.drafters.drafter_dir("lambda0.5") == "results/drafters/given/lambda0.5" and not p.labels.replicated(
+        "lambda0.5"
+    )
+    cells = [c for c in p.cells.all_cells() if "/lambda0.5/" in c]
     assert cells and all("/r0/" not in c for c in cells)  # shared: one external draw, no training replicate
-    assert p.export_given_flags("lambda0.5") == f"--spec {checkpoint}"
-    settings = json.loads(p.artifact_settings("main"))
+    assert p.drafters.export_given_flags("lambda0.5") == f"--spec {checkpoint}"
+    settings = json.loads(p.settings.artifact_settings("main"))
     assert settings["variants"]["lambda0.5"]["checkpoint"] == checkpoint
     assert set(settings["not_run"]) == {"la_only", "lambda1.0", "single_budget"}
-    assert not any(f"/{v}/" in c for c in p.every_cell() for v in settings["not_run"])  # left out: no cell asked
+    assert not any(f"/{v}/" in c for c in p.cells.every_cell() for v in settings["not_run"])  # left out: no cell asked
 
 
 def test_a_training_key_beside_a_checkpoint_is_refused(checkpoint):
@@ -118,4 +120,4 @@ def test_the_release_dry_run_plans_no_training_and_every_evaluation(checkpoint, 
     for label, g in given.items():
         cfg["variants"][label].update(g)
     check_config(cfg, schema=SCHEMA)
-    assert jobs["eval_cell"] == len(Plan(cfg).all_cells())
+    assert jobs["eval_cell"] == len(Plan(cfg).cells.all_cells())

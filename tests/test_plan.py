@@ -19,6 +19,7 @@ from budgetdraft.base.importgraph import code_files
 from budgetdraft.evaluation import cellfile
 from budgetdraft.pipeline.configcheck import check_config
 from budgetdraft.pipeline.plan import STAGE_COMMANDS, Plan
+from budgetdraft.pipeline.setaside import asked_cells
 from budgetdraft.report.settings import PaperSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,8 +102,8 @@ def drafters(p: Plan, cells) -> set:
     dirs = set()
     for path in cells:
         k = key(path)
-        if p.replicated(k["label"]):
-            dirs.add(p.drafter_dir(k["label"], k["replicate"]))
+        if p.labels.replicated(k["label"]):
+            dirs.add(p.drafters.drafter_dir(k["label"], k["replicate"]))
     return {d for d in dirs if d.startswith("results/drafters/r")}
 
 
@@ -116,20 +117,20 @@ def test_the_grid_is_every_cell_the_artifacts_ask_for(name, cells, files):
     assert len(grid) == cells
     assert sum(cfg["replicates"] if replicated(cfg, c[0]) else 1 for c in grid) == files
     p = Plan(cfg)
-    assert len(p.all_cells()) == files and set(p.all_cells()) == cell_files(cfg, grid)
-    shared = [c for c in p.all_cells() if key(c)["replicate"] == names.SHARED]
+    assert len(p.cells.all_cells()) == files and set(p.cells.all_cells()) == cell_files(cfg, grid)
+    shared = [c for c in p.cells.all_cells() if key(c)["replicate"] == names.SHARED]
     assert len(shared) == sum(not replicated(cfg, c[0]) for c in grid)  # shared cells once
     reps = cfg["replicates"]
     # every variant, and PI's interpolated base drafter where the base is trained, once per replicate
-    assert len(drafters(p, p.all_cells())) == (4 + ("base_drafter" in cfg)) * reps
-    assert p.in_all == PAPER_TABLES + ["fig_collapse", "fig_gamma", "fig_errorbar"]
-    assert p.artifact_files(p.in_all) == [
+    assert len(drafters(p, p.cells.all_cells())) == (4 + ("base_drafter" in cfg)) * reps
+    assert p.cells.in_all == PAPER_TABLES + ["fig_collapse", "fig_gamma", "fig_errorbar"]
+    assert p.cells.artifact_files(p.cells.in_all) == [
         *(f"results/tables/{t}.tex" for t in PAPER_TABLES),
         *(f"results/figures/{s}.{x}" for s in ("collapse", "gamma_sensitivity", "errorbar") for x in ("pdf", "png")),
     ]
-    assert p.training_stages == (["base", "budgetdraft"] if "base_drafter" in cfg else ["budgetdraft"])
+    assert p.drafters.training_stages == (["base", "budgetdraft"] if "base_drafter" in cfg else ["budgetdraft"])
     assert p.replicates == list(range(reps)) and bool(p.base) == ("base_drafter" in cfg)
-    assert (names.EAGLE3 in p.baselines) == ("eagle3" in cfg["baselines"]["enabled"])
+    assert (names.EAGLE3 in p.labels.baselines) == ("eagle3" in cfg["baselines"]["enabled"])
 
 
 def test_a_named_target_asks_for_its_artifacts_cells_only():
@@ -137,12 +138,12 @@ def test_a_named_target_asks_for_its_artifacts_cells_only():
     cfg = config("config")
     p = Plan(cfg)
     n_ds, n_ctx, n_b = len(cfg["datasets"]), len(cfg["contexts"]), len(cfg["budgets"])
-    cells = p.artifact_cells("ablation_lc")
+    cells = p.cells.artifact_cells("ablation_lc")
     shared = [c for c in cells if key(c)["replicate"] == names.SHARED]
     assert len(shared) == n_ds * n_ctx and {key(c)["label"] for c in shared} == {names.AR}
     assert len(cells) - len(shared) == n_ds * n_ctx * 2 * n_b * cfg["replicates"]
     assert len(drafters(p, cells)) == 2 * cfg["replicates"]
-    assert p.artifact_files(["ablation_lc"]) == ["results/tables/ablation_lc.tex"]  # one table, no figure
+    assert p.cells.artifact_files(["ablation_lc"]) == ["results/tables/ablation_lc.tex"]  # one table, no figure
 
 
 # ------------------------------------------------------------------------------------- labels and companions
@@ -150,31 +151,41 @@ def test_a_named_target_asks_for_its_artifacts_cells_only():
 
 def test_replicated_labels_and_their_drafters():
     ci, paper = plan("ci"), plan("paper")  # ci trains a base drafter, the paper's llama-68m is untouched
-    for label in (names.SD, names.TRIFORCE, *ci.variants, "sd@snapkv", "lambda0.5@streaming"):
-        assert ci.replicated(label), label
+    for label in (names.SD, names.TRIFORCE, *ci.labels.variants, "sd@snapkv", "lambda0.5@streaming"):
+        assert ci.labels.replicated(label), label
     for label in (names.AR, names.EAGLE3):
-        assert not ci.replicated(label) and not paper.replicated(label), label
-    assert not paper.replicated(names.SD) and not paper.replicated(names.TRIFORCE)
-    assert all(paper.replicated(v) for v in paper.variants)
-    assert ci.drafter_dir(names.AR) is None
-    assert ci.drafter_dir(names.SD, 1) == ci.drafter_dir(names.TRIFORCE, 1) == "results/models/drafter_base/r1"
-    assert paper.drafter_dir(names.SD) == paper.base_drafter_dir(0) == "results/models/drafter_untrained"
-    assert ci.drafter_dir(names.EAGLE3) == "results/drafters/eagle3"
-    assert ci.drafter_dir("lambda0.5@snapkv", 1) == ci.drafter_dir(names.BD, 1) == "results/drafters/r1/lambda0.5"
-    assert ci.method == {
+        assert not ci.labels.replicated(label) and not paper.labels.replicated(label), label
+    assert not paper.labels.replicated(names.SD) and not paper.labels.replicated(names.TRIFORCE)
+    assert all(paper.labels.replicated(v) for v in paper.labels.variants)
+    assert ci.drafters.drafter_dir(names.AR) is None
+    assert (
+        ci.drafters.drafter_dir(names.SD, 1)
+        == ci.drafters.drafter_dir(names.TRIFORCE, 1)
+        == "results/models/drafter_base/r1"
+    )
+    assert (
+        paper.drafters.drafter_dir(names.SD) == paper.drafters.base_drafter_dir(0) == "results/models/drafter_untrained"
+    )
+    assert ci.drafters.drafter_dir(names.EAGLE3) == "results/drafters/eagle3"
+    assert (
+        ci.drafters.drafter_dir("lambda0.5@snapkv", 1)
+        == ci.drafters.drafter_dir(names.BD, 1)
+        == "results/drafters/r1/lambda0.5"
+    )
+    assert ci.labels.method == {
         **{m: m for m in ("ar", "sd", "triforce", "eagle3")},
         "pi": "sd",
         "sd@full": "sd",
-        **{v: names.SD for v in ci.variants},
+        **{v: names.SD for v in ci.labels.variants},
         **{f"{d}@{pol}": names.SD for d in (names.SD, names.BD) for pol in ("streaming", "snapkv", "verifier_guided")},
     }
-    assert ci.comparison_drafters() == {
+    assert ci.drafters.comparison_drafters() == {
         names.SD: ["results/models/drafter_base/r0"],
         names.BD: ["results/drafters/r0/lambda0.5"],
         names.TRIFORCE: ["results/models/drafter_base/r0", "results/models/verifier"],
         names.EAGLE3: ["results/drafters/eagle3"],
     }
-    assert ci.artifact_drafters("main") == {}
+    assert ci.drafters.artifact_drafters("main") == {}
 
 
 def test_the_policies_target_asks_for_its_cells_apart_from_the_grid():
@@ -184,23 +195,23 @@ def test_the_policies_target_asks_for_its_cells_apart_from_the_grid():
     cfg = config("ci")
     p = Plan(cfg)
     pol, n_ctx, n_b, n_r = cfg["policies"], len(cfg["contexts"]), len(cfg["budgets"]), cfg["replicates"]
-    cells = p.artifact_cells("fig_policies")
+    cells = p.cells.artifact_cells("fig_policies")
     shared = [c for c in cells if key(c)["replicate"] == names.SHARED]
     assert len(shared) == n_ctx  # AR, shared by the replicates
     assert len(cells) - len(shared) == n_ctx * 2 * len(pol["names"]) * n_b * n_r  # 2 drafters x policies
-    assert p.artifact_files(["fig_policies"]) == ["results/figures/policies.pdf", "results/figures/policies.png"]
+    assert p.cells.artifact_files(["fig_policies"]) == ["results/figures/policies.pdf", "results/figures/policies.png"]
     assert f"results/cells/lambda0.5@snapkv/r1/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in cells
     assert f"results/cells/sd/r0/{pol['dataset']}/128/B16_g{pol['gamma']}.parquet" in cells  # the grid's own cell
-    assert p.policy_of("sd@verifier_guided") == "verifier_guided"
-    assert all(p.policy_of(key(c)["label"]) == "topk_chunks" for c in cells if "@" not in key(c)["label"])
-    everything = p.all_cells() + p.artifact_files(p.in_all)
+    assert p.labels.policy_of("sd@verifier_guided") == "verifier_guided"
+    assert all(p.labels.policy_of(key(c)["label"]) == "topk_chunks" for c in cells if "@" not in key(c)["label"])
+    everything = p.cells.all_cells() + p.cells.artifact_files(p.cells.in_all)
     assert not any(("@" in f and "sd@full" not in f) or "policies.pdf" in f for f in everything)  # `all` is apart
-    assert p.policies == {"names": pol["names"], "dataset": pol["dataset"], "gamma": pol["gamma"]}
+    assert p.labels.policies == {"names": pol["names"], "dataset": pol["dataset"], "gamma": pol["gamma"]}
     # the schema's defaults are base.defaults' (a config without `policies:`)
     bare = raw_config("ci")
     bare.pop("policies")
     check_config(bare, schema=SCHEMA)
-    assert Plan(bare).policies == {
+    assert Plan(bare).labels.policies == {
         "names": list(defaults.COMPARED_POLICIES),
         "dataset": list(bare["datasets"])[0],
         "gamma": defaults.GAMMA,
@@ -212,16 +223,16 @@ def test_a_graphs_run_asks_for_eager_companions_on_their_own_engine():
     are also measured eagerly (LABEL+eager) at γ_fixed on the comparison dataset, for the claims' finding E1."""
     cfg = config("ci", device="cuda", engine="graphs")
     p = Plan(cfg)
-    eager = [c for c in p.all_cells() if "+eager" in key(c)["label"]]
+    eager = [c for c in p.cells.all_cells() if "+eager" in key(c)["label"]]
     n_ctx, n_b, n_r = len(cfg["contexts"]), len(cfg["budgets"]), cfg["replicates"]
     assert len(eager) == n_ctx + 2 * n_ctx * n_b * n_r  # AR, then SD and BudgetDraft per budget and replicate
-    assert all(p.engine_of(key(c)["label"]) == "eager" for c in eager)
+    assert all(p.labels.engine_of(key(c)["label"]) == "eager" for c in eager)
     assert all(key(c)["dataset"] == cfg["comparison"]["dataset"] for c in eager)
-    assert all(p.engine_of(key(c)["label"]) == "graphs" for c in p.all_cells() if c not in eager)
-    assert p.method["ar+eager"] == names.AR and p.method["lambda0.5+eager"] == names.SD
-    assert p.drafter_dir("sd+eager", 1) == p.drafter_dir(names.SD, 1)
+    assert all(p.labels.engine_of(key(c)["label"]) == "graphs" for c in p.cells.all_cells() if c not in eager)
+    assert p.labels.method["ar+eager"] == names.AR and p.labels.method["lambda0.5+eager"] == names.SD
+    assert p.drafters.drafter_dir("sd+eager", 1) == p.drafters.drafter_dir(names.SD, 1)
     plain = plan("ci")
-    assert not any("+eager" in c for c in plain.every_cell()) and plain.engine_labels == []  # an eager run
+    assert not any("+eager" in c for c in plain.cells.every_cell()) and plain.labels.engine_labels == []  # an eager run
 
 
 # ------------------------------------------------------------------------------------- variants beyond the paper's
@@ -234,29 +245,33 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers():
     cfg = config("ci", variants=EXTRA_VARIANTS)
     p = Plan(cfg)
     reps, g = cfg["replicates"], cfg["gamma_fixed"]
-    assert len(drafters(p, p.all_cells())) == 6 * reps + reps and p.in_all.count("variants") == 1  # + PI's
+    assert len(drafters(p, p.cells.all_cells())) == 6 * reps + reps and p.cells.in_all.count("variants") == 1  # + PI's
     places = [(d, c, b) for d in cfg["datasets"] for c in cfg["contexts"] for b in cfg["budgets"]]
-    per_replicate = [c for c in p.all_cells() if key(c)["replicate"] != names.SHARED]
+    per_replicate = [c for c in p.cells.all_cells() if key(c)["replicate"] != names.SHARED]
     assert len(per_replicate) == (76 + 18) * reps + 2 * len(places) * reps
     for label in EXTRA_VARIANTS:
-        assert all(f"results/drafters/r{r}/{label}" in drafters(p, p.all_cells()) for r in range(reps))
+        assert all(f"results/drafters/r{r}/{label}" in drafters(p, p.cells.all_cells()) for r in range(reps))
         for r in range(reps):
-            assert all(f"results/cells/{label}/r{r}/{d}/{c}/B{b}_g{g}.parquet" in p.all_cells() for d, c, b in places)
-    cells = {a: "\n".join(p.artifact_cells(a)) for a in ("lambda", "variants", "main")}
+            assert all(
+                f"results/cells/{label}/r{r}/{d}/{c}/B{b}_g{g}.parquet" in p.cells.all_cells() for d, c, b in places
+            )
+    cells = {a: "\n".join(p.cells.artifact_cells(a)) for a in ("lambda", "variants", "main")}
     assert "lambda0.25/r1/" in cells["lambda"] and "budgets_mix/" not in cells["lambda"]
     assert "budgets_mix/r1/" in cells["variants"] and "lambda0.25/" not in cells["variants"]
     assert "lambda0.25/" not in cells["main"] and "budgets_mix/" not in cells["main"]
-    assert p.lambda_variants == ["lambda0.25", "lambda0.5", "lambda1.0"] and p.other_variants == ["budgets_mix"]
-    shown = {a: json.loads(p.artifact_settings(a))["variants"] for a in ("lambda", "variants")}
+    assert p.labels.lambda_variants == ["lambda0.25", "lambda0.5", "lambda1.0"] and p.labels.other_variants == [
+        "budgets_mix"
+    ]
+    shown = {a: json.loads(p.settings.artifact_settings(a))["variants"] for a in ("lambda", "variants")}
     assert shown["lambda"]["lambda0.25"]["lambda_c"] == 0.25 and "budgets_mix" not in shown["lambda"]
     assert shown["variants"]["budgets_mix"] == {"lambda_c": 0.5, "budgets": [16, 32], "steps": 10}
-    assert '"lambda_c": 0.25' in p.variant_hparams("lambda0.25", 0)
+    assert '"lambda_c": 0.25' in p.drafters.variant_hparams("lambda0.25", 0)
     # a λ variant alone: the λ table shows it, and `all` builds no `variants` table (`snakemake variants` would)
     only = Plan(config("ci", variants={"lambda0.25": {"lambda_c": 0.25}}))
-    assert "variants" not in only.in_all
-    assert "results/tables/variants.tex" not in only.artifact_files(only.in_all)
-    assert only.artifact_files(["variants"]) == ["results/tables/variants.tex"]
-    assert not any("lambda0.25" in c for c in only.artifact_cells("variants"))
+    assert "variants" not in only.cells.in_all
+    assert "results/tables/variants.tex" not in only.cells.artifact_files(only.cells.in_all)
+    assert only.cells.artifact_files(["variants"]) == ["results/tables/variants.tex"]
+    assert not any("lambda0.25" in c for c in only.cells.artifact_cells("variants"))
 
 
 # ------------------------------------------------------------------------------------- hyper-parameters, settings
@@ -268,17 +283,24 @@ def test_each_replicate_trains_with_its_own_seed(name):
     p = Plan(cfg)
     seed = cfg["training"]["seed"]
     for r in p.replicates:
-        for v in p.variants:
-            hparams = json.loads(p.variant_hparams(v, r))
-            assert hparams == {**cfg["training"], "device": p.training_device, **cfg["variants"][v], "seed": seed + r}
+        for v in p.labels.variants:
+            hparams = json.loads(p.drafters.variant_hparams(v, r))
+            assert hparams == {
+                **cfg["training"],
+                "device": p.drafters.training_device,
+                **cfg["variants"][v],
+                "seed": seed + r,
+            }
         if p.base:
-            hparams = json.loads(p.base_hparams(r))
+            hparams = json.loads(p.drafters.base_hparams(r))
             assert hparams["seed"] == seed + r and hparams["lambda_c"] == 0.0
             assert {k: hparams[k] for k in cfg["base_drafter"]["training"] if k != "seed"} == {
                 k: v for k, v in cfg["base_drafter"]["training"].items() if k != "seed"
             }
-    assert p.variant_hparams(names.BD) == p.variant_hparams(names.BD, 0)  # replicate 0: a run without replicates
-    eagle3 = json.loads(p.eagle3_hparams())
+    assert p.drafters.variant_hparams(names.BD) == p.drafters.variant_hparams(
+        names.BD, 0
+    )  # replicate 0: a run without replicates
+    eagle3 = json.loads(p.drafters.eagle3_hparams())
     assert eagle3["device"] == cfg["baselines"].get("eagle3", {}).get("training", {}).get("device", cfg["device"])
 
 
@@ -286,15 +308,15 @@ def test_each_replicate_trains_with_its_own_seed(name):
 def test_every_artifacts_settings_hold_their_contract(name):
     cfg = config(name)
     p = Plan(cfg)
-    for artifact in [*p.all_tables, *p.all_figures.values(), "claims"]:
-        settings = json.loads(p.artifact_settings(artifact))
+    for artifact in [*p.cells.all_tables, *p.cells.all_figures.values(), "claims"]:
+        settings = json.loads(p.settings.artifact_settings(artifact))
         PaperSettings.from_json(settings)
         assert settings["replicates"] == cfg["replicates"] and settings["budgets"] == cfg["budgets"]
         assert settings["verifier_prefill_runs"] == (defaults.PREFILL_RUNS if cfg["share_verifier_prefill"] else 0)
-        assert settings["comparison"]["budgets"] == {b: max(cfg["budgets"]) for b in p.baselines}
+        assert settings["comparison"]["budgets"] == {b: max(cfg["budgets"]) for b in p.labels.baselines}
         assert ("policies" in settings) == (artifact == "fig_policies")
-    policies = json.loads(p.artifact_settings("fig_policies"))["policies"]
-    assert policies == {**p.policies, "default": cfg["policy"]}
+    policies = json.loads(p.settings.artifact_settings("fig_policies"))["policies"]
+    assert policies == {**p.labels.policies, "default": cfg["policy"]}
 
 
 def test_the_flags_of_a_cell():
@@ -302,14 +324,17 @@ def test_the_flags_of_a_cell():
     baseline's `--extra` is its config section without its training."""
     greedy, hot = plan("ci"), plan("ci", sampling={"temperature": 0.7, "top_p": 0.9}, baselines={"enabled": []})
     explicit = plan("ci", sampling={"temperature": 0, "top_k": 5}, baselines={"enabled": ["triforce"]})
-    assert greedy.sampling_flags() == explicit.sampling_flags() == ""
-    assert greedy.extra_flag(names.SD) == explicit.extra_flag(names.SD) == ""
-    assert hot.sampling_flags() == " --temperature 0.7 --top-p 0.9 --top-k 0 --seed 0"
-    assert greedy.extra_flag(names.TRIFORCE) == (
+    assert greedy.jobs.sampling_flags() == explicit.jobs.sampling_flags() == ""
+    assert greedy.jobs.extra_flag(names.SD) == explicit.jobs.extra_flag(names.SD) == ""
+    assert hot.jobs.sampling_flags() == " --temperature 0.7 --top-p 0.9 --top-k 0 --seed 0"
+    assert greedy.jobs.extra_flag(names.TRIFORCE) == (
         """--extra '{"chunk_size": 8, "gamma_inner": 1, "retrieval_budget": 64, "sinks": 4, "streaming_budget": 16}'"""
     )
-    assert greedy.extra_flag(names.EAGLE3) == "--extra '{}'"  # its section is only its training
-    assert greedy.export_dtype("verifier") == "float32" and plan("paper").export_dtype("verifier") == "float16"
+    assert greedy.jobs.extra_flag(names.EAGLE3) == "--extra '{}'"  # its section is only its training
+    assert (
+        greedy.drafters.export_dtype("verifier") == "float32"
+        and plan("paper").drafters.export_dtype("verifier") == "float16"
+    )
 
 
 def test_the_stale_export_of_another_config_is_not_read(tmp_path, monkeypatch, capsys):
@@ -321,7 +346,7 @@ def test_the_stale_export_of_another_config_is_not_read(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     cfg = raw_config("paper")
     check_config(cfg, schema=SCHEMA)  # no refusal
-    assert len(Plan(cfg).all_cells()) == 693 + 45  # the grid and its controls (PI, SD with a full cache)
+    assert len(Plan(cfg).cells.all_cells()) == 693 + 45  # the grid and its controls (PI, SD with a full cache)
     assert "positions" not in capsys.readouterr().err
 
 
@@ -335,16 +360,16 @@ def test_a_cell_path_is_formatted_and_parsed_in_one_place(name):
     p = plan(name)
     rules = {}
     for shared in (True, False):
-        pattern, constraints = cellfile.cell_pattern(not shared), p.cell_wildcards(not shared)
+        pattern, constraints = cellfile.cell_pattern(not shared), p.cells.cell_wildcards(not shared)
         regex = re.escape(pattern)
         for wildcard, allowed in constraints.items():
             regex = regex.replace(re.escape("{" + wildcard + "}"), f"(?:{allowed})")
         rules[shared] = re.compile(regex)
-    for path in p.every_cell():
+    for path in p.cells.every_cell():
         k = key(path)
-        assert cellfile.cell_path(**k) == path and p.asked_cells([path]) == [path]
+        assert cellfile.cell_path(**k) == path and asked_cells([path]) == [path]
         replicate = None if k["replicate"] == names.SHARED else k["replicate"]
-        assert p.cell(k["label"], k["dataset"], k["context"], k["budget"], k["gamma"], replicate) == path
+        assert p.cells.cell(k["label"], k["dataset"], k["context"], k["budget"], k["gamma"], replicate) == path
         made_by = [shared for shared, rule in rules.items() if rule.fullmatch(path)]
         assert made_by == [replicate is None], path
         wildcards = {**k, "replicate": k["replicate"]}
@@ -352,7 +377,7 @@ def test_a_cell_path_is_formatted_and_parsed_in_one_place(name):
     assert cellfile.cell_pattern(True, root="logs/cells", ext="log") == (
         "logs/cells/{label}/r{replicate}/{dataset}/{context}/B{budget}_g{gamma}.log"
     )
-    assert p.asked_cells(["results/tables/main.tex", "results/cells/sd/gs/notacell.parquet"]) == []
+    assert asked_cells(["results/tables/main.tex", "results/cells/sd/gs/notacell.parquet"]) == []
 
 
 def test_the_eval_rules_write_the_cell_path_the_plan_formats():
@@ -370,16 +395,23 @@ def test_the_eval_rules_write_the_cell_path_the_plan_formats():
 def test_each_stage_runs_the_code_its_command_imports():
     p = plan("ci")
     for stage, command in STAGE_COMMANDS.items():
-        assert p.code(stage) == f"results/code/{stage}.sha256" and p.code_files(stage) == code_files(command), stage
+        assert p.code.digest(stage) == f"results/code/{stage}.sha256" and p.code.files(stage) == code_files(command), (
+            stage
+        )
     for method in methods.BASELINES:  # eval-cell imports its declared factory by name: the plan declares it as code
         assert methods.get(method).factory == f"budgetdraft.decoding.baselines.{method}"
-        assert p.cell_code(method) == f"results/code/cell-{method}.sha256"
-        assert f"src/budgetdraft/decoding/baselines/{method}.py" in p.code_files(f"cell-{method}")
-        assert set(code_files("eval-cell")) < set(p.code_files(f"cell-{method}"))
+        assert p.code.cell_code(method) == f"results/code/cell-{method}.sha256"
+        assert f"src/budgetdraft/decoding/baselines/{method}.py" in p.code.files(f"cell-{method}")
+        assert set(code_files("eval-cell")) < set(p.code.files(f"cell-{method}"))
     for label in (names.AR, names.SD, names.BD, "sd@snapkv"):
-        assert p.cell_code(label) in ("results/code/cell-ar.sha256", "results/code/cell-sd.sha256")
-        assert p.code_files(p.cell_code(label).split("/")[-1][: -len(".sha256")]) == code_files("eval-cell")
-    inputs = p.cell_inputs(names.BD, "gs", "128", 1)
+        assert p.code.cell_code(p.labels.method[label]) in (
+            "results/code/cell-ar.sha256",
+            "results/code/cell-sd.sha256",
+        )
+        assert p.code.files(p.code.cell_code(p.labels.method[label]).split("/")[-1][: -len(".sha256")]) == code_files(
+            "eval-cell"
+        )
+    inputs = p.jobs.cell_inputs(names.BD, "gs", "128", 1)
     assert inputs == {
         "verifier": "results/models/verifier",
         "prompts": "results/data/prompts/gs/128.parquet",
@@ -387,16 +419,16 @@ def test_each_stage_runs_the_code_its_command_imports():
         "prefill": "results/prefill/gs/128.safetensors",
         "drafter": "results/drafters/r1/lambda0.5",
     }
-    assert "drafter" not in p.cell_inputs(names.AR, "gs", "128")
+    assert "drafter" not in p.jobs.cell_inputs(names.AR, "gs", "128")
 
 
 def test_a_file_written_from_the_plan_that_differs_from_it_is_named_and_removed(tmp_path, monkeypatch):
     """drop_stale_settings: a file whose JSON is the plan's stays (1 and 1.0 are one number), one that differs is
     named with its first difference and removed (a dry run removes nothing), and a missing one is no problem."""
-    from budgetdraft.pipeline.plan import drop_stale_settings
+    from budgetdraft.pipeline.setaside import drop_stale_settings
 
     monkeypatch.chdir(tmp_path)
-    planned = plan("ci").settings_files()
+    planned = plan("ci").settings.files()
     assert sorted(planned) == sorted(
         f"results/settings/{name}.json"
         for name in [*PAPER_TABLES, "variants", "fig_collapse", "fig_gamma", "fig_errorbar", "fig_policies", "claims"]

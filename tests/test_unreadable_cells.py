@@ -15,7 +15,7 @@ from conftest import copy_project, planned_jobs
 
 from budgetdraft.base.names import SHARED
 from budgetdraft.evaluation import cellfile
-from budgetdraft.pipeline.plan import Plan, set_aside_unreadable
+from budgetdraft.pipeline.setaside import asked_cells, set_aside_unreadable
 
 
 def test_the_step_moves_only_what_fails_and_says_so(tmp_path, monkeypatch):
@@ -94,7 +94,7 @@ def test_only_a_path_that_resolves_inside_results_cells_is_a_cell(tmp_path, monk
     open(outside, "wb").write(b"not a cell")
     dotted = f"results/cells/../../{outside}"
     inside = "results/cells/sd/../lambda0.5/r1/gs/128/B16_g5.parquet"
-    assert Plan.asked_cells([dotted, inside]) == ["results/cells/lambda0.5/r1/gs/128/B16_g5.parquet"]
+    assert asked_cells([dotted, inside]) == ["results/cells/lambda0.5/r1/gs/128/B16_g5.parquet"]
     assert set_aside_unreadable([dotted], dry_run=False) == [] and open(outside, "rb").read() == b"not a cell"
     cellfile.write_cell(rows("lambda0.5", "gs", "128", 16, 5, 1), "results/cells/lambda0.5/r1/gs/128/B16_g5.parquet")
     assert set_aside_unreadable([inside], dry_run=False) == []

@@ -102,7 +102,7 @@ def test_dry_run_plans_every_cell(dry_run, name, cells, files):
     counts = job_counts(out)
     assert counts.get("eval_cell", 0) + counts.get("eval_replicate_cell", 0) == files, counts
     assert counts.get("eval_cell", 0) == sum(not replicated(cfg, c[0]) for c in grid), counts  # shared cells once
-    assert outputs(out, "eval_cell") | outputs(out, "eval_replicate_cell") == set(Plan(checked(name)).all_cells())
+    assert outputs(out, "eval_cell") | outputs(out, "eval_replicate_cell") == set(Plan(checked(name)).cells.all_cells())
     reps = cfg["replicates"]
     assert counts["train"] == 4 * reps and counts["table"] == 7 and counts["figure"] == 3 and counts["claims"] == 1
     assert counts.get("train_base", 0) == ("base_drafter" in cfg) * reps  # the paper's llama-68m: untouched
@@ -414,7 +414,7 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers(dry_run, tmp_p
               "--configfile", "config/ci.yaml", "--config", extra, "warm_start=false")  # fmt: skip
     shown = {a: json.loads((work / f"results/settings/{a}.json").read_text()) for a in ("lambda", "variants")}
     plan = Plan(checked("ci", variants=EXTRA_VARIANTS))
-    assert shown == {a: json.loads(plan.artifact_settings(a)) for a in shown}  # what the plan says, as a file
+    assert shown == {a: json.loads(plan.settings.artifact_settings(a)) for a in shown}  # what the plan says, as a file
     assert shown["lambda"]["variants"]["lambda0.25"]["lambda_c"] == 0.25
     assert "budgets_mix" not in shown["lambda"]["variants"]
     assert shown["variants"]["variants"]["budgets_mix"] == {"lambda_c": 0.5, "budgets": [16, 32], "steps": 10}
@@ -440,8 +440,8 @@ def test_a_settings_file_edited_by_hand_is_named_and_written_again(workdir):
     plan by a run, so every table that reads it is built again, never from the edit."""
     plan = Plan(checked("ci"))
     forged = {
-        "lambda": json.loads(plan.artifact_settings("lambda")),
-        "claims": json.loads(plan.artifact_settings("claims")),
+        "lambda": json.loads(plan.settings.artifact_settings("lambda")),
+        "claims": json.loads(plan.settings.artifact_settings("claims")),
     }
     forged["lambda"]["datasets"]["lwm"] = "FORGED-NAME"
     forged["claims"]["variants"]["lambda1.0"]["lambda_c"] = 0.1
@@ -467,4 +467,4 @@ def test_a_settings_file_edited_by_hand_is_named_and_written_again(workdir):
         in out
     )
     for name in forged:
-        assert (workdir / f"results/settings/{name}.json").read_text() == plan.artifact_settings(name)
+        assert (workdir / f"results/settings/{name}.json").read_text() == plan.settings.artifact_settings(name)

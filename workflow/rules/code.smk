@@ -5,13 +5,13 @@ rule code:
     scheduling round.
     """
     input:
-        lambda wc: PLAN.code_files(wc.code),
+        lambda wc: PLAN.code.files(wc.code),
     output:
         "results/code/{code}.sha256",
     log:
         "logs/code/{code}.log",
     wildcard_constraints:
-        code="|".join(re.escape(c) for c in PLAN.code_sets),
+        code="|".join(re.escape(c) for c in PLAN.code.sets),
     localrule: True
     run:
         write_code_digest(input, output[0])

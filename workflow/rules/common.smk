@@ -1,8 +1,9 @@
 """The plan of the config, one step before any job is planned, and the input functions that wire the plan to the rules.
 
-The plan (budgetdraft.pipeline.plan.Plan, tested in process by tests/test_plan.py) owns the grid (which cells each
-artifact reads), the drafters, the hyper-parameters, the settings, the cells' flags and every stage's code; the rules
-read it as PLAN. No input function here moves or writes a file.
+The plan (budgetdraft.pipeline.plan.Plan, tested in process by tests/test_plan.py) is a front over its parts, which
+the rules read as PLAN.labels, PLAN.cells (which cells each artifact reads), PLAN.drafters (the training chain),
+PLAN.settings, PLAN.jobs (a cell's inputs and flags) and PLAN.code (each stage's code digest). No input function here
+moves or writes a file: the steps that do are budgetdraft.pipeline.setaside's, run once, below.
 """
 
 import functools
@@ -15,7 +16,8 @@ from pathlib import Path
 
 # src/ is on sys.path (Snakefile): the workflow runs the library it declares as code inputs.
 from budgetdraft.base import defaults, names, revisions
-from budgetdraft.pipeline.plan import Plan, drop_stale_settings, set_aside_unreadable
+from budgetdraft.pipeline.plan import Plan
+from budgetdraft.pipeline.setaside import asked_cells, drop_stale_settings, set_aside_unreadable
 
 PLAN = Plan(config)
 
@@ -30,7 +32,7 @@ if unpinned := revisions.unpinned(config):
 
 # ---------------------------------------------------------------- unreadable cells and stale settings, before any job
 # An existing cell file that cannot be used (cut short, damaged, not the cell its path names, unreadable, or a
-# directory or FIFO at a cell path: budgetdraft.pipeline.plan.set_aside_unreadable) is moved to FILE.unreadable (never
+# directory or FIFO at a cell path: budgetdraft.pipeline.setaside.set_aside_unreadable) is moved to FILE.unreadable (never
 # deleted), saying so, before Snakemake plans a job: its cell is then missing and is measured again. Only when a job
 # will measure it: Snakemake runs jobs through one method, workflow.execute, handed the executor it resolved from the
 # command line and every profile (--profile, $SNAKEMAKE_PROFILE, profiles/default); the step runs first in that call
@@ -38,11 +40,11 @@ if unpinned := revisions.unpinned(config):
 # move; a command that runs no job (--summary, -D, --report, --filegraph, --list-changes, --cleanup-metadata, --lint,
 # --unlock ...) never calls execute and moves nothing. A cluster job's own Snakemake checks nothing: the Snakemake that
 # submitted it did, and each job would pay the check again. Checked: every cell file a target can ask for
-# (PLAN.every_cell) and any cell file among the targets, resolved inside results/cells/ (PLAN.asked_cells). Its cost
+# (PLAN.cells.every_cell) and any cell file among the targets, resolved inside results/cells/ (asked_cells). Its cost
 # (pyarrow reads each file, its digest is recomputed), measured with config/config.yaml's 893 cell files present (677
 # of `all`, 216 of `policies`): 3.8-8.3 s, 5 s of CPU, on the shared 2-core CPU at load 3.5-5; none present: 13 ms.
 # In the same step, a settings file or the run record that is not what the plan writes there (edited by hand, or
-# written from another config: budgetdraft.pipeline.plan.drop_stale_settings) is removed, naming its first difference,
+# written from another config: budgetdraft.pipeline.setaside.drop_stale_settings) is removed, naming its first difference,
 # so the job that makes it writes it again and every job that reads it runs again: a hand edit is never published.
 
 
@@ -66,7 +68,7 @@ def planned_files():
     """{path: JSON} of the files written from the plan alone (their jobs have no input, only params, which rerun them),
     which the step compares: every artifact's settings and the report's run record (run_record_json).
     """
-    return {**PLAN.settings_files(), RUN_RECORD: run_record_json()}
+    return {**PLAN.settings.files(), RUN_RECORD: run_record_json()}
 
 
 def files_checked_first(execute):
@@ -84,7 +86,7 @@ def files_checked_first(execute):
                 executor.common_settings.dryrun_exec
                 or executor.common_settings.touch_exec
             )
-            asked = PLAN.every_cell() + PLAN.asked_cells(workflow.dag_settings.targets)
+            asked = PLAN.cells.every_cell() + asked_cells(workflow.dag_settings.targets)
             lines = set_aside_unreadable(asked, dry_run=no_job)
             lines += drop_stale_settings(planned_files(), dry_run=no_job)
             for line in lines:
@@ -107,7 +109,7 @@ def cell_replicate(wildcards):
 
 def cell_inputs(wildcards):
     """The verifier, the prompts, the code, the shared prefill (`share_verifier_prefill`) and the drafter (not AR)."""
-    return PLAN.cell_inputs(
+    return PLAN.jobs.cell_inputs(
         wildcards.label, wildcards.dataset, wildcards.context, cell_replicate(wildcards)
     )
 
@@ -123,26 +125,26 @@ def cell_prefill_flag(wildcards, input):
 
 
 def artifact_drafter_dirs(wildcards):
-    """The model directories whose sizes a table counts (PLAN.artifact_drafters), as the table rule's inputs."""
-    drafters = PLAN.artifact_drafters(wildcards.artifact)
+    """The model directories whose sizes a table counts (PLAN.drafters.artifact_drafters), as the table rule's inputs."""
+    drafters = PLAN.drafters.artifact_drafters(wildcards.artifact)
     return sorted({d for dirs in drafters.values() for d in dirs})
 
 
 def drafters_flag(wildcards):
     """`--drafters JSON` for a table that counts drafter sizes, nothing for the others."""
-    drafters = PLAN.artifact_drafters(wildcards.artifact)
+    drafters = PLAN.drafters.artifact_drafters(wildcards.artifact)
     return f"--drafters {shlex.quote(json.dumps(drafters))}" if drafters else ""
 
 
 def model_revision_flag(wildcards):
     """`--revision SHA` of the hub model an exported role reads, when `revisions:` pins it."""
     spec = config["verifier" if wildcards.role == "verifier" else "drafter"]
-    return PLAN.revision_flag(revisions.hub_model(spec))
+    return PLAN.jobs.revision_flag(revisions.hub_model(spec))
 
 
 def data_revision_flag(source):
     """`--revision SHA` of the hub dataset behind a data source, when `revisions:` pins it."""
-    return PLAN.revision_flag(revisions.HUB_DATASETS.get(source))
+    return PLAN.jobs.revision_flag(revisions.HUB_DATASETS.get(source))
 
 
 def write_code_digest(paths, out):

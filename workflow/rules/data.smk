@@ -2,7 +2,7 @@ rule prepare_prompts:
     """Prompts of exactly the context's length for one dataset (the same documents at every context)."""
     input:
         verifier="results/models/verifier",
-        code=PLAN.code("data"),
+        code=PLAN.code.digest("data"),
     output:
         "results/data/prompts/{dataset}/{context}.parquet",
     log:
@@ -14,7 +14,7 @@ rule prepare_prompts:
         source=lambda wc: config["datasets"][wc.dataset]["source"],
         length=lambda wc: config["contexts"][wc.context],
         select=" ".join(str(n) for n in config["contexts"].values()),
-        samples=lambda wc: PLAN.samples(wc.dataset),
+        samples=lambda wc: PLAN.settings.samples(wc.dataset),
         seed=config["seed"],
         revision=lambda wc: data_revision_flag(config["datasets"][wc.dataset]["source"]),
     shell:
@@ -34,23 +34,23 @@ rule prepare_train:
             dataset=PLAN.datasets,
             context=PLAN.contexts,
         ),
-        code=PLAN.code("data"),
+        code=PLAN.code.digest("data"),
     output:
         "results/data/train/{stage}.parquet",
     log:
         "logs/data/train/{stage}.log",
     wildcard_constraints:
-        stage="|".join(PLAN.training_stages),
+        stage="|".join(PLAN.drafters.training_stages),
     priority: 50  # the training chain is the critical path: before any grid cell
     conda:
         "../../envs/budgetdraft.yaml"
     params:
-        source=lambda wc: PLAN.training_data(wc.stage)["source"],
-        length=lambda wc: PLAN.training_data(wc.stage)["prefix_len"]
-        + PLAN.training_data(wc.stage)["cont_len"],
-        sequences=lambda wc: PLAN.training_data(wc.stage)["sequences"],
+        source=lambda wc: PLAN.drafters.training_data(wc.stage)["source"],
+        length=lambda wc: PLAN.drafters.training_data(wc.stage)["prefix_len"]
+        + PLAN.drafters.training_data(wc.stage)["cont_len"],
+        sequences=lambda wc: PLAN.drafters.training_data(wc.stage)["sequences"],
         seed=config["seed"],
-        revision=lambda wc: data_revision_flag(PLAN.training_data(wc.stage)["source"]),
+        revision=lambda wc: data_revision_flag(PLAN.drafters.training_data(wc.stage)["source"]),
     shell:
         "python -m budgetdraft prepare train --source {params.source} --length {params.length}"
         " --sequences {params.sequences} --seed {params.seed} --tokenizer {input.verifier}"

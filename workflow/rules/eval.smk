@@ -5,7 +5,7 @@ rule verifier_prefill:
     input:
         verifier="results/models/verifier",
         prompts="results/data/prompts/{dataset}/{context}.parquet",
-        code=PLAN.code("prefill"),
+        code=PLAN.code.digest("prefill"),
     output:
         "results/prefill/{dataset}/{context}.safetensors",
     log:
@@ -16,7 +16,7 @@ rule verifier_prefill:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
     resources:
-        gpu=PLAN.gpu_slots(config["device"]),
+        gpu=PLAN.jobs.gpu_slots(config["device"]),
     params:
         device=config["device"],
         dtype=config["verifier_dtype"],
@@ -41,19 +41,19 @@ rule eval_cell:
     benchmark:
         "benchmarks/cells/{label}/{dataset}/{context}/B{budget}_g{gamma}.tsv"
     wildcard_constraints:
-        **PLAN.cell_wildcards(replicated=False),
+        **PLAN.cells.cell_wildcards(replicated=False),
     conda:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
     resources:
-        gpu=PLAN.gpu_slots(config["device"]),
+        gpu=PLAN.jobs.gpu_slots(config["device"]),
     params:
-        method=lambda wc: PLAN.method[wc.label],
+        method=lambda wc: PLAN.labels.method[wc.label],
         drafter=cell_drafter_flag,
-        extra=lambda wc: PLAN.extra_flag(wc.label),
+        extra=lambda wc: PLAN.jobs.extra_flag(wc.label),
         prefill=cell_prefill_flag,
-        sampling=PLAN.sampling_flags(),
-        policy=lambda wc: PLAN.policy_of(wc.label),
+        sampling=PLAN.jobs.sampling_flags(),
+        policy=lambda wc: PLAN.labels.policy_of(wc.label),
         chunk_size=config["chunk_size"],
         score_window=config["score_window"],
         max_new_tokens=config["max_new_tokens"],
@@ -62,7 +62,7 @@ rule eval_cell:
         warmup_prompt_tokens=config["warmup_prompt_tokens"],
         repeats=config["repeats"],
         device=config["device"],
-        engine=lambda wc: PLAN.engine_of(wc.label),
+        engine=lambda wc: PLAN.labels.engine_of(wc.label),
         verifier_dtype=config["verifier_dtype"],
         drafter_dtype=config["drafter_dtype"],
         replicate=lambda wc: (
@@ -91,7 +91,7 @@ use rule eval_cell as eval_replicate_cell with:
     benchmark:
         "benchmarks/cells/{label}/r{replicate}/{dataset}/{context}/B{budget}_g{gamma}.tsv"
     wildcard_constraints:
-        **PLAN.cell_wildcards(replicated=True),
+        **PLAN.cells.cell_wildcards(replicated=True),
 
 
 rule profile_targets:
@@ -106,7 +106,7 @@ rule profile_targets:
             dataset=PLAN.datasets,
             context=PLAN.longest_context,
         ),
-        code=PLAN.code("profile"),
+        code=PLAN.code.digest("profile"),
     output:
         "results/profile/verifier.parquet",
     log:
@@ -117,7 +117,7 @@ rule profile_targets:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
     resources:
-        gpu=PLAN.gpu_slots(config["device"]),
+        gpu=PLAN.jobs.gpu_slots(config["device"]),
     params:
         datasets=" ".join(PLAN.datasets),
         device=config["device"],
@@ -140,8 +140,8 @@ rule profile:
             dataset=PLAN.datasets,
             context=PLAN.longest_context,
         ),
-        drafters=lambda wc: list(PLAN.profiled(wc.replicate).values()),
-        code=PLAN.code("profile"),
+        drafters=lambda wc: list(PLAN.drafters.profiled(wc.replicate).values()),
+        code=PLAN.code.digest("profile"),
     output:
         "results/profile/r{replicate}.parquet",
     log:
@@ -154,11 +154,11 @@ rule profile:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
     resources:
-        gpu=PLAN.gpu_slots(config["device"]),
+        gpu=PLAN.jobs.gpu_slots(config["device"]),
     params:
         drafters=lambda wc: " ".join(
             f"--drafter {shlex.quote(f'{label}={path}')}"
-            for label, path in PLAN.profiled(wc.replicate).items()
+            for label, path in PLAN.drafters.profiled(wc.replicate).items()
         ),
         datasets=" ".join(PLAN.datasets),
         device=config["device"],

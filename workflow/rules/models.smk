@@ -2,7 +2,7 @@ rule export_model:
     """Materialise the verifier / the untrained drafter once as plain Hugging Face directories, in the dtype each is
     used in (`export_dtype`)."""
     input:
-        code=PLAN.code("models"),
+        code=PLAN.code.digest("models"),
     output:
         directory("results/models/{role}"),
     log:
@@ -17,7 +17,7 @@ rule export_model:
         spec=lambda wc: (
             config["verifier"] if wc.role == "verifier" else config["drafter"]
         ),
-        dtype=lambda wc: PLAN.export_dtype(wc.role),
+        dtype=lambda wc: PLAN.drafters.export_dtype(wc.role),
         revision=model_revision_flag,
     shell:
         "python -m budgetdraft export-model --spec {params.spec:q} --dtype {params.dtype} {params.revision}"

@@ -12,7 +12,7 @@ REPORT_PAGES = [
 # from each artifact's declaration (budgetdraft.report.artifacts)
 REPORT_LABELS = {
     a.stem or key: {"artifact": a.stem or key, "paper": a.paper}
-    for key, a in PLAN.artifacts.items()
+    for key, a in PLAN.cells.artifacts.items()
 }
 REPORT_LABELS["claims"] = {"artifact": "claims", "paper": "findings F1-F8"}
 # {stage: the benchmark files of the jobs `all` runs}, from each rule's own `benchmark:` pattern; read by the
@@ -21,17 +21,17 @@ STAGE_BENCHMARKS = {
     "export_model": lambda: expand(
         rules.export_model.benchmark, role=["verifier", "drafter_untrained"]
     ),
-    "targets": lambda: expand(rules.targets.benchmark, stage=PLAN.training_stages),
+    "targets": lambda: expand(rules.targets.benchmark, stage=PLAN.drafters.training_stages),
     "train_base": lambda: (
         expand(rules.train_base.benchmark, replicate=PLAN.replicates)
         if PLAN.base
         else []
     ),
     "train": lambda: expand(
-        rules.train.benchmark, replicate=PLAN.replicates, variant=PLAN.variants
+        rules.train.benchmark, replicate=PLAN.replicates, variant=PLAN.labels.variants
     ),
     "train_eagle3": lambda: (
-        [str(rules.train_eagle3.benchmark)] if names.EAGLE3 in PLAN.baselines else []
+        [str(rules.train_eagle3.benchmark)] if names.EAGLE3 in PLAN.labels.baselines else []
     ),
     "verifier_prefill": lambda: (
         expand(
@@ -44,7 +44,7 @@ STAGE_BENCHMARKS = {
     ),
     "eval (cells)": lambda: [
         str(r.benchmark.apply_wildcards(r.get_wildcards(path)))
-        for path in PLAN.all_cells()
+        for path in PLAN.cells.all_cells()
         for r in (rules.eval_replicate_cell.rule, rules.eval_cell.rule)
         if r.is_producer(path)
     ],
@@ -61,10 +61,10 @@ rule settings:
     log:
         "logs/settings/{name}.log",
     wildcard_constraints:
-        name="|".join([*PLAN.all_tables, *PLAN.all_figures.values(), "claims"]),
+        name="|".join([*PLAN.cells.all_tables, *PLAN.cells.all_figures.values(), "claims"]),
     localrule: True
     params:
-        settings=lambda wc: PLAN.artifact_settings(wc.name),
+        settings=lambda wc: PLAN.settings.artifact_settings(wc.name),
     run:
         Path(output[0]).write_text(params.settings, encoding="utf-8")
 
@@ -72,10 +72,10 @@ rule settings:
 rule table:
     """One LaTeX table of the paper from its cells (formatting changes rerun only this rule, never the grid)."""
     input:
-        cells=lambda wc: PLAN.artifact_cells(wc.artifact),
+        cells=lambda wc: PLAN.cells.artifact_cells(wc.artifact),
         settings="results/settings/{artifact}.json",
         drafters=artifact_drafter_dirs,
-        code=PLAN.code("paper"),
+        code=PLAN.code.digest("paper"),
         render=RENDER,
     output:
         tex=report(
@@ -102,7 +102,7 @@ rule table:
     log:
         "logs/tables/{artifact}.log",
     wildcard_constraints:
-        artifact="|".join(PLAN.all_tables),
+        artifact="|".join(PLAN.cells.all_tables),
     conda:
         "../../envs/budgetdraft.yaml"
     params:
@@ -119,9 +119,9 @@ rule figure:
     """One figure (.pdf for LaTeX, .png next to it), captioned in the Snakemake report: the paper's, and the
     extra ones of their own targets (`policies`)."""
     input:
-        cells=lambda wc: PLAN.artifact_cells(PLAN.all_figures[wc.figure]),
-        settings=lambda wc: f"results/settings/{PLAN.all_figures[wc.figure]}.json",
-        code=PLAN.code("paper"),
+        cells=lambda wc: PLAN.cells.artifact_cells(PLAN.cells.all_figures[wc.figure]),
+        settings=lambda wc: f"results/settings/{PLAN.cells.all_figures[wc.figure]}.json",
+        code=PLAN.code.digest("paper"),
         render=RENDER,
     output:
         pdf="results/figures/{figure}.pdf",
@@ -141,11 +141,11 @@ rule figure:
     log:
         "logs/figures/{figure}.log",
     wildcard_constraints:
-        figure="|".join(PLAN.all_figures),
+        figure="|".join(PLAN.cells.all_figures),
     conda:
         "../../envs/budgetdraft.yaml"
     params:
-        artifact=lambda wc: PLAN.all_figures[wc.figure],
+        artifact=lambda wc: PLAN.cells.all_figures[wc.figure],
         name=lambda wc: f"{REPORT_LABELS[wc.figure]['paper']} ({wc.figure})",
     shell:
         "python -m budgetdraft paper --artifact {params.artifact} --out {output.pdf}"
@@ -157,10 +157,10 @@ rule claims:
     """Which findings of the paper hold in this run: this run's figure, a 95 % bootstrap interval over prompts and
     a verdict per finding (results/claims.md and .json), from every cell of the grid."""
     input:
-        cells=PLAN.all_cells(),
-        profile=PLAN.profile_files(),
+        cells=PLAN.cells.all_cells(),
+        profile=PLAN.cells.profile_files(),
         settings="results/settings/claims.json",
-        code=PLAN.code("claims"),
+        code=PLAN.code.digest("claims"),
         render=RENDER,
     output:
         md="results/claims.md",
@@ -200,11 +200,11 @@ rule paper_diff:
     for a rerun (±2 pp, ±0.05×) or not, or at another scale only a counterpart; and the authors' sanity checks.
     """
     input:
-        tables=PLAN.artifact_files([a for a in PLAN.in_all if a in PLAN.all_tables]),
+        tables=PLAN.cells.artifact_files([a for a in PLAN.cells.in_all if a in PLAN.cells.all_tables]),
         settings="results/settings/claims.json",
-        cells=PLAN.paper_diff_cells(),
-        drafters=PLAN.trained_drafters(),
-        code=PLAN.code("paper_diff"),
+        cells=PLAN.cells.paper_diff_cells(),
+        drafters=PLAN.drafters.trained_drafters(),
+        code=PLAN.code.digest("paper_diff"),
     output:
         md="results/paper_diff.md",
         csv="results/paper_diff.csv",
@@ -225,7 +225,7 @@ rule run_record:
     as a file rule run_summary reads: its params would be embedded in the report's <script> (see rule settings).
     """
     input:
-        cells=PLAN.all_cells(),
+        cells=PLAN.cells.all_cells(),
     output:
         "results/report/run.json",
     log:

@@ -5,7 +5,7 @@ rule targets:
     input:
         verifier="results/models/verifier",
         sequences="results/data/train/{stage}.parquet",
-        code=PLAN.code("targets"),
+        code=PLAN.code.digest("targets"),
     output:
         "results/targets/{stage}.safetensors",
     log:
@@ -13,17 +13,17 @@ rule targets:
     benchmark:
         "benchmarks/targets/{stage}.tsv"
     wildcard_constraints:
-        stage="|".join(PLAN.training_stages),
+        stage="|".join(PLAN.drafters.training_stages),
     priority: 50  # the training chain is the critical path: before any grid cell
     conda:
         "../../envs/budgetdraft.yaml"
     threads: config["training"].get("threads", config["threads"])
     resources:
-        gpu=PLAN.gpu_slots(PLAN.training_device),
+        gpu=PLAN.jobs.gpu_slots(PLAN.drafters.training_device),
     params:
-        prefix_len=lambda wc: PLAN.training_data(wc.stage)["prefix_len"],
-        cont_len=lambda wc: PLAN.training_data(wc.stage)["cont_len"],
-        device=PLAN.training_device,
+        prefix_len=lambda wc: PLAN.drafters.training_data(wc.stage)["prefix_len"],
+        cont_len=lambda wc: PLAN.drafters.training_data(wc.stage)["cont_len"],
+        device=PLAN.drafters.training_device,
         dtype=config["verifier_dtype"],
         teacher=lambda wc: PLAN.base["teacher"] if wc.stage == "base" else "verifier",
     shell:

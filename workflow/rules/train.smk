@@ -10,7 +10,7 @@ if PLAN.base:
         input:
             init="results/models/drafter_untrained",
             targets="results/targets/base.safetensors",
-            code=PLAN.code("train"),
+            code=PLAN.code.digest("train"),
         output:
             directory("results/models/drafter_base/r{replicate}"),
         log:
@@ -24,9 +24,9 @@ if PLAN.base:
             "../../envs/budgetdraft.yaml"
         threads: config["training"].get("threads", config["threads"])
         resources:
-            gpu=PLAN.gpu_slots(PLAN.training_device),
+            gpu=PLAN.jobs.gpu_slots(PLAN.drafters.training_device),
         params:
-            hparams=lambda wc: PLAN.base_hparams(wc.replicate),
+            hparams=lambda wc: PLAN.drafters.base_hparams(wc.replicate),
         shell:
             "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {output}"
             " --hparams {params.hparams:q} --variant drafter_base --replicate {wildcards.replicate} > {log} 2>&1"
@@ -41,9 +41,9 @@ rule train:
     or interrupted job keeps its checkpoints, and re-running resumes.
     """
     input:
-        init=lambda wc: PLAN.base_drafter_dir(wc.replicate),
+        init=lambda wc: PLAN.drafters.base_drafter_dir(wc.replicate),
         targets="results/targets/budgetdraft.safetensors",
-        code=PLAN.code("train"),
+        code=PLAN.code.digest("train"),
     output:
         directory("results/drafters/r{replicate}/{variant}"),
     log:
@@ -51,16 +51,16 @@ rule train:
     benchmark:
         "benchmarks/drafters/r{replicate}/{variant}.tsv"
     wildcard_constraints:
-        variant="|".join(re.escape(v) for v in PLAN.trained) or "(?!)",  # no variant trained here: none
+        variant="|".join(re.escape(v) for v in PLAN.labels.trained) or "(?!)",  # no variant trained here: none
         replicate=r"\d+",
     priority: 50  # the training chain is the critical path: before any grid cell
     conda:
         "../../envs/budgetdraft.yaml"
     threads: config["training"].get("threads", config["threads"])
     resources:
-        gpu=PLAN.gpu_slots(PLAN.training_device),
+        gpu=PLAN.jobs.gpu_slots(PLAN.drafters.training_device),
     params:
-        hparams=lambda wc: PLAN.variant_hparams(wc.variant, wc.replicate),
+        hparams=lambda wc: PLAN.drafters.variant_hparams(wc.variant, wc.replicate),
     shell:
         "python -m budgetdraft train --init {input.init} --targets {input.targets} --out {output}"
         " --hparams {params.hparams:q} --variant {wildcards.variant} --replicate {wildcards.replicate} > {log} 2>&1"
@@ -71,7 +71,7 @@ rule train_eagle3:
     input:
         verifier="results/models/verifier",
         targets="results/targets/budgetdraft.safetensors",
-        code=PLAN.code("eagle3"),
+        code=PLAN.code.digest("eagle3"),
     output:
         directory("results/drafters/eagle3"),
     log:
@@ -82,9 +82,9 @@ rule train_eagle3:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
     resources:
-        gpu=PLAN.gpu_slots(PLAN.eagle3_training["device"]),
+        gpu=PLAN.jobs.gpu_slots(PLAN.drafters.eagle3_training["device"]),
     params:
-        hparams=PLAN.eagle3_hparams(),
+        hparams=PLAN.drafters.eagle3_hparams(),
     shell:
         "python -m budgetdraft train-eagle3 --verifier {input.verifier} --targets {input.targets}"
         " --out {output} --hparams {params.hparams:q} > {log} 2>&1"
@@ -96,8 +96,8 @@ rule interpolate:
     context (`export-model --cover`), no training: how much of what BudgetDraft recovers interpolation alone does.
     """
     input:
-        base=lambda wc: PLAN.base_drafter_dir(wc.get("replicate")),
-        code=PLAN.code("models"),
+        base=lambda wc: PLAN.drafters.base_drafter_dir(wc.get("replicate")),
+        code=PLAN.code.digest("models"),
     output:
         directory("results/drafters/r{replicate}/pi"),
     log:
@@ -109,8 +109,8 @@ rule interpolate:
     conda:
         "../../envs/budgetdraft.yaml"
     params:
-        cover=PLAN.longest_tokens(),
-        dtype=PLAN.export_dtype("drafter"),
+        cover=PLAN.drafters.longest_tokens(),
+        dtype=PLAN.drafters.export_dtype("drafter"),
     shell:
         "python -m budgetdraft export-model --spec {input.base} --cover {params.cover} --dtype {params.dtype}"
         " --out {output} > {log} 2>&1"
@@ -132,7 +132,7 @@ rule export_given:
     """
     input:
         verifier="results/models/verifier",
-        code=PLAN.code("models"),
+        code=PLAN.code.digest("models"),
     output:
         directory("results/drafters/given/{variant}"),
     log:
@@ -140,12 +140,12 @@ rule export_given:
     benchmark:
         "benchmarks/drafters/given/{variant}.tsv"
     wildcard_constraints:
-        variant="|".join(re.escape(v) for v in PLAN.given) or "(?!)",
+        variant="|".join(re.escape(v) for v in PLAN.labels.given) or "(?!)",
     conda:
         "../../envs/budgetdraft.yaml"
     params:
-        flags=lambda wc: PLAN.export_given_flags(wc.variant),
-        dtype=PLAN.export_dtype("drafter"),
+        flags=lambda wc: PLAN.drafters.export_given_flags(wc.variant),
+        dtype=PLAN.drafters.export_dtype("drafter"),
     shell:
         "python -m budgetdraft export-model {params.flags} --dtype {params.dtype} --verifier {input.verifier}"
         " --out {output} > {log} 2>&1"

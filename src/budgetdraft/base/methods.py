@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Where a method's drafter comes from (what `Plan.drafter_dir` resolves):
+# Where a method's drafter comes from (what `TrainingChain.drafter_dir` resolves):
 NONE = "none"  # no drafter (AR)
 BASE = "base"  # the base drafter: the trained base drafter of each replicate, or the exported drafter untouched
 INTERPOLATED = "interpolated"  # the base drafter, its positions interpolated to cover the longest context (no training)

@@ -751,7 +751,7 @@ def check_sizes(config: dict) -> None:
 
 
 def check_seeds(config: dict) -> None:
-    """Replicate r trains with seed + r (``Plan.seeded``): the last replicate's seed stays a seed (at most 2^32 - 1;
+    """Replicate r trains with seed + r (``TrainingChain.seeded``): the last replicate's seed stays a seed (at most 2^32 - 1;
     2^32 - 1 with replicates: 2 trained with 2^32)."""
     last = config["replicates"] - 1
     seeds = [("training.seed", config["training"].get("seed", TrainingHparams.seed))]
@@ -834,7 +834,7 @@ def check_plan_size(config: dict) -> None:
     from budgetdraft.pipeline.plan import Plan
 
     replicates = config["replicates"]
-    one = [path_key(cell) for cell in Plan({**config, "replicates": 1}).every_cell()]
+    one = [path_key(cell) for cell in Plan({**config, "replicates": 1}).cells.every_cell()]
     per_replicate = sum(key["replicate"] != names.SHARED for key in one)
     shared = len(one) - per_replicate
     cells = shared + per_replicate * replicates

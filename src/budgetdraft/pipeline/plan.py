@@ -1,33 +1,34 @@
-"""The workflow's plan of a config: which cells each artifact reads, where each drafter lives, what each job is handed
-(hyper-parameters, settings, flags) and which code it runs. Plain Python over the config dict as the Snakefile has
-it after `budgetdraft.pipeline.configcheck.check_config` (the schema's defaults filled in): no Snakemake, no file
-written, so tests/test_plan.py checks the grid in process and workflow/rules/ only wires it (`PLAN = Plan(config)`).
+"""The workflow's plan of a config: a thin front (`Plan`) over parts that each do one job, plain Python over the config
+dict as the Snakefile has it after `budgetdraft.pipeline.configcheck.check_config` (the schema's defaults filled in):
+no Snakemake, no file written, so tests/test_plan.py checks it in process and workflow/rules/ only wires it
+(`PLAN = Plan(config)`, then `PLAN.cells.all_cells()`, `PLAN.drafters.drafter_dir(...)`, ...).
 
-One side effect stays explicit and apart from the plan: `set_aside_unreadable` moves a cell file that cannot be used
-aside (FILE.unreadable, never deleted) so that its cell is measured again; the workflow calls it once, when Snakemake
-is about to run jobs and before it plans them, over the cell files the plan can ask for (`Plan.every_cell`) and those
-named on the command line (`Plan.asked_cells`), and prints what it did.
+- `Labels`: which methods and variants this config measures, and what each cell label decodes with;
+- `CellGrid`: which cell files each table, figure, control and target reads;
+- `TrainingChain`: where each drafter lives and what its training job is handed;
+- `SettingsFiles`: what each artifact (and the claims) lays out where, the files rule settings writes;
+- `CellJobs`: a cell's inputs and flags, and the flags other jobs share;
+- `CodeInputs`: the digest of the modules each stage runs, its jobs' code input.
+
+The steps that change files before any job runs (a damaged cell set aside, a stale settings file removed) are not the
+plan's: `budgetdraft.pipeline.setaside`.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import stat
 from functools import cached_property
-from pathlib import Path
 
 from budgetdraft.base import defaults, methods, names, revisions
 from budgetdraft.base.importgraph import code_files
-from budgetdraft.base.jsonio import first_difference
 from budgetdraft.evaluation import cellfile
 from budgetdraft.report import artifacts, paper
 from budgetdraft.report.settings import PaperSettings, Variant
 from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
 
-# stage -> the `budgetdraft` command its rule runs (the stage's code inputs: `Plan.code`)
+# stage -> the `budgetdraft` command its rule runs (the stage's code input: `CodeInputs.code`)
 STAGE_COMMANDS = {
     "models": "export-model",
     "data": "prepare",
@@ -41,18 +42,40 @@ STAGE_COMMANDS = {
     "paper_diff": "paper-diff",
 }
 VERIFIER = "results/models/verifier"
-SETTINGS_FILE = "results/settings/{name}.json"
-CODE_DIGEST = "results/code/{code}.sha256"  # rule code's output: the sha256 of the modules a stage runs  # rule settings' output: what `paper` and `claims` lay out where
+SETTINGS_FILE = "results/settings/{name}.json"  # rule settings' output: what `paper` and `claims` lay out where
+CODE_DIGEST = "results/code/{code}.sha256"  # rule code's output: the sha256 of the modules a stage runs
 
 
 class Plan:
-    """The grid and the jobs' arguments of one config (``config``: checked, its defaults filled in)."""
+    """The plan of one config (``config``: checked, its defaults filled in): its shape, and its parts."""
 
     def __init__(self, config: dict):
         self.config = config
         self.datasets = list(config["datasets"])
         self.contexts = list(config["contexts"])
         self.budgets = list(config["budgets"])
+        # Training replicates: the chain base drafter -> variants runs once per replicate r (training seed + r).
+        self.replicates = list(range(config["replicates"]))
+        # the base drafter's training (only when config `base_drafter` trains one), else None
+        self.base = config.get("base_drafter")
+        # A method that does not use the drafter budget B (TriForce, EAGLE-3) has one cell at the largest B.
+        self.baseline_budget = max(self.budgets)
+        # the longest prompt: where PI's interpolated drafter must reach, and where the positional profile is taken
+        self.longest_context = max(self.contexts, key=lambda c: config["contexts"][c])
+        self.labels = Labels(self)
+        self.drafters = TrainingChain(self)
+        self.cells = CellGrid(self)
+        self.code = CodeInputs()
+        self.jobs = CellJobs(self)
+        self.settings = SettingsFiles(self)
+
+
+class Labels:
+    """Which methods and variants a config measures, and what each cell label decodes with."""
+
+    def __init__(self, plan: Plan):
+        config = plan.config
+        self.base = plan.base
         # Variants = cell labels: trained here (once per replicate) or given as a checkpoint (`checkpoint`: exported
         # once, one external draw); a given variant whose checkpoint is empty is left out, its rows "not run".
         given = {v: o for v, o in config["variants"].items() if "checkpoint" in o}
@@ -68,29 +91,17 @@ class Plan:
         )
         self.baselines = [label for label, m in self.methods.items() if m.enabled_by == "baselines"]
         self.controls = [label for label, m in self.methods.items() if m.enabled_by == "controls"]
-        # the base drafter's training (only when config `base_drafter` trains one), else None
-        self.base = config.get("base_drafter")
-        # Training replicates: the chain base drafter -> variants runs once per replicate r (training seed + r).
-        self.replicates = list(range(config["replicates"]))
-        # Training stages, each with its own sequences and teacher targets: the base drafter (short full-cache
-        # windows) and BudgetDraft's variants (long prefix + supervised continuation).
-        self.training_stages = (["base"] if self.base else []) + ["budgetdraft"]
-        # A method that does not use the drafter budget B (TriForce, EAGLE-3) has one cell at the largest B.
-        self.baseline_budget = max(self.budgets)
-        # the longest prompt: where PI's interpolated drafter must reach, and where the positional profile is taken
-        self.longest_context = max(self.contexts, key=lambda c: config["contexts"][c])
-        self._labels(config)
-        self._artifacts(config)
-        # The device each kind of job runs on: model jobs on `device`; the training chain (targets, train_base,
-        # train) on `training.device`, else `device`; EAGLE-3's head on `baselines.eagle3.training.device`.
-        self.training_device = config["training"].get("device", config["device"])
-        self.eagle3_training = {
-            "device": config["device"],
-            **config["baselines"].get(names.EAGLE3, {}).get("training", {}),
-        }
-        Eagle3Hparams.from_json(self.eagle3_training)  # the contract of train-eagle3 --hparams, at plan time
+        # Variants beyond the paper's four are trained and evaluated like them, at γ_fixed over every dataset x
+        # context x budget (as lambda1.0): a λ variant (its training differs from BudgetDraft's in lambda_c alone,
+        # names.lambda_variants) joins the λ table, in order of λ; any other the `variants` table, which `all`
+        # builds only when there is one. Each of the two tables is handed the variants it shows (artifact_settings).
+        self.lambda_variants = names.lambda_variants(
+            {v: {**config["training"], **o} for v, o in config["variants"].items()}
+        )
+        self.other_variants = [v for v in names.extra_variants(self.variants) if v not in self.lambda_variants]
+        self._companions(config, plan.datasets)
 
-    def _labels(self, config: dict) -> None:
+    def _companions(self, config: dict, datasets: list) -> None:
         """The cell labels and their eval-cell --method (`method`): methods, variants and their companions."""
         self.method = {label: m.decodes for label, m in methods.REGISTRY.items()}
         self.method.update({variant: methods.SD for variant in self.variants})
@@ -99,7 +110,7 @@ class Plan:
         # config's `policy` has its own cell labels (LABEL@POLICY, budgetdraft.base.names.policy_label).
         self.policies = {
             "names": list(defaults.COMPARED_POLICIES),
-            "dataset": self.datasets[0],
+            "dataset": datasets[0],
             "gamma": defaults.GAMMA,
             **config.get("policies", {}),
         }
@@ -117,26 +128,6 @@ class Plan:
         )
         self.method.update({label: self.method[self.drafter_label(label)] for label in self.engine_labels})
 
-    def _artifacts(self, config: dict) -> None:
-        """The tables and figures, and the variants each of the λ and `variants` tables shows."""
-        # Variants beyond the paper's four are trained and evaluated like them, at γ_fixed over every dataset x
-        # context x budget (as lambda1.0): a λ variant (its training differs from BudgetDraft's in lambda_c alone,
-        # names.lambda_variants) joins the λ table, in order of λ; any other the `variants` table, which `all`
-        # builds only when there is one. Each of the two tables is handed the variants it shows (artifact_settings).
-        self.lambda_variants = names.lambda_variants(
-            {v: {**config["training"], **o} for v, o in config["variants"].items()}
-        )
-        self.other_variants = [v for v in names.extra_variants(self.variants) if v not in self.lambda_variants]
-        # the declared tables and figures (budgetdraft.report.artifacts), and those `all` builds for this config
-        self.artifacts = paper.ARTIFACTS
-        wanted = {artifacts.ALWAYS: True, artifacts.NEVER: False, artifacts.OTHER_VARIANTS: bool(self.other_variants)}
-        self.in_all = [key for key, a in self.artifacts.items() if wanted[a.in_all]]
-        self.all_tables = [key for key, a in self.artifacts.items() if a.kind == "table"]  # what rule `table` builds
-        self.all_figures = {a.stem: key for key, a in self.artifacts.items() if a.kind == "figure"}  # stem -> key
-        self.figures_in_all = [key for key in self.in_all if self.artifacts[key].kind == "figure"]
-
-    # ------------------------------------------------------------------------------------------------ labels
-
     def drafter_label(self, label: str) -> str:
         """The drafter a cell label decodes with: LABEL@POLICY and LABEL+ENGINE are LABEL's."""
         return names.split_policy_label(names.split_engine_label(label, self.engine)[0], self.policy)[0]
@@ -149,144 +140,41 @@ class Plan:
         """The sparse policy a cell label decodes with: its own (LABEL@POLICY), else the config's."""
         return names.split_policy_label(label, self.policy)[1]
 
-    def replicated(self, label: str) -> bool:
-        """Whether a cell label's drafter is trained once per replicate: every variant, and SD and TriForce when they
-        decode with the trained base drafter. AR, EAGLE-3 (one run) and, without `base_drafter`, SD and TriForce
-        (the untrained drafter) are measured once and shared by every replicate."""
-        method = self.method_of(label)
-        return method.drafter == methods.TRAINED or (bool(self.base) and method.replicated_drafter)
-
     def method_of(self, label: str) -> methods.Method:
-        """The method (declared, or a trained variant) a cell label measures: LABEL@POLICY and LABEL+ENGINE are
-        LABEL's, a declared label (sd@full) its own."""
+        """The method (declared, or a variant) a cell label measures: LABEL@POLICY and LABEL+ENGINE are LABEL's, a
+        declared label (sd@full) its own."""
         if label in self.methods or label in methods.REGISTRY:
             return self.methods.get(label) or methods.get(label)
         return self.methods[self.drafter_label(label)]
 
-    # ------------------------------------------------------------------------------------------------ cells
+    def replicated(self, label: str) -> bool:
+        """Whether a cell label's drafter is trained once per replicate: every trained variant, and SD, TriForce and
+        the controls when they decode with the trained base drafter. AR, EAGLE-3 (one run), a variant given as a
+        checkpoint and, without `base_drafter`, SD and TriForce (the untrained drafter) are measured once and
+        shared by every replicate."""
+        method = self.method_of(label)
+        return method.drafter == methods.TRAINED or (bool(self.base) and method.replicated_drafter)
 
-    def cell(self, label, dataset, context, budget, gamma, replicate=None) -> str:
-        """A cell file (budgetdraft.evaluation.cellfile.cell_path): results/cells/LABEL/rR/... for replicate R of a
-        trained drafter, results/cells/LABEL/... shared (``replicate`` None)."""
-        shared = names.SHARED if replicate is None else replicate
-        return cellfile.cell_path(label, dataset, context, budget, gamma, shared)
 
-    def cell_files(self, label, dataset, context, budget, gamma) -> list[str]:
-        """The files of one grid cell: one per replicate (`replicated`), else the one shared file."""
-        if self.replicated(label):
-            return [self.cell(label, dataset, context, budget, gamma, r) for r in self.replicates]
-        return [self.cell(label, dataset, context, budget, gamma)]
+class TrainingChain:
+    """Where each drafter lives (the training chain base drafter -> variants, per replicate, and the drafters made or
+    given beside it), and what each training job is handed."""
 
-    def budgets_of(self, label: str) -> list[int]:
-        """The budgets a label's cells take (its method's `budgets`): every B, the largest only, or B0."""
-        kind = self.method_of(label).budgets
-        return {methods.GRID: self.budgets, methods.LARGEST: [self.baseline_budget], methods.NO_BUDGET: [0]}[kind]
-
-    def where(self, section: str) -> tuple[list[str], list[str], int]:
-        """(datasets, contexts, γ) of a config section a `Cells` names ("": every dataset and context, γ_fixed)."""
-        c = self.config
-        return {
-            "": lambda: (self.datasets, self.contexts, c["gamma_fixed"]),
-            "comparison": lambda: ([c["comparison"]["dataset"]], c["comparison"]["contexts"], c["comparison"]["gamma"]),
-            "single_budget": lambda: (
-                [c["single_budget"]["dataset"]],
-                [c["single_budget"]["context"]],
-                c["single_budget"]["gamma"],
-            ),
-            "collapse": lambda: ([c["collapse"]["dataset"]], self.contexts, c["collapse"]["gamma"]),
-            "policies": lambda: ([self.policies["dataset"]], self.contexts, self.policies["gamma"]),
-        }[section]()
-
-    def labels_of(self, labels) -> list[str]:
-        """Cell labels of a `Cells`, its groups (budgetdraft.report.artifacts.GROUPS) resolved for this config."""
-        groups = {
-            "baselines": self.baselines,
-            "lambda_variants": self.lambda_variants,
-            "other_variants": self.other_variants,
-            "policy_labels": self.policy_labels,
+    def __init__(self, plan: Plan):
+        self.plan, self.labels, self.config = plan, plan.labels, plan.config
+        self.base, self.replicates = plan.base, plan.replicates
+        # Training stages, each with its own sequences and teacher targets: the base drafter (short full-cache
+        # windows) and BudgetDraft's variants (long prefix + supervised continuation).
+        self.training_stages = (["base"] if self.base else []) + ["budgetdraft"]
+        # The device each kind of job runs on: model jobs on `device`; the training chain (targets, train_base,
+        # train) on `training.device`, else `device`; EAGLE-3's head on `baselines.eagle3.training.device`.
+        config = self.config
+        self.training_device = config["training"].get("device", config["device"])
+        self.eagle3_training = {
+            "device": config["device"],
+            **config["baselines"].get(names.EAGLE3, {}).get("training", {}),
         }
-        return [label for item in labels for label in groups.get(item, [item]) if label not in self.not_run]
-
-    def selected(self, cells: artifacts.Cells) -> list[str]:
-        """The cell files of one `Cells`: each label at every dataset × context of its section × the budgets its
-        method takes × γ (the section's, or each context's sweep); AR's cells are B0_g0."""
-        datasets, contexts, gamma = self.where(cells.where)
-        return [
-            f
-            for label in self.labels_of(cells.labels)
-            for d in datasets
-            for c in contexts
-            for b in self.budgets_of(label)
-            for g in (
-                [0]
-                if self.method[label] == methods.AR
-                else self.config["gammas"][c]
-                if cells.gamma == artifacts.SWEEP
-                else [gamma]
-            )
-            for f in self.cell_files(label, d, c, b, g)
-        ]
-
-    def artifact_cells(self, artifact: str) -> list[str]:
-        """The cell files one table or figure reads (its declared `cells`), unique, in order."""
-        return list(dict.fromkeys(f for cells in self.artifacts[artifact].cells for f in self.selected(cells)))
-
-    def control_cells(self) -> list[str]:
-        """The cells of the controls the claims read (methods declared with `claims`): every dataset × context × the
-        budgets each takes, at γ_fixed."""
-        labels = tuple(label for label in self.controls if self.methods[label].claims)
-        return self.selected(artifacts.Cells(labels)) if labels else []
-
-    def engine_cells(self) -> list[str]:
-        """The eager companions of a graphs run (`engine_labels`) and the graphs cells they are compared with."""
-        if not self.engine_labels:
-            return []
-        dataset, ar = self.config["comparison"]["dataset"], self.engine_labels[0]
-        return [self.cell(label, dataset, c, 0, 0) for label in (names.AR, ar) for c in self.contexts] + [
-            f
-            for label in [label for label in (names.SD, names.BD) if label not in self.not_run] + self.engine_labels[1:]
-            for c in self.contexts
-            for b in self.budgets
-            for f in self.cell_files(label, dataset, c, b, self.config["gamma_fixed"])
-        ]
-
-    def all_cells(self) -> list[str]:
-        """Every cell the claims read: the artifacts' of `all`, the controls' and, on graphs, the eager companions."""
-        cells = [c for a in self.in_all for c in self.artifact_cells(a)]
-        return list(dict.fromkeys(cells + self.control_cells() + self.engine_cells()))
-
-    def every_cell(self) -> list[str]:
-        """Every cell file any target of the workflow can ask for: every table's and figure's (the `policies` and
-        `variants` ones too), the controls' and the eager companions (the cell files `set_aside_unreadable` checks)."""
-        cells = [c for a in self.artifacts for c in self.artifact_cells(a)]
-        return list(dict.fromkeys(cells + self.control_cells() + self.engine_cells()))
-
-    def artifact_files(self, keys) -> list[str]:
-        """The files of tables and figures (by key): results/tables/KEY.tex, results/figures/STEM.{pdf,png}."""
-        return [f for key in keys for f in self.artifacts[key].files]
-
-    def cell_wildcards(self, replicated: bool) -> dict[str, str]:
-        """The wildcard constraints of the eval rule of shared cells (``replicated`` False) or of one replicate's."""
-
-        def escaped(values):
-            return "|".join(re.escape(str(v)) for v in values)
-
-        constraints = {
-            "label": escaped(label for label in self.method if self.replicated(label) == replicated),
-            "dataset": escaped(self.datasets),
-            "context": escaped(self.contexts),
-            "budget": cellfile.NUMBER,
-            "gamma": cellfile.NUMBER,
-        }
-        return {**constraints, "replicate": escaped(self.replicates)} if replicated else constraints
-
-    @staticmethod
-    def asked_cells(targets) -> list[str]:
-        """The cell files among command-line ``targets``, each as its path under results/cells/ once resolved ('..'
-        and symbolic links followed): ``results/cells/../../elsewhere/sd/gs/1K/B16_g3.parquet`` is no cell."""
-        return [str(cell) for cell in map(cell_under_results, targets) if cell is not None]
-
-    # ------------------------------------------------------------------------------------------------ drafters
+        Eagle3Hparams.from_json(self.eagle3_training)  # the contract of train-eagle3 --hparams, at plan time
 
     def training_data(self, stage: str) -> dict:
         """Sequences of a training stage: `base_drafter.data` for the base drafter, `training_data` for the variants."""
@@ -303,7 +191,7 @@ class Plan:
     def drafter_dir(self, label, replicate=None) -> str | None:
         """The directory a cell label's drafter is read from (a directory() output; None for AR); ``replicate`` for
         the labels that are `replicated`."""
-        method = self.method_of(label)
+        method = self.labels.method_of(label)
         return {
             methods.NONE: lambda: None,
             methods.BASE: lambda: self.base_drafter_dir(replicate),
@@ -318,52 +206,19 @@ class Plan:
         to cover the longest context (rule interpolate)."""
         return f"results/drafters/r{replicate}/{methods.PI}" if self.base else f"results/drafters/{methods.PI}"
 
-    def interpolated_replicates(self) -> list:
-        """The replicates PI's drafter is made for (rule interpolate): each when the base drafter is trained, else
-        one shared (None)."""
-        if methods.PI not in self.controls:
-            return []
-        return list(self.replicates) if self.base else [None]
-
     def longest_tokens(self) -> int:
         """The longest context's prompt tokens: the positions PI's drafter is interpolated to cover."""
-        return self.config["contexts"][self.longest_context]
+        return self.config["contexts"][self.plan.longest_context]
 
     def profiled(self, replicate) -> dict[str, str]:
         """{label: drafter directory} of the positional profile of one replicate (rule profile): the base drafter
         (SD's), PI's when it runs, and every variant."""
-        labels = [methods.SD] + [methods.PI] * (methods.PI in self.controls) + self.variants
+        labels = [methods.SD] + [methods.PI] * (methods.PI in self.labels.controls) + self.labels.variants
         return {label: self.drafter_dir(label, replicate) for label in labels}
-
-    def profile_files(self) -> list[str]:
-        """The positional profile of each training replicate (rule profile), read by the claims."""
-        return [f"results/profile/r{r}.parquet" for r in self.replicates]
-
-    def paper_diff_cells(self) -> list[str]:
-        """The cells the paper diff's sanity checks read: AR's, and SD's and BudgetDraft's at the shortest context
-        and γ_fixed (is acceptance the same at every budget there?)."""
-        shortest, gamma = self.contexts[:1], self.config["gamma_fixed"]
-        ar = self.selected(artifacts.Cells((methods.AR,)))
-        return ar + [
-            f
-            for label in (methods.SD, names.BD)
-            if label in self.methods and label not in self.not_run
-            for d in self.datasets
-            for b in self.budgets
-            for f in self.cell_files(label, d, shortest[0], b, gamma)
-        ]
 
     def trained_drafters(self) -> list[str]:
         """Every trained variant's directory, per replicate (their loss logs)."""
-        return [self.drafter_dir(v, r) for r in self.replicates for v in self.trained]
-
-    def export_given_flags(self, variant: str) -> str:
-        """export-model's flags for a variant given as a checkpoint: the checkpoint, its subfolder and revision."""
-        given = self.given[variant]
-        flags = [f"--spec {shlex.quote(str(given['checkpoint']))}"]
-        flags += [f"--subfolder {shlex.quote(given['subfolder'])}"] if given.get("subfolder") else []
-        flags += [f"--revision {shlex.quote(given['revision'])}"] if given.get("revision") else []
-        return " ".join(flags)
+        return [self.drafter_dir(v, r) for r in self.replicates for v in self.labels.trained]
 
     def comparison_drafters(self) -> dict[str, list[str]]:
         """{label: [its model directories]} of the comparison table's rows, whose sizes the table counts from the
@@ -372,9 +227,11 @@ class Plan:
         first = self.replicates[0]
         models = {"drafter": lambda label: self.drafter_dir(label, first), "verifier": lambda label: VERIFIER}
         drafters = {
-            label: [models[part](label) for part in m.comparison] for label, m in self.methods.items() if m.comparison
+            label: [models[part](label) for part in m.comparison]
+            for label, m in self.labels.methods.items()
+            if m.comparison
         }
-        bd = {names.BD: [self.drafter_dir(names.BD, first)]} if names.BD in self.variants else {}
+        bd = {names.BD: [self.drafter_dir(names.BD, first)]} if names.BD in self.labels.variants else {}
         return {names.SD: drafters.pop(names.SD), **bd, **drafters}
 
     def artifact_drafters(self, artifact: str) -> dict[str, list[str]]:
@@ -387,18 +244,6 @@ class Plan:
         if role == "verifier":
             return self.config["verifier_dtype"]
         return self.config["training"].get("dtype", self.config["drafter_dtype"])
-
-    def revision_flag(self, repo: str | None) -> str:
-        """`--revision SHA` when the config's `revisions:` pins hub repository ``repo``, else nothing."""
-        pinned = revisions.revision(self.config, repo)
-        return f"--revision {pinned}" if pinned else ""
-
-    @staticmethod
-    def gpu_slots(device) -> int:
-        """GPU slots a job on ``device`` takes: 1 on CUDA (a counter locally, --gpus=1 on SLURM), else 0."""
-        return 1 if str(device).startswith("cuda") else 0
-
-    # ------------------------------------------------------------------------------------------------ hparams
 
     @staticmethod
     def seeded(hparams: dict, replicate) -> dict:
@@ -418,33 +263,199 @@ class Plan:
         hparams = {**self.config["training"], "device": self.training_device, **self.config["variants"][variant]}
         return json.dumps(self.seeded(hparams, replicate), sort_keys=True)
 
+    def eagle3_hparams(self) -> str:
+        """`train-eagle3 --hparams`: `baselines.eagle3.training` on `device` unless it names its own."""
+        return json.dumps(self.eagle3_training, sort_keys=True)
+
+    def export_given_flags(self, variant: str) -> str:
+        """export-model's flags for a variant given as a checkpoint: the checkpoint, its subfolder and revision."""
+        given = self.labels.given[variant]
+        flags = [f"--spec {shlex.quote(str(given['checkpoint']))}"]
+        flags += [f"--subfolder {shlex.quote(given['subfolder'])}"] if given.get("subfolder") else []
+        flags += [f"--revision {shlex.quote(given['revision'])}"] if given.get("revision") else []
+        return " ".join(flags)
+
+
+class CellGrid:
+    """Which cell files each table, figure, control and target reads (docs/artifacts.md, 'cells it needs')."""
+
+    def __init__(self, plan: Plan):
+        self.plan, self.labels, self.config = plan, plan.labels, plan.config
+        # the declared tables and figures (budgetdraft.report.artifacts), and those `all` builds for this config
+        self.artifacts = paper.ARTIFACTS
+        other = bool(self.labels.other_variants)
+        wanted = {artifacts.ALWAYS: True, artifacts.NEVER: False, artifacts.OTHER_VARIANTS: other}
+        self.in_all = [key for key, a in self.artifacts.items() if wanted[a.in_all]]
+        self.all_tables = [key for key, a in self.artifacts.items() if a.kind == "table"]  # what rule `table` builds
+        self.all_figures = {a.stem: key for key, a in self.artifacts.items() if a.kind == "figure"}  # stem -> key
+        self.figures_in_all = [key for key in self.in_all if self.artifacts[key].kind == "figure"]
+
+    def cell(self, label, dataset, context, budget, gamma, replicate=None) -> str:
+        """A cell file (budgetdraft.evaluation.cellfile.cell_path): results/cells/LABEL/rR/... for replicate R of a
+        trained drafter, results/cells/LABEL/... shared (``replicate`` None)."""
+        shared = names.SHARED if replicate is None else replicate
+        return cellfile.cell_path(label, dataset, context, budget, gamma, shared)
+
+    def cell_files(self, label, dataset, context, budget, gamma) -> list[str]:
+        """The files of one grid cell: one per replicate (`replicated`), else the one shared file."""
+        if self.labels.replicated(label):
+            return [self.cell(label, dataset, context, budget, gamma, r) for r in self.plan.replicates]
+        return [self.cell(label, dataset, context, budget, gamma)]
+
+    def budgets_of(self, label: str) -> list[int]:
+        """The budgets a label's cells take (its method's `budgets`): every B, the largest only, or B0."""
+        kind = self.labels.method_of(label).budgets
+        plan = self.plan
+        return {methods.GRID: plan.budgets, methods.LARGEST: [plan.baseline_budget], methods.NO_BUDGET: [0]}[kind]
+
+    def where(self, section: str) -> tuple[list[str], list[str], int]:
+        """(datasets, contexts, γ) of a config section a `Cells` names ("": every dataset and context, γ_fixed)."""
+        c, plan, policies = self.config, self.plan, self.labels.policies
+        return {
+            "": lambda: (plan.datasets, plan.contexts, c["gamma_fixed"]),
+            "comparison": lambda: ([c["comparison"]["dataset"]], c["comparison"]["contexts"], c["comparison"]["gamma"]),
+            "single_budget": lambda: (
+                [c["single_budget"]["dataset"]],
+                [c["single_budget"]["context"]],
+                c["single_budget"]["gamma"],
+            ),
+            "collapse": lambda: ([c["collapse"]["dataset"]], plan.contexts, c["collapse"]["gamma"]),
+            "policies": lambda: ([policies["dataset"]], plan.contexts, policies["gamma"]),
+        }[section]()
+
+    def labels_of(self, labels) -> list[str]:
+        """Cell labels of a `Cells`, its groups (budgetdraft.report.artifacts.GROUPS) resolved for this config."""
+        ls = self.labels
+        groups = {
+            "baselines": ls.baselines,
+            "lambda_variants": ls.lambda_variants,
+            "other_variants": ls.other_variants,
+            "policy_labels": ls.policy_labels,
+        }
+        return [label for item in labels for label in groups.get(item, [item]) if label not in ls.not_run]
+
+    def selected(self, cells: artifacts.Cells) -> list[str]:
+        """The cell files of one `Cells`: each label at every dataset × context of its section × the budgets its
+        method takes × γ (the section's, or each context's sweep); AR's cells are B0_g0."""
+        datasets, contexts, gamma = self.where(cells.where)
+        return [
+            f
+            for label in self.labels_of(cells.labels)
+            for d in datasets
+            for c in contexts
+            for b in self.budgets_of(label)
+            for g in (
+                [0]
+                if self.labels.method[label] == methods.AR
+                else self.config["gammas"][c]
+                if cells.gamma == artifacts.SWEEP
+                else [gamma]
+            )
+            for f in self.cell_files(label, d, c, b, g)
+        ]
+
+    def artifact_cells(self, artifact: str) -> list[str]:
+        """The cell files one table or figure reads (its declared `cells`), unique, in order."""
+        return list(dict.fromkeys(f for cells in self.artifacts[artifact].cells for f in self.selected(cells)))
+
+    def control_cells(self) -> list[str]:
+        """The cells of the controls the claims read (methods declared with `claims`): every dataset × context × the
+        budgets each takes, at γ_fixed."""
+        labels = tuple(label for label in self.labels.controls if self.labels.methods[label].claims)
+        return self.selected(artifacts.Cells(labels)) if labels else []
+
+    def engine_cells(self) -> list[str]:
+        """The eager companions of a graphs run (`engine_labels`) and the graphs cells they are compared with."""
+        ls = self.labels
+        if not ls.engine_labels:
+            return []
+        dataset, ar, gamma = self.config["comparison"]["dataset"], ls.engine_labels[0], self.config["gamma_fixed"]
+        compared = [label for label in (names.SD, names.BD) if label not in ls.not_run] + ls.engine_labels[1:]
+        return [self.cell(label, dataset, c, 0, 0) for label in (names.AR, ar) for c in self.plan.contexts] + [
+            f
+            for label in compared
+            for c in self.plan.contexts
+            for b in self.plan.budgets
+            for f in self.cell_files(label, dataset, c, b, gamma)
+        ]
+
+    def all_cells(self) -> list[str]:
+        """Every cell the claims read: the artifacts' of `all`, the controls' and, on graphs, the eager companions."""
+        cells = [c for a in self.in_all for c in self.artifact_cells(a)]
+        return list(dict.fromkeys(cells + self.control_cells() + self.engine_cells()))
+
+    def every_cell(self) -> list[str]:
+        """Every cell file any target of the workflow can ask for: every table's and figure's (the `policies` and
+        `variants` ones too), the controls' and the eager companions (the cell files a damaged one is set aside
+        from: budgetdraft.pipeline.setaside)."""
+        cells = [c for a in self.artifacts for c in self.artifact_cells(a)]
+        return list(dict.fromkeys(cells + self.control_cells() + self.engine_cells()))
+
+    def paper_diff_cells(self) -> list[str]:
+        """The cells the paper diff's sanity checks read: AR's, and SD's and BudgetDraft's at the shortest context
+        and γ_fixed (is acceptance the same at every budget there?)."""
+        shortest, gamma, ls = self.plan.contexts[0], self.config["gamma_fixed"], self.labels
+        ar = self.selected(artifacts.Cells((methods.AR,)))
+        return ar + [
+            f
+            for label in (methods.SD, names.BD)
+            if label in ls.methods and label not in ls.not_run
+            for d in self.plan.datasets
+            for b in self.plan.budgets
+            for f in self.cell_files(label, d, shortest, b, gamma)
+        ]
+
+    def profile_files(self) -> list[str]:
+        """The positional profile of each training replicate (rule profile), read by the claims."""
+        return [f"results/profile/r{r}.parquet" for r in self.plan.replicates]
+
+    def artifact_files(self, keys) -> list[str]:
+        """The files of tables and figures (by key): results/tables/KEY.tex, results/figures/STEM.{pdf,png}."""
+        return [f for key in keys for f in self.artifacts[key].files]
+
+    def cell_wildcards(self, replicated: bool) -> dict[str, str]:
+        """The wildcard constraints of the eval rule of shared cells (``replicated`` False) or of one replicate's."""
+
+        def escaped(values):
+            return "|".join(re.escape(str(v)) for v in values)
+
+        constraints = {
+            "label": escaped(label for label in self.labels.method if self.labels.replicated(label) == replicated),
+            "dataset": escaped(self.plan.datasets),
+            "context": escaped(self.plan.contexts),
+            "budget": cellfile.NUMBER,
+            "gamma": cellfile.NUMBER,
+        }
+        return {**constraints, "replicate": escaped(self.plan.replicates)} if replicated else constraints
+
+
+class SettingsFiles:
+    """What each artifact (and the claims) lays out where: the JSON rule settings writes to results/settings/."""
+
+    def __init__(self, plan: Plan):
+        self.plan, self.labels, self.config = plan, plan.labels, plan.config
+
+    def samples(self, dataset: str) -> int:
+        return self.config["datasets"][dataset].get("samples", self.config["samples"])
+
     def variant_settings(self, variant: str) -> dict:
         """What the tables say of a variant: its λ, budgets and steps as trained here, or, given as a checkpoint, the
         λ and budgets its config says it was trained with, and the checkpoint."""
         overrides = self.config["variants"][variant]
         if "checkpoint" in overrides:
             return Variant.of_checkpoint({**overrides, "checkpoint": str(overrides["checkpoint"] or "")}).to_json()
-        return Variant.of_hparams(json.loads(self.variant_hparams(variant))).to_json()
-
-    def eagle3_hparams(self) -> str:
-        """`train-eagle3 --hparams`: `baselines.eagle3.training` on `device` unless it names its own."""
-        return json.dumps(self.eagle3_training, sort_keys=True)
-
-    # ------------------------------------------------------------------------------------------------ settings
-
-    def samples(self, dataset: str) -> int:
-        return self.config["datasets"][dataset].get("samples", self.config["samples"])
+        return Variant.of_hparams(json.loads(self.plan.drafters.variant_hparams(variant))).to_json()
 
     @cached_property
     def paper_settings(self) -> dict:
         """The settings of `budgetdraft paper` and `claims` (what to lay out where), built from the config once and
         checked against their contract (`budgetdraft.report.settings.PaperSettings`)."""
-        config, cmp, base = self.config, self.config["comparison"], self.base
+        config, cmp, plan, ls = self.config, self.config["comparison"], self.plan, self.labels
         settings = {
             "datasets": {key: d["name"] for key, d in config["datasets"].items()},
-            "contexts": self.contexts,
+            "contexts": plan.contexts,
             "context_tokens": config["contexts"],
-            "budgets": self.budgets,
+            "budgets": plan.budgets,
             "gammas": config["gammas"],
             "gamma_fixed": config["gamma_fixed"],
             "collapse": config["collapse"],
@@ -452,18 +463,18 @@ class Plan:
                 "dataset": cmp["dataset"],
                 "contexts": cmp["contexts"],
                 "gamma": cmp["gamma"],
-                "baselines": self.baselines,
-                "budgets": {label: self.baseline_budget for label in self.baselines},
+                "baselines": ls.baselines,
+                "budgets": {label: plan.baseline_budget for label in ls.baselines},
             },
             "single_budget": config["single_budget"],
             "lossless_check": config["lossless_check"],
             "near_tie_margin": config["near_tie_margin"],
             "verifier_prefill_runs": defaults.PREFILL_RUNS if config["share_verifier_prefill"] else 0,
-            "variants": {v: self.variant_settings(v) for v in self.config["variants"]},
-            "not_run": self.not_run,
-            "base_drafter_steps": base["training"]["steps"] if base else 0,
-            "replicates": len(self.replicates),
-            "base_drafter_teacher": base["teacher"] if base else "",
+            "variants": {v: self.variant_settings(v) for v in config["variants"]},
+            "not_run": ls.not_run,
+            "base_drafter_steps": plan.base["training"]["steps"] if plan.base else 0,
+            "replicates": len(plan.replicates),
+            "base_drafter_teacher": plan.base["teacher"] if plan.base else "",
         }
         PaperSettings.from_json(settings)
         return settings
@@ -472,23 +483,29 @@ class Plan:
         """The settings JSON of one artifact (or of the claims): `paper_settings`, for the policies figure with its
         `policies:` too, for the λ and `variants` tables with only the extra variants each shows (lambda_variants,
         other_variants)."""
-        settings = dict(self.paper_settings)
-        shown = {"lambda": self.lambda_variants, "variants": self.other_variants}.get(artifact)
+        settings, ls = dict(self.paper_settings), self.labels
+        shown = {"lambda": ls.lambda_variants, "variants": ls.other_variants}.get(artifact)
         if shown is not None:
             settings["variants"] = {
                 v: x for v, x in settings["variants"].items() if v in names.REQUIRED_VARIANTS or v in shown
             }
         if artifact == "fig_policies":
-            settings["policies"] = {**self.policies, "default": self.policy}
+            settings["policies"] = {**ls.policies, "default": ls.policy}
             PaperSettings.from_json(settings)
         return json.dumps(settings)
 
-    def settings_files(self) -> dict[str, str]:
+    def files(self) -> dict[str, str]:
         """{results/settings/NAME.json: the JSON rule settings writes there} of every artifact and of the claims."""
-        artifacts = [*self.all_tables, *self.all_figures.values(), "claims"]
-        return {SETTINGS_FILE.format(name=name): self.artifact_settings(name) for name in artifacts}
+        cells = self.plan.cells
+        names_ = [*cells.all_tables, *cells.all_figures.values(), "claims"]
+        return {SETTINGS_FILE.format(name=name): self.artifact_settings(name) for name in names_}
 
-    # ------------------------------------------------------------------------------------------------ cell jobs
+
+class CellJobs:
+    """What a cell's job is handed (its inputs and eval-cell's flags), and the flags other jobs share."""
+
+    def __init__(self, plan: Plan):
+        self.plan, self.config = plan, plan.config
 
     def cell_inputs(self, label, dataset, context, replicate=None) -> dict:
         """The inputs of a cell's job: the verifier, the prompts, its code, the shared prefill
@@ -496,11 +513,11 @@ class Plan:
         inputs = {
             "verifier": VERIFIER,
             "prompts": f"results/data/prompts/{dataset}/{context}.parquet",
-            "code": self.cell_code(label),
+            "code": self.plan.code.cell_code(self.plan.labels.method[label]),
         }
         if self.config["share_verifier_prefill"]:
             inputs["prefill"] = f"results/prefill/{dataset}/{context}.safetensors"
-        drafter = self.drafter_dir(label, replicate)
+        drafter = self.plan.drafters.drafter_dir(label, replicate)
         if drafter is not None:
             inputs["drafter"] = drafter
         return inputs
@@ -520,7 +537,19 @@ class Plan:
         extra = {k: v for k, v in settings.items() if k != "training"}
         return f"--extra {shlex.quote(json.dumps(extra, sort_keys=True))}"
 
-    # ------------------------------------------------------------------------------------------------ code
+    def revision_flag(self, repo: str | None) -> str:
+        """`--revision SHA` when the config's `revisions:` pins hub repository ``repo``, else nothing."""
+        pinned = revisions.revision(self.config, repo)
+        return f"--revision {pinned}" if pinned else ""
+
+    @staticmethod
+    def gpu_slots(device) -> int:
+        """GPU slots a job on ``device`` takes: 1 on CUDA (a counter locally, --gpus=1 on SLURM), else 0."""
+        return 1 if str(device).startswith("cuda") else 0
+
+
+class CodeInputs:
+    """The code input of each stage's jobs: the digest of the src/ modules its command runs (rule code)."""
 
     @cached_property
     def _code(self) -> dict[str, list[str]]:
@@ -534,138 +563,22 @@ class Plan:
         }
         return {**stages, **cells}
 
-    def code_files(self, code: str) -> list[str]:
+    def files(self, code: str) -> list[str]:
         """The src/ modules of a code set (budgetdraft.base.importgraph: a command's module and every module it
         imports, transitively, lazy imports included): the inputs of its digest (rule code). Never a list kept by
         hand."""
         return self._code[code]
 
     @property
-    def code_sets(self) -> list[str]:
+    def sets(self) -> list[str]:
         return list(self._code)
 
-    def code(self, stage: str) -> str:
+    def digest(self, stage: str) -> str:
         """A stage's code input: the digest of the modules its command runs (rule code, results/code/STAGE.sha256),
         rewritten when one of them changes, so editing a module reruns exactly the stages that run it. One file
         instead of dozens: Snakemake reads every waiting job's inputs at each scheduling round."""
         return CODE_DIGEST.format(code=stage)
 
-    def cell_code(self, label: str) -> str:
-        """The code input of a cell's `eval-cell`: the digest of the way it decodes (with a baseline's factory)."""
-        return self.code(f"cell-{self.method[label]}")
-
-
-# ---------------------------------------------------------------------------------------------------- unreadable
-# A cell file cut short (a full disk, a killed copy or sync; the cell rule itself writes atomically), damaged (a
-# flipped bit) or that lies (edited by hand, copied to another cell's path) would stop every table that reads it, or
-# worse be published; Snakemake would delete the previous table when that job fails. So when Snakemake is about to
-# run jobs, before it plans them, each existing cell file is checked as every reader checks it
-# (budgetdraft.evaluation.cellfile.problem: a whole parquet file, the digest written with it, page checksums, its
-# invariants, its rows the cell its path names), and so is whatever else sits at a cell path (a directory, a FIFO, a
-# file the user cannot read). One that fails is moved aside (FILE.unreadable, never deleted) and named with the
-# reason, so the cell is measured again like a missing one; a dry run or --touch only names it, and a command that
-# runs no job (--summary, --report, -D, --filegraph, ...) never gets here.
-
-
-def aside_name(path: Path) -> Path:
-    """FILE.unreadable, or FILE.unreadable.N when an earlier one is kept there."""
-    aside, n = path.with_name(f"{path.name}.unreadable"), 1
-    while aside.exists():
-        aside, n = path.with_name(f"{path.name}.unreadable.{n}"), n + 1
-    return aside
-
-
-def cell_under_results(path) -> Path | None:
-    """``path`` as a cell file's path under results/cells/ (LABEL[/rR]/DATASET/CONTEXT/B_g.parquet), its folder
-    resolved ('..' and symbolic links followed; the file itself is not, so a link is what a step moves), or None when
-    it resolves elsewhere or names no cell."""
-    path = Path(path)
-    root = Path(cellfile.CELLS).resolve()
-    where = path.parent.resolve() / path.name
-    if not where.is_relative_to(root):
-        return None
-    inside = where.relative_to(root)
-    return Path(cellfile.CELLS) / inside if cellfile.path_key(inside) else None
-
-
-def thing_problem(path: Path) -> str | None:
-    """Why what is at a cell path cannot be used as that cell (None: nothing is there, or a whole cell): not a
-    regular file (a directory, a FIFO, which a reader would wait on for ever: never opened), a file the user cannot
-    read, or one a reader refuses (`cellfile.problem`)."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return f"cannot be read: {e.strerror}"
-    if not stat.S_ISREG(mode):
-        kind = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
-        return f"{kind.get(stat.S_IFMT(mode), 'a device')}, not a cell file"
-    try:
-        return cellfile.problem(path)
-    except OSError as e:
-        return f"cannot be read: {e.strerror}"
-
-
-def set_aside_unreadable(paths, dry_run: bool) -> list[str]:
-    """Move everything at a cell path of ``paths`` that a reader could not use (`thing_problem`) aside
-    (FILE.unreadable, never deleted), so that its cell is measured again; with ``dry_run`` move nothing. Only a path
-    that resolves inside results/cells/ is looked at (`cell_under_results`). One line per such path, saying what was
-    done (or what a run would do)."""
-    lines = []
-    for path in dict.fromkeys(filter(None, map(cell_under_results, paths))):
-        if (problem := thing_problem(path)) is None:
-            continue
-        aside = aside_name(path)
-        if dry_run:
-            lines.append(
-                f"unreadable cell file {path} ({problem}): a run will move it to {aside} "
-                "and measure the cell again (this dry run plans as if it were whole)"
-            )
-            continue
-        try:
-            os.replace(path, aside)
-        except OSError as e:
-            raise ValueError(
-                f"unreadable cell file {path} ({problem}) cannot be moved to {aside} ({e.strerror}): move or "
-                "remove it, and the cell is measured again"
-            ) from None
-        lines.append(f"unreadable cell file {path} ({problem}): moved to {aside}, measuring the cell again")
-    return lines
-
-
-# ---------------------------------------------------------------------------------------------------- stale settings
-# A settings file (rule settings: results/settings/NAME.json) decides a table's column titles and each variant's λ;
-# the run record (rule run_record: results/report/run.json) the report's configuration page. Their rules have no
-# input, so Snakemake writes one again only when its params (the plan's JSON) change: a file edited by hand would be
-# read by the next job that reads it and published. So when Snakemake is about to run jobs, before it plans
-# them, each existing one is compared with the JSON the plan writes there; one that differs is removed, named with
-# its first difference, so rule settings writes it again and every artifact that reads it is built again.
-
-
-def drop_stale_settings(planned: dict[str, str], dry_run: bool) -> list[str]:
-    """Remove every existing file of ``planned`` ({path: the JSON the plan writes there}) whose JSON is not that
-    (`jsonio.first_difference`); with ``dry_run`` remove nothing. One line per such file, naming the difference and
-    what was done (or what a run would do)."""
-    lines = []
-    for path, text in planned.items():
-        try:
-            found = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            continue
-        except (OSError, UnicodeDecodeError) as e:
-            difference = f"not readable: {getattr(e, 'strerror', None) or e}"
-        else:
-            try:
-                difference = first_difference(json.loads(found), json.loads(text))
-            except json.JSONDecodeError:
-                difference = "not JSON"
-        if difference is None:
-            continue
-        said = f"{path} is not what the config plans ({difference})"
-        if dry_run:
-            lines.append(f"{said}: a run will write it again and rebuild what reads it (this dry run plans as it is)")
-            continue
-        os.remove(path)
-        lines.append(f"{said}: removed, writing it again and rebuilding what reads it")
-    return lines
+    def cell_code(self, decodes: str) -> str:
+        """The code input of a cell that decodes as ``decodes`` (eval-cell --method; a baseline's factory with it)."""
+        return self.digest(f"cell-{decodes}")
