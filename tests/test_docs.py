@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from budgetdraft.pipeline.commands import COMMANDS
+from budgetdraft.pipeline.cli import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from budgetdraft.pipeline import warm
+from budgetdraft.pipeline import cli, warm
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 SECRET = "hf_secret123"
@@ -233,7 +233,7 @@ def test_a_server_will_not_serve_from_a_directory_others_can_enter(tmp_path):
     folder.mkdir(mode=0o755)
     folder.chmod(0o755)
     with pytest.raises(SystemExit, match=r"not serving on .*has mode 0755, not 0700"):
-        warm.serve(str(folder / "warm.sock"))
+        warm.serve(str(folder / "warm.sock"), cli.run)
     created = tmp_path / "new" / "warm.sock"  # a missing directory is made private
     assert warm.private_dir(str(created.parent), create=True) is None
     assert (created.parent.stat().st_mode & 0o777) == 0o700

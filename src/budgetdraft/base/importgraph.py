@@ -4,10 +4,11 @@ tests/test_structure.py checks the graph for cycles. One home, so no list of mod
 
 A module's imports are its ``import budgetdraft.x`` / ``from budgetdraft.x import y`` statements at any depth of
 the file (lazy imports inside functions too); importing a module also runs the ``__init__.py`` of every package
-above it. A command's modules are its sub-command module (``budgetdraft.pipeline.commands.COMMANDS``) and everything that
-imports, transitively. ``cli``, ``commands`` and ``warm`` only dispatch a command and are not part of it. An import whose name
-is computed at run time (``importlib.import_module(f"budgetdraft.decoding.baselines.{method}")`` in ``cells``) cannot be
-read from the source: the caller names such modules (``extra``).
+above it. A command's modules are its module (``budgetdraft.pipeline.cli.COMMANDS``: one of
+``budgetdraft.pipeline.commands``) and everything that imports, transitively. ``cli`` and ``warm`` only dispatch a
+command and are not part of it. An import whose name is computed at run time
+(``importlib.import_module(f"budgetdraft.decoding.baselines.{method}")`` in ``cells``) cannot be read from the
+source: the caller names such modules (``extra``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 PACKAGE = "budgetdraft"
 HERE = Path(__file__).resolve().parents[1]  # the package's directory (every function takes another: a copy of it)
-CLI = "pipeline/commands.py"  # where COMMANDS is, under the package directory
+CLI = "pipeline/cli.py"  # where COMMANDS is, under the package directory
 
 
 def module_files(package: str | Path = HERE) -> dict[str, Path]:
@@ -83,7 +84,7 @@ def imports_closure(modules, graph: dict[str, frozenset[str]]) -> set[str]:
 
 
 def commands(package: str | Path = HERE) -> dict[str, str]:
-    """Every ``python -m budgetdraft COMMAND`` -> its module, read from ``COMMANDS`` in pipeline/commands.py (without
+    """Every ``python -m budgetdraft COMMAND`` -> its module, read from ``COMMANDS`` in pipeline/cli.py (without
     importing it)."""
     tree = ast.parse((Path(package) / CLI).read_text())
     for node in tree.body:

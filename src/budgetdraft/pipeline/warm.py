@@ -286,7 +286,7 @@ def _not_a_request(body: bytes) -> str | None:
     return None
 
 
-def _child(request: dict, fds: list[int], models) -> int:
+def _child(request: dict, fds: list[int], models, run_command) -> int:
     global _command_running
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
@@ -308,10 +308,8 @@ def _child(request: dict, fds: list[int], models) -> int:
     os.environ[ASYNC_LOAD_OFF] = "1"  # a fork must not start transformers' loader threads (torch's OpenMP pool)
     sys.argv = ["budgetdraft", *request["argv"]]
     try:  # the command, as `python -m budgetdraft ARGV` runs it after no warm process took it; with this server's models
-        from budgetdraft.pipeline.commands import run
-
         os.chdir(request["cwd"])  # here: a client's folder that is gone fails its command, not a resident server
-        run(request["argv"], models=models)
+        run_command(request["argv"], models=models)
         return 0
     except SystemExit as exit_:
         if exit_.code is None or isinstance(exit_.code, int):
@@ -334,7 +332,7 @@ def _child(request: dict, fds: list[int], models) -> int:
         sys.stderr.flush()
 
 
-def _keep(conn: socket.socket, request: dict, fds: list[int], models) -> int:
+def _keep(conn: socket.socket, request: dict, fds: list[int], models, run_command) -> int:
     """In a fork of the server: run the command in a child leading its own process group; send its exit status
     (128 + N when signal N ended it) to the client, or kill the group with SIGTERM when the client's end of
     ``conn`` closes first (client killed). Returns the status."""
@@ -344,7 +342,7 @@ def _keep(conn: socket.socket, request: dict, fds: list[int], models) -> int:
     if pid == 0:
         conn.close()
         os.close(done)
-        os._exit(_child(request, fds, models))
+        os._exit(_child(request, fds, models, run_command))
     with contextlib.suppress(ProcessLookupError):  # a child that already exited
         os.setpgid(pid, pid)  # here, not in the child: the group must exist before any kill below
     for fd in (done_w, *fds):
@@ -403,7 +401,7 @@ def _watch(conn: socket.socket, done: int) -> None:
         ready, _, _ = select.select([done], [], [], REINTERRUPT_S)
 
 
-def _run_here(conn: socket.socket, request: dict, fds: list[int], models) -> int:
+def _run_here(conn: socket.socket, request: dict, fds: list[int], models, run_command) -> int:
     """Run the command in this process (the resident server), then restore the server's own standard streams,
     environment, working directory and argv. Returns the command's exit status (130 when its client left)."""
     global _command_running
@@ -414,7 +412,7 @@ def _run_here(conn: socket.socket, request: dict, fds: list[int], models) -> int
     try:
         _command_running = True  # before the watcher starts: a client already gone interrupts the command
         watcher.start()
-        return _child(request, fds, models)
+        return _child(request, fds, models, run_command)
     finally:
         _command_running = False  # from here on an interrupt is dropped (no call before this: nothing handles one)
         os.write(done_w, b"x")
@@ -431,12 +429,12 @@ def _run_here(conn: socket.socket, request: dict, fds: list[int], models) -> int
         os.chdir(cwd)
 
 
-def _serve_here(conn: socket.socket, request: dict, fds: list[int], models) -> None:
+def _serve_here(conn: socket.socket, request: dict, fds: list[int], models, run_command) -> None:
     """The resident server's handling of one request: run a resident command here, or answer NOT_SERVED."""
     code = NOT_SERVED
     if request["argv"][0] in RESIDENT_COMMANDS:
         try:
-            code = _run_here(conn, request, fds, models)
+            code = _run_here(conn, request, fds, models, run_command)
         except KeyboardInterrupt:  # the client left just as its command ended
             code = 130
         finally:
@@ -461,11 +459,14 @@ def _after_command(models) -> None:
 POLL_S = 5.0  # how often an idle server checks that its parent is still there
 
 
-def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None = None) -> None:
+def serve(path: str, run_command, idle: float = 0, resident: bool = False, owner: int | None = None) -> None:
     """Serve on ``path`` until the process ``owner`` (default: the parent) exits, or ``idle`` seconds pass without
     a request (0: never). (A fixed idle limit alone killed the server while the training chain kept every cell
-    waiting.) ``resident``: run the resident commands here and keep their models, instead of forking. The
-    socket's directory is made private (mode 0700) if it is missing and refused if it is not private."""
+    waiting.) ``run_command(argv, models=...)`` runs a request's command in this process with this server's models,
+    as `python -m budgetdraft` would (``budgetdraft.pipeline.cli.run``, handed in by the `warm` command: the command
+    line imports this module to delegate, so this module does not import it back). ``resident``: run the resident
+    commands here and keep their models, instead of forking. The socket's directory is made private (mode 0700) if
+    it is missing and refused if it is not private."""
     import importlib
 
     parent = os.getppid()  # before the imports: a parent that dies meanwhile must still be seen gone
@@ -511,9 +512,9 @@ def serve(path: str, idle: float = 0, resident: bool = False, owner: int | None 
                 continue
             request, fds = received
             if resident:
-                _serve_here(conn, request, fds, models)
+                _serve_here(conn, request, fds, models, run_command)
             else:
-                _fork_keeper(server, conn, request, fds, models)
+                _fork_keeper(server, conn, request, fds, models, run_command)
             last_request = time.monotonic()
     finally:
         server.close()
@@ -575,35 +576,17 @@ def _clean_up(path: str, own: tuple[int, int], rendezvous_dir: str | None) -> No
             os.rmdir(rendezvous_dir)
 
 
-def _fork_keeper(server: socket.socket, conn: socket.socket, request: dict, fds: list[int], models) -> None:
+def _fork_keeper(
+    server: socket.socket, conn: socket.socket, request: dict, fds: list[int], models, run_command
+) -> None:
     _preload(request, models)
     if os.fork() == 0:  # keeper: run the command, report its status, leave
         server.close()
         code = 1
         try:
-            code = _keep(conn, request, fds, models)
+            code = _keep(conn, request, fds, models, run_command)
         finally:
             os._exit(code)
     for fd in fds:
         os.close(fd)
     conn.close()
-
-
-def configure_parser(parser) -> None:
-    parser.add_argument("--socket", required=True, help="Unix socket path to serve on")
-    parser.add_argument(
-        "--idle",
-        type=float,
-        default=0,
-        help="also exit after this many seconds without a request (0: only when the parent exits)",
-    )
-    parser.add_argument(
-        "--resident",
-        action="store_true",
-        help=f"fork nothing: run {' and '.join(RESIDENT_COMMANDS)} here and keep their models loaded (GPU)",
-    )
-    parser.add_argument("--owner", type=int, help="exit when this process exits (default: the parent process)")
-
-
-def run(args) -> None:
-    serve(args.socket, args.idle, args.resident, args.owner)
