@@ -13,7 +13,7 @@ import yaml
 
 from budgetdraft.base import defaults as base_defaults
 from budgetdraft.decoding import decode as decode_cli
-from budgetdraft.decoding import engine, hf
+from budgetdraft.decoding import engine, hf_generate
 from budgetdraft.decoding.baselines import triforce
 from budgetdraft.decoding.sampling import GREEDY, Sampling
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
@@ -126,7 +126,7 @@ def signature_defaults(fn) -> dict:
 
 
 def test_the_librarys_entries_read_the_one_home():
-    gen = signature_defaults(hf.generate)
+    gen = signature_defaults(hf_generate.generate)
     assert (gen["kv_policy"], gen["gamma"], gen["engine"]) == (
         base_defaults.POLICY,
         base_defaults.GAMMA,
