@@ -12,14 +12,13 @@ import pytest
 import yaml
 
 from budgetdraft.base import defaults as base_defaults
-from budgetdraft.decoding import decode as decode_cli
 from budgetdraft.decoding import engine, hf_generate
 from budgetdraft.decoding.baselines import triforce
 from budgetdraft.decoding.sampling import GREEDY, Sampling
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
-from budgetdraft.evaluation import cells, prefill
 from budgetdraft.pipeline import estimate
-from budgetdraft.training import targets, train
+from budgetdraft.pipeline.commands import cmd_decode, cmd_estimate, cmd_eval_cell, cmd_prefill, cmd_targets
+from budgetdraft.training import train
 from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +55,7 @@ def parsed_defaults(module) -> dict:
     return {a.dest: a.default for a in parser._actions}
 
 
-@pytest.mark.parametrize("module", [cells, decode_cli, prefill, targets])
+@pytest.mark.parametrize("module", [cmd_eval_cell, cmd_decode, cmd_prefill, cmd_targets])
 def test_every_parser_reads_the_one_home(module):
     defaults = parsed_defaults(module)
     assert defaults["threads"] == base_defaults.THREADS
@@ -110,14 +109,14 @@ def test_the_shared_decode_flags_are_one_functions():
     (its default: the config's)."""
     shared = ("policy", "chunk_size", "score_window", "draft_vocab", "device", "verifier_dtype", "drafter_dtype")
     shared += ("threads", "engine", "temperature", "top_p", "top_k", "seed")
-    eval_cell, decode = parser_of(cells), parser_of(decode_cli)
+    eval_cell, decode = parser_of(cmd_eval_cell), parser_of(cmd_decode)
     for dest in shared:
         a, b = flag(eval_cell, dest), flag(decode, dest)
         assert (a.option_strings, a.default, a.type, a.choices) == (b.option_strings, b.default, b.type, b.choices)
     assert list(flag(eval_cell, "engine").choices) == list(base_defaults.ENGINES)
     assert flag(decode, "gamma").default == base_defaults.GAMMA
-    assert flag(parser_of(prefill), "repeats").default == base_defaults.PREFILL_RUNS
-    engine_flag = flag(parser_of(estimate), "engine")
+    assert flag(parser_of(cmd_prefill), "repeats").default == base_defaults.PREFILL_RUNS
+    engine_flag = flag(parser_of(cmd_estimate), "engine")
     assert engine_flag.default is None and list(engine_flag.choices) == list(base_defaults.ENGINES)
 
 
@@ -159,9 +158,8 @@ def test_the_estimate_checks_the_configs_engine_where_it_reads_it(tmp_path):
     schema, once where it is read, naming the file."""
     config = tmp_path / "c.yaml"
     config.write_text("engine: graph\n")
-    args = argparse.Namespace(configfile=str(config), gpu="a100-80g", alpha=0.5, engine=None, cells_per_process=0)
     with pytest.raises(ValueError, match=f"^engine = 'graph' in {config}: one of eager, graphs$"):
-        estimate.run(args)
+        estimate.cost_report(str(config), "a100-80g", 0.5, None, "all", 0)
 
 
 def test_the_drafters_engine_is_checked_where_it_enters_the_library():

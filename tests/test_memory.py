@@ -113,10 +113,11 @@ def test_cell_rows_carry_the_new_columns(tmp_path):
     import pandas as pd
 
     from budgetdraft.evaluation import cells, grid
+    from budgetdraft.pipeline.commands import cmd_eval_cell
 
     tiny_cell_inputs(tmp_path, prompt(40))
     parser = argparse.ArgumentParser()
-    cells.configure_parser(parser)
+    cmd_eval_cell.configure_parser(parser)
     args = parser.parse_args(tiny_cell_args(tmp_path, tmp_path / "cell.parquet", label="sd", extra=("--warmup", "0")))
     cells.write_atomically(cells.run_cell(args), args.out)
     row = pd.read_parquet(args.out).iloc[0]

@@ -172,7 +172,7 @@ COMMANDS_WITH_THREADS = {  # each command's other required flags (files need not
 @pytest.mark.parametrize("threads", ["-4", "0", "two"])
 @pytest.mark.parametrize("command", sorted(COMMANDS_WITH_THREADS))
 def test_every_command_refuses_threads_it_cannot_run_in_one_line(command, threads, monkeypatch, capsys):
-    """--threads is one flag (budgetdraft.decoding.flags): eval-cell, prefill and targets refuse a non-positive
+    """--threads is one flag (budgetdraft.pipeline.commands.flags): eval-cell, prefill and targets refuse a non-positive
     count as decode does, when parsed, instead of a traceback from torch.set_num_threads mid-run."""
     monkeypatch.delenv(warm.ENV, raising=False)
     with pytest.raises(SystemExit) as exit_:

@@ -31,6 +31,7 @@ from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.decoding.verifier import SharedPrefill, Verifier, ids_tensor, prompt_key
 from budgetdraft.evaluation import cells, grid
 from budgetdraft.evaluation.prefill import load_prefills, record_prefills, save_prefills
+from budgetdraft.pipeline.commands import cmd_eval_cell
 
 LEVEL = 1e-3  # chi-square test level: a correct rule passes above it; a broken one falls far below
 
@@ -429,7 +430,7 @@ def cell_inputs(tiny, prompt, tmp_path_factory):
 def cell(cell_inputs, method, *flags):
     """One grid cell's rows (2 prompts x 2 repeats, 10 new tokens) on the tiny pair."""
     parser = argparse.ArgumentParser()
-    cells.configure_parser(parser)
+    cmd_eval_cell.configure_parser(parser)
     budget, gamma = ("0", "0") if method == "ar" else ("8", "3")
     args = parser.parse_args(
         [

@@ -177,7 +177,7 @@ def test_a_preloaded_model_is_handed_out_once_and_never_after_its_files_change(t
     from conftest import tiny_llama
 
     from budgetdraft.decoding.loading import ModelStore
-    from budgetdraft.evaluation.cells import preload_models
+    from budgetdraft.pipeline.commands.cmd_eval_cell import preload_models
 
     models_and_prompts(tmp_path)
     store = ModelStore()  # a forking server's

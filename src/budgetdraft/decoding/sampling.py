@@ -18,7 +18,7 @@ exactly the drafts equal to the verifier's greedy token and resamples that token
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -130,32 +130,13 @@ class Sampler:
 
 def sampling_from_flags(temperature: float, top_p: float = 1.0, top_k: int = 0, seed: int = 0) -> Sampling | None:
     """The decoding of the command line / pipeline settings: None (greedy, the paper's setting) at temperature 0,
-    else ``Sampling``. Values are checked either way, so a bad top_p is named even when greedy."""
-    sampling = Sampling(temperature, top_p, top_k, seed)
+    else ``Sampling``. Values are checked either way, so a bad top_p is named even when greedy, by its flag
+    (``--top-p: sampling top_p must be in (0, 1], got 2.0``)."""
+    try:
+        sampling = Sampling(temperature, top_p, top_k, seed)
+    except ValueError as err:  # name the flag, not the field
+        raise ValueError(f"--{str(err).split()[1].replace('_', '-')}: {err}") from None
     return None if sampling.temperature == 0 else sampling
 
 
 GREEDY = 0.0  # the temperature of a decoding that samples nothing: the command line's and the config's default
-
-
-def add_sampling_flags(parser) -> None:
-    """--temperature (default greedy) and ``Sampling``'s other fields, with its defaults."""
-    default = {f.name: f.default for f in fields(Sampling)}
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        default=GREEDY,
-        help="sampling temperature (0 = greedy decoding, the paper's setting)",
-    )
-    parser.add_argument(
-        "--top-p", type=float, default=default["top_p"], help="nucleus sampling mass in (0, 1] (1 = off)"
-    )
-    parser.add_argument("--top-k", type=int, default=default["top_k"], help="keep the k most likely tokens (0 = off)")
-    parser.add_argument("--seed", type=int, default=default["seed"], help="seed of each generation's random stream")
-
-
-def sampling_from_args(args) -> Sampling | None:
-    try:
-        return sampling_from_flags(args.temperature, args.top_p, args.top_k, args.seed)
-    except ValueError as err:  # name the flag, not the field
-        raise ValueError(f"--{str(err).split()[1].replace('_', '-')}: {err}") from None

@@ -29,7 +29,6 @@ import pandas as pd
 import torch
 
 from budgetdraft.base.atomic import atomic_path
-from budgetdraft.decoding.flags import add_machine_flags
 from budgetdraft.decoding.loading import load_model
 from budgetdraft.decoding.positions import native_range
 
@@ -45,7 +44,9 @@ def greedy_next(model, ids: list[int]) -> torch.Tensor:
     return model(input_ids=input_ids, position_ids=positions).logits[0].argmax(-1).cpu()
 
 
-def bucket_agreement(drafter_next: torch.Tensor, verifier_next: torch.Tensor, bucket: int) -> list[tuple[int, int, int]]:
+def bucket_agreement(
+    drafter_next: torch.Tensor, verifier_next: torch.Tensor, bucket: int
+) -> list[tuple[int, int, int]]:
     """(bucket start, agreed, total) for each bucket of ``bucket`` positions."""
     agree = (drafter_next == verifier_next).long()
     return [
@@ -74,58 +75,46 @@ def profile(targets: pd.DataFrame, drafters: dict, prompts: dict[str, list[list[
             if (dataset, sample) not in wanted or len(wanted[dataset, sample]) != len(ids):
                 raise ValueError(f"the verifier's targets have no prompt {dataset} {sample} of {len(ids)} tokens")
             for label, drafter in drafters.items():
-                for start, agreed, total in bucket_agreement(greedy_next(drafter, ids), wanted[dataset, sample], bucket):
+                for start, agreed, total in bucket_agreement(
+                    greedy_next(drafter, ids), wanted[dataset, sample], bucket
+                ):
                     rows.append((label, replicate, dataset, sample, start, start + total, agreed, total))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def configure_parser(parser) -> None:
-    parser.add_argument("--verifier", help="verifier model spec or directory: write its next tokens (no --drafter)")
-    parser.add_argument("--targets", help="the verifier's next tokens (written without --drafter) to compare with")
-    parser.add_argument("--prompts", nargs="+", required=True, help="prompts parquet files, one per dataset")
-    parser.add_argument(
-        "--datasets", nargs="+", required=True, help="the dataset of each --prompts file, in the same order"
-    )
-    parser.add_argument("--drafter", action="append", default=[], metavar="LABEL=DIR", help="a drafter (repeatable)")
-    parser.add_argument(
-        "--bucket",
-        type=int,
-        help="positions per bucket (default: the first --drafter's native range, its max_position_embeddings)",
-    )
-    parser.add_argument("--replicate", type=int, default=0, help="the training replicate the drafters belong to")
-    parser.add_argument("--out", required=True, help="output parquet")
-    add_machine_flags(parser, ("--verifier-dtype", "--drafter-dtype"))
+def read_prompts(files: dict[str, str]) -> dict[str, list[list[int]]]:
+    """{dataset: [ids, ...]} of each dataset's prompts parquet file ({dataset: file})."""
+    return {dataset: [list(ids) for ids in pd.read_parquet(path)["input_ids"]] for dataset, path in files.items()}
 
 
-def drafter_dirs(specs: list[str]) -> dict[str, str]:
-    """{label: directory} of the ``LABEL=DIR`` arguments; a ValueError names one that is not of that form."""
-    out = {}
-    for spec in specs:
-        label, sep, path = spec.partition("=")
-        if not sep or not label or not path:
-            raise ValueError(f"--drafter {spec!r}: expected LABEL=DIR")
-        out[label] = path
-    return out
-
-
-def run(args) -> None:
-    if len(args.prompts) != len(args.datasets):
-        raise ValueError(f"--prompts gives {len(args.prompts)} files but --datasets {len(args.datasets)} names")
-    if args.bucket is not None and args.bucket < 1:
-        raise ValueError(f"--bucket {args.bucket}: must be a positive number of positions")
-    if bool(args.drafter) == bool(args.verifier) or bool(args.drafter) != bool(args.targets):
-        raise ValueError("give --verifier (its next tokens) or --targets with --drafter (the drafters against them)")
-    torch.set_num_threads(args.threads)
-    prompts = {d: [list(ids) for ids in pd.read_parquet(p)["input_ids"]] for d, p in zip(args.datasets, args.prompts)}
-    if args.verifier:
-        rows = verifier_targets(load_model(args.verifier, args.device, args.verifier_dtype), prompts)
-    else:
-        drafters = {
-            label: load_model(path, args.device, args.drafter_dtype)
-            for label, path in drafter_dirs(args.drafter).items()
-        }
-        bucket = args.bucket or native_range(next(iter(drafters.values())).config)
-        rows = profile(pd.read_parquet(args.targets), drafters, prompts, bucket, args.replicate)
-    with atomic_path(Path(args.out)) as tmp:
+def save_rows(rows: pd.DataFrame, out: str | Path) -> None:
+    with atomic_path(Path(out)) as tmp:
         rows.to_parquet(tmp, index=False)
-    print(args.out)
+
+
+def write_verifier_targets(
+    verifier: str, prompt_files: dict[str, str], out: str | Path, device: str, dtype: str
+) -> None:
+    """The first step: the verifier's next tokens on every prompt of ``prompt_files`` ({dataset: parquet file}), to
+    ``out`` (``TARGET_COLUMNS``)."""
+    prompts = read_prompts(prompt_files)
+    save_rows(verifier_targets(load_model(verifier, device, dtype), prompts), out)
+
+
+def write_profile(
+    targets: str,
+    drafters: dict[str, str],
+    prompt_files: dict[str, str],
+    out: str | Path,
+    bucket: int | None,
+    replicate: int,
+    device: str,
+    dtype: str,
+) -> None:
+    """The second step: each drafter ({label: directory}) of training replicate ``replicate`` against the verifier's
+    next tokens in the file ``targets``, in buckets of ``bucket`` positions (None: the first drafter's native range),
+    to ``out`` (``COLUMNS``)."""
+    prompts = read_prompts(prompt_files)
+    models = {label: load_model(path, device, dtype) for label, path in drafters.items()}
+    bucket = bucket or native_range(next(iter(models.values())).config)
+    save_rows(profile(pd.read_parquet(targets), models, prompts, bucket, replicate), out)

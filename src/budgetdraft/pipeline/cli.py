@@ -11,23 +11,29 @@ import sys
 COMMANDS = {
     "export-model": ("budgetdraft.decoding.loading", "materialise a verifier/drafter as a Hugging Face directory"),
     "decode": (
-        "budgetdraft.decoding.decode",
+        "budgetdraft.pipeline.commands.cmd_decode",
         "decode one prompt with AR or speculative decoding, print text + metrics",
     ),
     "prepare": ("budgetdraft.training.data", "tokenised prompts for one dataset x context, or the training sequences"),
     "prefill": (
-        "budgetdraft.evaluation.prefill",
+        "budgetdraft.pipeline.commands.cmd_prefill",
         "the verifier's prefill of each prompt, computed once for every grid cell",
     ),
-    "targets": ("budgetdraft.training.targets", "verifier greedy teacher targets for the training sequences"),
+    "targets": (
+        "budgetdraft.pipeline.commands.cmd_targets",
+        "verifier greedy teacher targets for the training sequences",
+    ),
     "train": ("budgetdraft.training.train", "train a drafter with L_A + lambda * L_C"),
     "draft-vocab": (
         "budgetdraft.decoding.draftvocab",
         "the most frequent tokens of training data: a reduced draft vocabulary",
     ),
-    "eval-cell": ("budgetdraft.evaluation.cells", "run one evaluation grid cell and write its parquet file"),
+    "eval-cell": (
+        "budgetdraft.pipeline.commands.cmd_eval_cell",
+        "run one evaluation grid cell and write its parquet file",
+    ),
     "profile": (
-        "budgetdraft.evaluation.profile",
+        "budgetdraft.pipeline.commands.cmd_profile",
         "teacher-forced top-1 agreement of drafters with the verifier, by position",
     ),
     "paper": ("budgetdraft.report.paper", "build one table or figure of the paper from cell files"),
@@ -44,7 +50,10 @@ COMMANDS = {
         "budgetdraft.pipeline.commands.cmd_warm",
         "serve pre-imported forks to the commands of a local pipeline run",
     ),
-    "estimate": ("budgetdraft.pipeline.estimate", "what a configuration will cost on a device, before it runs"),
+    "estimate": (
+        "budgetdraft.pipeline.commands.cmd_estimate",
+        "what a configuration will cost on a device, before it runs",
+    ),
     "pin": (
         "budgetdraft.base.revisions",
         "the hub commits of a config's models and datasets, as its `revisions:` block",

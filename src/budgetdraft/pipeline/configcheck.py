@@ -27,9 +27,9 @@ from jsonschema import Draft202012Validator, validators
 
 from budgetdraft.base import methods, names
 from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, GRAPHS, POLICY, SCORE_WINDOW, SEEDS, TRIFORCE_DEFAULTS
-from budgetdraft.decoding.flags import refuse_partial_chunk
 from budgetdraft.decoding.loading import check_spec, max_positions
 from budgetdraft.evaluation.cellfile import path_key
+from budgetdraft.pipeline.commands.flags import refuse_partial_chunk
 from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
 
 RULES = {  # jsonschema validator -> what it asks of the value

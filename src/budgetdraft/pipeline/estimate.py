@@ -32,7 +32,6 @@ from pathlib import Path
 import yaml
 
 from budgetdraft.base.defaults import EAGER, ENGINE, ENGINES, GRAPHS, PREFILL_RUNS, SLOT_ROUNDING, rounded_capacity
-from budgetdraft.decoding.flags import add_engine_flag
 from budgetdraft.decoding.loading import parse_spec
 from budgetdraft.evaluation.cellfile import path_key
 from budgetdraft.training.hparams import TrainingHparams
@@ -481,37 +480,23 @@ def report(cfg: dict, stages: dict[str, Cost], est: Estimator, gpu: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def configure_parser(parser) -> None:
-    parser.add_argument("--configfile", required=True, help="the pipeline config to estimate (config/*.yaml)")
-    parser.add_argument("--gpu", default="a100-80g", choices=DEVICES, help="device the run will use")
-    parser.add_argument("--alpha", type=float, default=0.3, help="acceptance rate assumed in speculative cells")
-    add_engine_flag(
-        parser,
-        default=None,
-        help="how decode steps run (budgetdraft.decoding.engine): eager (per-layer host overhead) or graphs (none); "
-        f"default: the config's engine, {ENGINE} if it names none",
-    )
-    parser.add_argument("--target", default="all", help="the snakemake target to estimate")
-    parser.add_argument(
-        "--cells-per-process",
-        type=int,
-        default=0,
-        help="GPU cells one resident process runs (0: all, one local GPU; profiles/slurm's job groups: 16)",
-    )
-
-
-def run(args) -> None:
-    cfg = yaml.safe_load(Path(args.configfile).read_text())
-    if not 0 <= args.alpha <= 1:
-        raise ValueError(f"--alpha {args.alpha}: an acceptance rate is between 0 and 1")
-    if args.cells_per_process < 0:
-        raise ValueError(f"--cells-per-process {args.cells_per_process}: must be >= 0")
-    engine = args.engine or cfg.get("engine", ENGINE)  # --engine is checked when parsed, the config's here
+def cost_report(
+    configfile: str, gpu: str, alpha: float, engine: str | None, target: str, cells_per_process: int
+) -> str:
+    """The cost of the jobs of ``target`` under the config ``configfile`` on the device ``gpu`` (one of ``DEVICES``),
+    each stage's row and every assumption: speculative cells accept at rate ``alpha``, decode steps run on
+    ``engine`` (None: the config's), one resident process runs ``cells_per_process`` GPU cells (0: all)."""
+    cfg = yaml.safe_load(Path(configfile).read_text())
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"--alpha {alpha}: an acceptance rate is between 0 and 1")
+    if cells_per_process < 0:
+        raise ValueError(f"--cells-per-process {cells_per_process}: must be >= 0")
+    engine = engine or cfg.get("engine", ENGINE)  # --engine is checked when parsed, the config's here
     if engine not in ENGINES:
-        raise ValueError(f"engine = {engine!r} in {args.configfile}: one of {', '.join(ENGINES)}")
-    est = Estimator(cfg, DEVICES[args.gpu], args.alpha, args.cells_per_process, engine)
-    check_fits(cfg, est, args.gpu)
-    stages = costs(cfg, planned_jobs(args.configfile, args.target), est)
+        raise ValueError(f"engine = {engine!r} in {configfile}: one of {', '.join(ENGINES)}")
+    est = Estimator(cfg, DEVICES[gpu], alpha, cells_per_process, engine)
+    check_fits(cfg, est, gpu)
+    stages = costs(cfg, planned_jobs(configfile, target), est)
     if math.isnan(sum(c.seconds for c in stages.values())):
         raise ValueError("the estimate is undefined (NaN): check the config's lengths and steps")
-    print(report(cfg, stages, est, args.gpu), end="")
+    return report(cfg, stages, est, gpu)

@@ -364,7 +364,7 @@ def _preload(request: dict, models) -> None:
     own log."""
     if request["argv"][:1] != ["eval-cell"]:
         return
-    from budgetdraft.evaluation.cells import preload_models
+    from budgetdraft.pipeline.commands.cmd_eval_cell import preload_models
 
     try:
         with contextlib.chdir(request["cwd"]):

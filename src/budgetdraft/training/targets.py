@@ -24,7 +24,6 @@ from pathlib import Path
 import torch
 
 from budgetdraft.base.atomic import atomic_path
-from budgetdraft.decoding.flags import add_machine_flags
 
 PARTIAL_SUFFIX = ".partial"
 IGNORE = -100  # a target position no loss reads (torch's cross-entropy default ignore_index)
@@ -148,69 +147,73 @@ def read_sequences(path: str | Path, prefix_len: int, cont_len: int, num_seqs: i
     return torch.tensor([list(row) for row in column], dtype=torch.int64)
 
 
-def configure_parser(parser) -> None:
-    parser.add_argument(
-        "--teacher",
-        choices=TEACHERS,
-        default="verifier",
-        help="verifier: its greedy tokens (L_A); text: the sequence's own next tokens (plain LM)",
-    )
-    parser.add_argument("--verifier", required=True, help="verifier model spec or Hugging Face directory")
-    parser.add_argument("--sequences", required=True, help="training sequences parquet (column input_ids, P+C tokens)")
-    parser.add_argument("--prefix-len", type=int, required=True, help="P: prefix tokens")
-    parser.add_argument("--cont-len", type=int, required=True, help="C: continuation tokens (supervised)")
-    parser.add_argument("--num-seqs", type=int, default=None, help="use only the first N sequences")
-    parser.add_argument("--out", required=True, help="output .safetensors")
-    add_machine_flags(parser)  # --device --dtype --threads (a positive count)
-    parser.add_argument("--prefill-chunk", type=int, default=2048, help="prefix tokens per prefill forward")
-    parser.add_argument("--save-every", type=int, default=16, help="rewrite OUT.partial every k sequences (resume)")
-
-
-def _partial_mismatch(old: dict, input_ids: torch.Tensor, args, verifier_sha256: str) -> list[str]:
+def _partial_mismatch(
+    old: dict, input_ids: torch.Tensor, teacher: str, prefix_len: int, cont_len: int, verifier_sha256: str
+) -> list[str]:
     """What differs between a partial targets file and this call (teacher, verifier weights, P/C, sequences)."""
     n = old["targets"].shape[0]
     checks = {
-        "teacher": old["teacher"] == args.teacher,
+        "teacher": old["teacher"] == teacher,
         "verifier weights": old["verifier_sha256"] == verifier_sha256,
-        "prefix/continuation lengths": (old["prefix_len"], old["cont_len"]) == (args.prefix_len, args.cont_len),
+        "prefix/continuation lengths": (old["prefix_len"], old["cont_len"]) == (prefix_len, cont_len),
         "sequences": n <= input_ids.shape[0] and torch.equal(old["input_ids"], input_ids[:n]),
     }
     return [name for name, same in checks.items() if not same]
 
 
-def run(args) -> None:
+def resumed_targets(partial: Path, input_ids: torch.Tensor, teacher: str, prefix_len: int, cont_len: int, digest: str):
+    """The targets a partial file ``partial`` already holds, when it was made from the same inputs (else None, and
+    the run starts over)."""
+    if not partial.is_file():
+        return None
+    old = load_targets(partial)
+    changed = _partial_mismatch(old, input_ids, teacher, prefix_len, cont_len, digest)
+    if changed:
+        print(f"{partial}: {', '.join(changed)} differ: restarting from zero", file=sys.stderr)
+        return None
+    print(f"resuming teacher targets from {partial}: {old['targets'].shape[0]} of {input_ids.shape[0]} sequences done")
+    return old["targets"]
+
+
+def write_targets(
+    verifier: str,
+    sequences: str | Path,
+    prefix_len: int,
+    cont_len: int,
+    out: str | Path,
+    *,
+    teacher: str,
+    num_seqs: int | None,
+    device: str,
+    dtype: str,
+    prefill_chunk: int,
+    save_every: int,
+) -> None:
+    """The targets file ``out`` of the first ``num_seqs`` (None: all) training sequences in the parquet file
+    ``sequences`` (P = ``prefix_len``, C = ``cont_len``), by ``teacher`` (one of ``TEACHERS``): the verifier's
+    (``verifier`` on ``device`` in ``dtype``, its prefix read ``prefill_chunk`` tokens per forward) resumes from
+    ``OUT.partial``, rewritten every ``save_every`` sequences."""
     from budgetdraft.decoding.loading import load_model, weights_digest
 
-    if args.prefix_len < 1 or args.cont_len < 1:
+    if prefix_len < 1 or cont_len < 1:
         raise ValueError("--prefix-len and --cont-len must be positive")
-    torch.set_num_threads(args.threads)
-    input_ids = read_sequences(args.sequences, args.prefix_len, args.cont_len, args.num_seqs)
-    out = Path(args.out)
-    if args.teacher == "text":
-        save_targets(out, input_ids, text_targets(input_ids, args.prefix_len), args.prefix_len, "text", "text")
-        print(f"{out}: {input_ids.shape[0]} sequences x {args.cont_len} next-token targets of the text")
+    input_ids = read_sequences(sequences, prefix_len, cont_len, num_seqs)
+    out = Path(out)
+    if teacher == "text":
+        save_targets(out, input_ids, text_targets(input_ids, prefix_len), prefix_len, "text", "text")
+        print(f"{out}: {input_ids.shape[0]} sequences x {cont_len} next-token targets of the text")
         return
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
-
-    digest = weights_digest(args.verifier)
-    done = None
-    if partial.is_file():  # resume only if the partial file was made from the same inputs
-        old = load_targets(partial)
-        changed = _partial_mismatch(old, input_ids, args, digest)
-        if changed:
-            print(f"{partial}: {', '.join(changed)} differ: restarting from zero", file=sys.stderr)
-        else:
-            done = old["targets"]
-            print(f"resuming teacher targets from {partial}: {done.shape[0]} of {input_ids.shape[0]} sequences done")
-
-    verifier = load_model(args.verifier, device=args.device, dtype=args.dtype)
+    digest = weights_digest(verifier)
+    done = resumed_targets(partial, input_ids, teacher, prefix_len, cont_len, digest)
+    model = load_model(verifier, device=device, dtype=dtype)
 
     def write_partial(targets_so_far):
         n = targets_so_far.shape[0]
-        if n % args.save_every == 0 and n < input_ids.shape[0]:
-            save_targets(partial, input_ids[:n], targets_so_far, args.prefix_len, args.verifier, args.teacher, digest)
+        if n % save_every == 0 and n < input_ids.shape[0]:
+            save_targets(partial, input_ids[:n], targets_so_far, prefix_len, verifier, teacher, digest)
 
-    targets = teacher_targets(verifier, input_ids, args.prefix_len, args.prefill_chunk, done, write_partial)
-    save_targets(out, input_ids, targets, args.prefix_len, args.verifier, args.teacher, digest)
+    targets = teacher_targets(model, input_ids, prefix_len, prefill_chunk, done, write_partial)
+    save_targets(out, input_ids, targets, prefix_len, verifier, teacher, digest)
     partial.unlink(missing_ok=True)
     print(f"{out}: {targets.shape[0]} sequences x {targets.shape[1]} targets")

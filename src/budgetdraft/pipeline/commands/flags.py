@@ -1,11 +1,13 @@
-"""The command-line flags the decoding commands share, each added by one function here with its default read from
-``budgetdraft.base.defaults``: ``add_decode_flags`` (eval-cell, decode), ``add_machine_flags`` (prefill, targets:
---device, --dtype, --threads), ``add_engine_flag`` (estimate, whose default is the config's); and the rule a drafter
-budget and its chunk size follow wherever both are given (``refuse_partial_chunk``: decode's flags, the config).
+"""The command-line flags several commands share, each added by one function here with its default read from its
+one home (``budgetdraft.base.defaults``, ``budgetdraft.decoding.sampling.Sampling``): ``add_decode_flags`` (eval-cell,
+decode), ``add_machine_flags`` (prefill, targets, profile: --device, --dtype, --threads), ``add_engine_flag``
+(estimate, whose default is the config's), ``add_sampling_flags`` (read back by ``sampling_from_args``); and the rule
+a drafter budget and its chunk size follow wherever both are given (``refuse_partial_chunk``: decode's flags, the
+config's keys in ``budgetdraft.pipeline.configcheck``).
 
 A flag's value is checked once, when it is parsed (``choices``, ``positive_threads``): a command that takes
 --threads refuses a non-positive count in argparse's one line, never in torch's traceback mid-run.
-Imports no torch at import time: the cost estimate (torch-free) reads ``add_engine_flag``.
+Imports no torch at import time: the cost estimate (torch-free) and the config check read this module.
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ def add_decode_flags(parser) -> None:
     draft vocabulary, the device, both models' dtypes and the threads, the engine, and sampling mode's flags.
     A command adds its own --gamma and --budget (eval-cell's 0 for AR; decode's ``GAMMA``)."""
     from budgetdraft.decoding.policies import POLICIES
-    from budgetdraft.decoding.sampling import add_sampling_flags
 
     parser.add_argument("--policy", default=POLICY, choices=POLICIES, help=f"sparse policy of the drafter ({POLICY})")
     parser.add_argument("--chunk-size", type=int, default=CHUNK_SIZE, help="prefix tokens per chunk (sparse cache)")
@@ -55,6 +56,33 @@ def add_decode_flags(parser) -> None:
     add_machine_flags(parser, ("--verifier-dtype", "--drafter-dtype"))
     add_engine_flag(parser)
     add_sampling_flags(parser)
+
+
+def add_sampling_flags(parser) -> None:
+    """--temperature (default greedy) and ``Sampling``'s other fields, with its defaults."""
+    from dataclasses import fields
+
+    from budgetdraft.decoding.sampling import GREEDY, Sampling
+
+    default = {f.name: f.default for f in fields(Sampling)}
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=GREEDY,
+        help="sampling temperature (0 = greedy decoding, the paper's setting)",
+    )
+    parser.add_argument(
+        "--top-p", type=float, default=default["top_p"], help="nucleus sampling mass in (0, 1] (1 = off)"
+    )
+    parser.add_argument("--top-k", type=int, default=default["top_k"], help="keep the k most likely tokens (0 = off)")
+    parser.add_argument("--seed", type=int, default=default["seed"], help="seed of each generation's random stream")
+
+
+def sampling_from_args(args):
+    """The ``Sampling`` of ``add_sampling_flags``'s flags (None: greedy); a bad value is named by its flag."""
+    from budgetdraft.decoding.sampling import sampling_from_flags
+
+    return sampling_from_flags(args.temperature, args.top_p, args.top_k, args.seed)
 
 
 def refuse_partial_chunk(key: str, budget: int, chunk_key: str, chunk: int) -> None:

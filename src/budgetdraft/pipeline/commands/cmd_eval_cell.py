@@ -1,0 +1,72 @@
+"""`python -m budgetdraft eval-cell`: one evaluation grid cell (``budgetdraft.evaluation.cells``) written to its
+sealed parquet file; and what a forking warm process preloads for one (``preload_models``)."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from budgetdraft.base import methods
+from budgetdraft.base.names import EAGLE3, SHARED
+from budgetdraft.decoding.loading import ModelStore
+from budgetdraft.evaluation.cells import run_cell, write_atomically
+from budgetdraft.pipeline.commands.flags import add_decode_flags
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("--label", required=True, help="row label in the tables: ar, sd, lambda0.5, ...")
+    parser.add_argument("--method", required=True, help="decoding algorithm: " + ", ".join(methods.DECODES))
+    parser.add_argument("--verifier", required=True)
+    parser.add_argument("--drafter", help="drafter model (sd, triforce) or EAGLE-3 head directory (eagle3)")
+    parser.add_argument("--prompts", required=True, help="prompts parquet of one dataset x context")
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--context", required=True)
+    parser.add_argument("--budget", type=int, default=0, help="drafter KV budget B in tokens (0 for AR)")
+    parser.add_argument("--gamma", type=int, default=0, help="draft length γ (0 for AR)")
+    parser.add_argument("--max-new-tokens", type=int, required=True, help="tokens generated per prompt and run")
+    parser.add_argument("--warmup", type=int, default=1, help="discarded warm-up generations")
+    parser.add_argument(
+        "--warmup-tokens", type=int, default=0, help="new tokens of a warm-up generation (0 = --max-new-tokens)"
+    )
+    parser.add_argument(
+        "--warmup-prompt-tokens",
+        type=int,
+        default=0,
+        help="warm up on the last N tokens of the first prompt (0 = the whole prompt)",
+    )
+    parser.add_argument("--repeats", type=int, required=True, help="timed runs of every prompt")
+    add_decode_flags(parser)  # --policy --chunk-size --score-window --draft-vocab --device --*-dtype --threads
+    #                           --engine and sampling's, each default from budgetdraft.base.defaults
+    parser.add_argument(
+        "--verifier-prefill",
+        default="",
+        help="the prompts' verifier prefills from `budgetdraft prefill`: copied in, their recorded "
+        "seconds charged, instead of recomputed in every run",
+    )
+    parser.add_argument("--extra", default="", help="JSON of method-specific settings (triforce, eagle3)")
+    parser.add_argument(
+        "--replicate",
+        type=int,
+        default=SHARED,
+        help=f"training replicate of --drafter, recorded in the rows ({SHARED}: trained once or not at all)",
+    )
+    parser.add_argument("--out", required=True)
+
+
+def preload_models(argv: list[str], models: ModelStore) -> list[str]:
+    """Preload into ``models`` the verifier and drafter an ``eval-cell`` command line names (``ModelStore.preload``):
+    the forking warm process calls this before it forks the cell, so the cells of one model share one read of it.
+    Returns the models it loaded now."""
+    parser = argparse.ArgumentParser(add_help=False)
+    configure_parser(parser)
+    args, _ = parser.parse_known_args(argv)
+    wanted = [(args.verifier, args.verifier_dtype)]
+    if args.drafter and args.method != EAGLE3:  # an EAGLE-3 drafter is a head directory, not a causal LM
+        wanted.append((args.drafter, args.drafter_dtype))
+    return [spec for spec, dtype in wanted if models.preload(spec, args.device, dtype)]
+
+
+def run(args, models: ModelStore | None = None) -> None:
+    torch.set_num_threads(args.threads)
+    write_atomically(run_cell(args, models), args.out)

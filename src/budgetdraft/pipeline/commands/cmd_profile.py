@@ -1,0 +1,58 @@
+"""`python -m budgetdraft profile`: the positional profile (``budgetdraft.evaluation.profile``) in its two steps,
+the verifier's next tokens (``--verifier``) or each replicate's drafters against them (``--targets``,
+``--drafter LABEL=DIR``)."""
+
+from __future__ import annotations
+
+import torch
+
+from budgetdraft.evaluation.profile import write_profile, write_verifier_targets
+from budgetdraft.pipeline.commands.flags import add_machine_flags
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("--verifier", help="verifier model spec or directory: write its next tokens (no --drafter)")
+    parser.add_argument("--targets", help="the verifier's next tokens (written without --drafter) to compare with")
+    parser.add_argument("--prompts", nargs="+", required=True, help="prompts parquet files, one per dataset")
+    parser.add_argument(
+        "--datasets", nargs="+", required=True, help="the dataset of each --prompts file, in the same order"
+    )
+    parser.add_argument("--drafter", action="append", default=[], metavar="LABEL=DIR", help="a drafter (repeatable)")
+    parser.add_argument(
+        "--bucket",
+        type=int,
+        help="positions per bucket (default: the first --drafter's native range, its max_position_embeddings)",
+    )
+    parser.add_argument("--replicate", type=int, default=0, help="the training replicate the drafters belong to")
+    parser.add_argument("--out", required=True, help="output parquet")
+    add_machine_flags(parser, ("--verifier-dtype", "--drafter-dtype"))
+
+
+def drafter_dirs(specs: list[str]) -> dict[str, str]:
+    """{label: directory} of the ``LABEL=DIR`` arguments; a ValueError names one that is not of that form."""
+    out = {}
+    for spec in specs:
+        label, sep, path = spec.partition("=")
+        if not sep or not label or not path:
+            raise ValueError(f"--drafter {spec!r}: expected LABEL=DIR")
+        out[label] = path
+    return out
+
+
+def run(args) -> None:
+    if len(args.prompts) != len(args.datasets):
+        raise ValueError(f"--prompts gives {len(args.prompts)} files but --datasets {len(args.datasets)} names")
+    if args.bucket is not None and args.bucket < 1:
+        raise ValueError(f"--bucket {args.bucket}: must be a positive number of positions")
+    if bool(args.drafter) == bool(args.verifier) or bool(args.drafter) != bool(args.targets):
+        raise ValueError("give --verifier (its next tokens) or --targets with --drafter (the drafters against them)")
+    drafters = drafter_dirs(args.drafter)
+    torch.set_num_threads(args.threads)
+    prompts = dict(zip(args.datasets, args.prompts))
+    if args.verifier:
+        write_verifier_targets(args.verifier, prompts, args.out, args.device, args.verifier_dtype)
+    else:
+        write_profile(
+            args.targets, drafters, prompts, args.out, args.bucket, args.replicate, args.device, args.drafter_dtype
+        )
+    print(args.out)
