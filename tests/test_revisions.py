@@ -10,6 +10,7 @@ import yaml
 
 from budgetdraft.base import revisions
 from budgetdraft.decoding import loading as models
+from budgetdraft.pipeline.commands import cmd_pin
 from budgetdraft.training import data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +41,7 @@ def test_pin_prints_a_block_the_schema_accepts(monkeypatch, capsys):
     from snakemake.utils import validate
 
     monkeypatch.setattr(revisions, "current_commits", lambda repos: {r: SHA[r] for r in repos})
-    revisions.run(argparse.Namespace(configfile=str(ROOT / "config/paper.yaml")))
+    cmd_pin.run(argparse.Namespace(configfile=str(ROOT / "config/paper.yaml")))
     block = yaml.safe_load(capsys.readouterr().out)
     assert block == {"revisions": SHA}
     validate({**PAPER, **block}, str(ROOT / "workflow/schemas/config.schema.yaml"))
@@ -52,18 +53,17 @@ def test_pin_without_the_hub_says_which_repositories_it_could_not_read(monkeypat
 
     monkeypatch.setattr(revisions, "current_commits", offline)
     with pytest.raises(ValueError, match=r"cannot read the hub's current commits of .*emozilla/pg19.*no network"):
-        revisions.run(argparse.Namespace(configfile=str(ROOT / "config/paper.yaml")))
+        cmd_pin.run(argparse.Namespace(configfile=str(ROOT / "config/paper.yaml")))
 
 
 def test_a_revision_is_refused_where_nothing_is_read_from_the_hub(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="is not a hub repository"):
         models.export("embedded:smollm2", tmp_path / "out", revision=SHA["emozilla/pg19"])
-    args = argparse.Namespace(source="sotu_summary", seed=0, revision=SHA["emozilla/pg19"])
     with pytest.raises(ValueError, match="source 'sotu_summary' reads no hub repository"):
-        data.source_docs(data.EVAL_SOURCES, args)
+        data.source_docs(data.EVAL_SOURCES, "sotu_summary", 0, SHA["emozilla/pg19"])
     seen = {}
     monkeypatch.setitem(data.EVAL_SOURCES, "pg19_test", lambda seed, revision="": seen.update(revision=revision))
-    data.source_docs(data.EVAL_SOURCES, argparse.Namespace(source="pg19_test", seed=0, revision="abc"))
+    data.source_docs(data.EVAL_SOURCES, "pg19_test", 0, "abc")
     assert seen == {"revision": "abc"}
 
 

@@ -71,21 +71,14 @@ def block(commits: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def configure_parser(parser) -> None:
-    parser.add_argument("--configfile", required=True, help="the pipeline config whose hub repositories to pin")
-
-
-def run(args) -> None:
-    import yaml
-
-    with open(args.configfile) as f:
-        cfg = yaml.safe_load(f)
+def pinned_block(cfg: dict) -> str | None:
+    """The `revisions:` block of the hub repositories the config ``cfg`` reads, at their current commits (None when
+    it reads none); a ValueError names them when the hub cannot say."""
     repos = hub_repos(cfg)
     if not repos:
-        print(f"{args.configfile} reads no hub repository: nothing to pin")
-        return
+        return None
     try:
         commits = current_commits(repos)
     except Exception as err:  # offline, a gated repository, no such repository
         raise ValueError(f"cannot read the hub's current commits of {', '.join(sorted(repos))}: {err}") from None
-    print(block(commits), end="")
+    return block(commits)

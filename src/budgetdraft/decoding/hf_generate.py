@@ -254,15 +254,3 @@ def export_generate(out: str | Path, drafter_id: str | None = None) -> Path:
     atomic_write_text(folder / "generate.py", GENERATE_PY.format(drafter=json.dumps(drafter_id or str(out.resolve()))))
     atomic_write_text(folder / "requirements.txt", f"budgetdraft>={importlib.metadata.version('budgetdraft')}\n")
     return folder
-
-
-def configure_parser(parser) -> None:
-    parser.add_argument("--out", required=True, help="the trained drafter's directory (a Hugging Face checkpoint)")
-    parser.add_argument(
-        "--drafter-id", default=None, help="the hub id it will be published as (default: --out's absolute path)"
-    )
-
-
-def run(args) -> None:
-    folder = export_generate(args.out, args.drafter_id)
-    print(f"wrote {folder}/generate.py and requirements.txt")

@@ -15,7 +15,7 @@ once per round, and the ``Generation`` holds the tokens and their counts (``metr
 no memory reading is in here: ``budgetdraft.evaluation.measure`` times a generation through the two seams the loop
 offers, the drafter it is handed and the ``verifier`` factory of its ``Options`` (a timed proxy of each, CUDA events
 on a GPU), and reads memory around the call. The drafters: ``budgetdraft.decoding.sparse_drafter`` (the paper's),
-``budgetdraft.decoding.baselines``; the command line: ``budgetdraft.decoding.decode``.
+``budgetdraft.decoding.baselines``; the command line: ``budgetdraft.pipeline.commands.cmd_decode``.
 
 Cache invariants of ``speculative``, with ``out`` the tokens emitted so far:
   verifier cache = prompt + out[:-1]                 (out[-1] is fed at the next verify)

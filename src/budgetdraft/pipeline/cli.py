@@ -9,12 +9,18 @@ import importlib
 import sys
 
 COMMANDS = {
-    "export-model": ("budgetdraft.decoding.loading", "materialise a verifier/drafter as a Hugging Face directory"),
+    "export-model": (
+        "budgetdraft.pipeline.commands.cmd_export_model",
+        "materialise a verifier/drafter as a Hugging Face directory",
+    ),
     "decode": (
         "budgetdraft.pipeline.commands.cmd_decode",
         "decode one prompt with AR or speculative decoding, print text + metrics",
     ),
-    "prepare": ("budgetdraft.training.data", "tokenised prompts for one dataset x context, or the training sequences"),
+    "prepare": (
+        "budgetdraft.pipeline.commands.cmd_prepare",
+        "tokenised prompts for one dataset x context, or the training sequences",
+    ),
     "prefill": (
         "budgetdraft.pipeline.commands.cmd_prefill",
         "the verifier's prefill of each prompt, computed once for every grid cell",
@@ -23,9 +29,9 @@ COMMANDS = {
         "budgetdraft.pipeline.commands.cmd_targets",
         "verifier greedy teacher targets for the training sequences",
     ),
-    "train": ("budgetdraft.training.train", "train a drafter with L_A + lambda * L_C"),
+    "train": ("budgetdraft.pipeline.commands.cmd_train", "train a drafter with L_A + lambda * L_C"),
     "draft-vocab": (
-        "budgetdraft.decoding.draftvocab",
+        "budgetdraft.pipeline.commands.cmd_draft_vocab",
         "the most frequent tokens of training data: a reduced draft vocabulary",
     ),
     "eval-cell": (
@@ -36,16 +42,16 @@ COMMANDS = {
         "budgetdraft.pipeline.commands.cmd_profile",
         "teacher-forced top-1 agreement of drafters with the verifier, by position",
     ),
-    "paper": ("budgetdraft.report.paper", "build one table or figure of the paper from cell files"),
+    "paper": ("budgetdraft.pipeline.commands.cmd_paper", "build one table or figure of the paper from cell files"),
     "paper-diff": (
-        "budgetdraft.report.paperdiff",
+        "budgetdraft.pipeline.commands.cmd_paper_diff",
         "every value the paper reports beside this run's, within the authors' tolerance or not",
     ),
     "claims": (
-        "budgetdraft.report.claims",
+        "budgetdraft.pipeline.commands.cmd_claims",
         "report which of the paper's findings hold in this run, with bootstrap intervals",
     ),
-    "train-eagle3": ("budgetdraft.training.eagle3_head", "train the EAGLE-3 draft head baseline"),
+    "train-eagle3": ("budgetdraft.pipeline.commands.cmd_train_eagle3", "train the EAGLE-3 draft head baseline"),
     "warm": (
         "budgetdraft.pipeline.commands.cmd_warm",
         "serve pre-imported forks to the commands of a local pipeline run",
@@ -55,11 +61,11 @@ COMMANDS = {
         "what a configuration will cost on a device, before it runs",
     ),
     "pin": (
-        "budgetdraft.base.revisions",
+        "budgetdraft.pipeline.commands.cmd_pin",
         "the hub commits of a config's models and datasets, as its `revisions:` block",
     ),
     "export-hf-generate": (
-        "budgetdraft.decoding.hf_generate",
+        "budgetdraft.pipeline.commands.cmd_export_hf_generate",
         "write custom_generate/ beside a drafter: publish it with its loop",
     ),
 }

@@ -19,11 +19,10 @@ from pathlib import Path
 import pandas as pd
 
 from budgetdraft.base.atomic import atomic_write_text, file_sha256
-from budgetdraft.base.jsonio import json_object
 from budgetdraft.evaluation.grid import Grid, load_cells
 from budgetdraft.report import figures
 from budgetdraft.report.artifacts import REGISTRY, Artifact
-from budgetdraft.report.settings import Settings, parse_settings, settings_dict, with_drafter_sizes
+from budgetdraft.report.settings import Settings, parse_settings, settings_dict
 from budgetdraft.report.tables import (
     add_to_caption,
     engine_text,
@@ -188,47 +187,8 @@ def trace_file(path) -> list[tuple[str, str]]:
     return trace(path, cells, sources["settings"])
 
 
-# ------------------------------------------------------------------------------------------------- CLI
-
-
-def configure_parser(parser) -> None:
-    parser.add_argument(
-        "--artifact",
-        required=True,
-        choices=sorted(ARTIFACTS),
-        help="which table/figure: " + ", ".join(f"{k} ({a.label})" for k, a in ARTIFACTS.items()),
-    )
-    parser.add_argument(
-        "--out",
-        required=True,
-        type=Path,
-        help="output .tex (tables) or .pdf (figures; a .png with the same stem is written too)",
-    )
-    parser.add_argument(
-        "--settings",
-        required=True,
-        help="JSON object (or a JSON file): datasets, contexts, budgets, gamma_fixed, collapse, "
-        "comparison, single_budget; optional gammas {context: [gamma, ...]}",
-    )
-    parser.add_argument("--cells", required=True, nargs="+", help="cell parquet files the artifact reads")
-    parser.add_argument(
-        "--drafters",
-        help="JSON {label: [model directory, ...]}: the comparison table's drafter sizes, counted from their weights "
-        "(several directories are summed as 'a+b', e.g. TriForce's drafter + its middle level)",
-    )
-
-
 def drafter_sizes(drafters: dict) -> dict:
     """{label: parameter counts of its directories, as '42.5M' or '42.5M+135.0M'}."""
     from budgetdraft.decoding.loading import parameter_count, size_text
 
     return {label: "+".join(size_text(parameter_count(d)) for d in dirs) for label, dirs in drafters.items()}
-
-
-def run(args) -> None:
-    settings = args.settings
-    if args.drafters:
-        sizes = drafter_sizes(json_object(args.drafters, "--drafters"))
-        settings = json.dumps(with_drafter_sizes(settings_dict(args.settings), sizes))
-    for path in build(args.artifact, args.cells, settings, args.out):
-        print(path)

@@ -434,19 +434,3 @@ def build(tables, settings, verifier: str, cells=(), drafters=(), out="results/p
         writer.writeheader()
         writer.writerows({**line, "status": status(line, scale)} for line in lines)
     return [out, table]
-
-
-def configure_parser(parser) -> None:
-    parser.add_argument("--tables", nargs="+", required=True, help="this run's results/tables/*.tex")
-    parser.add_argument("--settings", required=True, help="the run's settings (results/settings/claims.json)")
-    parser.add_argument("--verifier", required=True, help="the run's verifier spec (whether it is the paper's)")
-    parser.add_argument(
-        "--cells", nargs="*", default=[], help="AR cells and SD / BudgetDraft cells at the shortest context"
-    )
-    parser.add_argument("--drafters", nargs="*", default=[], help="trained drafter directories (their loss logs)")
-    parser.add_argument("--out", required=True, type=Path, help="the report (.md); its .csv goes beside it")
-
-
-def run(args) -> None:
-    for path in build(args.tables, args.settings, args.verifier, args.cells, args.drafters, args.out):
-        print(path)

@@ -312,67 +312,71 @@ def load_encoder(tokenizer: str) -> Encoder:
     return Encoder(load_tokenizer(tokenizer))
 
 
-def source_docs(sources: dict, args) -> Iterator[Doc]:
-    """The documents of ``args.source``, at ``args.revision`` for a hub source (only a hub source takes one)."""
-    if not args.revision:
-        return sources[args.source](args.seed)
-    if args.source not in HUB_DATASETS:
-        raise ValueError(f"--revision {args.revision}: source {args.source!r} reads no hub repository")
-    return sources[args.source](args.seed, revision=args.revision)
+def source_docs(sources: dict, source: str, seed: int, revision: str = "") -> Iterator[Doc]:
+    """The documents of ``source`` in the order of ``seed``, at ``revision`` for a hub source (only a hub source
+    takes one)."""
+    if not revision:
+        return sources[source](seed)
+    if source not in HUB_DATASETS:
+        raise ValueError(f"--revision {revision}: source {source!r} reads no hub repository")
+    return sources[source](seed, revision=revision)
 
 
-def prepare_prompts(args) -> None:
-    if args.source not in EVAL_SOURCES:
-        raise ValueError(f"--source {args.source!r} is not one of {', '.join(EVAL_SOURCES)}")
-    lengths = sorted({args.length, *(args.select_length or [])})
-    chosen = select_prompts(source_docs(EVAL_SOURCES, args), load_encoder(args.tokenizer), lengths, args.samples)
+def prepare_prompts(
+    *,
+    dataset: str,
+    source: str,
+    context: str,
+    length: int,
+    select_length: list[int] | None,
+    samples: int,
+    tokenizer: str,
+    seed: int,
+    revision: str,
+    out: str | Path,
+) -> None:
+    """The prompts file ``out`` of one dataset x context: ``samples`` prompts of exactly ``length`` tokens from the
+    documents of ``source`` (one of ``EVAL_SOURCES``) long enough for every length in ``select_length`` too, so
+    that all contexts share documents."""
+    if source not in EVAL_SOURCES:
+        raise ValueError(f"--source {source!r} is not one of {', '.join(EVAL_SOURCES)}")
+    lengths = sorted({length, *(select_length or [])})
+    docs = source_docs(EVAL_SOURCES, source, seed, revision)
+    chosen = select_prompts(docs, load_encoder(tokenizer), lengths, samples)
     write_parquet(
         {
-            "dataset": [args.dataset] * len(chosen),
-            "context": [args.context] * len(chosen),
+            "dataset": [dataset] * len(chosen),
+            "context": [context] * len(chosen),
             "sample": list(range(len(chosen))),
             "doc_id": [doc_id for doc_id, _ in chosen],
-            "input_ids": [prompts[args.length] for _, prompts in chosen],
+            "input_ids": [prompts[length] for _, prompts in chosen],
         },
-        args.out,
+        out,
     )
-    print(f"{args.out}: {len(chosen)} prompts x {args.length} tokens from {args.source}")
+    print(f"{out}: {len(chosen)} prompts x {length} tokens from {source}")
 
 
-def prepare_train(args) -> None:
+def prepare_train(
+    *,
+    source: str,
+    length: int,
+    sequences: int,
+    exclude: list,
+    tokenizer: str,
+    seed: int,
+    revision: str,
+    out: str | Path,
+) -> None:
+    """The training sequences file ``out``: ``sequences`` windows of ``length`` tokens from the documents of
+    ``source`` (one of ``TRAIN_SOURCES``), none of a work that the prompts files ``exclude`` use."""
     import pyarrow.parquet as pq
 
-    if args.source not in TRAIN_SOURCES:
-        raise ValueError(f"--source {args.source!r} is not one of {', '.join(TRAIN_SOURCES)}")
-    eval_ids = [d for f in args.exclude for d in pq.read_table(f, columns=["doc_id"]).column("doc_id").to_pylist()]
-    docs = source_docs(TRAIN_SOURCES, args)
-    chosen = training_sequences(docs, load_encoder(args.tokenizer), args.length, args.sequences, eval_ids)
-    write_parquet({"doc_id": [d for d, _ in chosen], "input_ids": [ids for _, ids in chosen]}, args.out)
+    if source not in TRAIN_SOURCES:
+        raise ValueError(f"--source {source!r} is not one of {', '.join(TRAIN_SOURCES)}")
+    eval_ids = [d for f in exclude for d in pq.read_table(f, columns=["doc_id"]).column("doc_id").to_pylist()]
+    docs = source_docs(TRAIN_SOURCES, source, seed, revision)
+    chosen = training_sequences(docs, load_encoder(tokenizer), length, sequences, eval_ids)
+    write_parquet({"doc_id": [d for d, _ in chosen], "input_ids": [ids for _, ids in chosen]}, out)
     print(
-        f"{args.out}: {len(chosen)} sequences x {args.length} tokens from {args.source}, disjoint from {len(set(eval_ids))} eval docs"
+        f"{out}: {len(chosen)} sequences x {length} tokens from {source}, disjoint from {len(set(eval_ids))} eval docs"
     )
-
-
-def configure_parser(parser) -> None:
-    sub = parser.add_subparsers(dest="what", required=True)
-    p = sub.add_parser("prompts", help="evaluation prompts for one dataset x context")
-    p.add_argument("--dataset", required=True, help="config key of the dataset, e.g. gs")
-    p.add_argument("--source", required=True, help=f"one of {', '.join(EVAL_SOURCES)}")
-    p.add_argument("--context", required=True, help="context label, e.g. 4K")
-    p.add_argument("--length", type=int, required=True, help="prompt length in tokens")
-    p.add_argument("--select-length", type=int, nargs="*", help="also require documents to fit these lengths")
-    p.add_argument("--samples", type=int, required=True)
-    t = sub.add_parser("train", help="training sequences, disjoint from the evaluation prompts")
-    t.add_argument("--source", required=True, help=f"one of {', '.join(TRAIN_SOURCES)}")
-    t.add_argument("--length", type=int, required=True, help="P + C tokens per sequence")
-    t.add_argument("--sequences", type=int, required=True)
-    t.add_argument("--exclude", nargs="*", default=[], help="prompts parquet files whose documents must not be used")
-    for q in (p, t):
-        q.add_argument("--tokenizer", required=True, help="verifier directory or model spec")
-        q.add_argument("--seed", type=int, default=0, help="order in which documents are considered")
-        q.add_argument("--revision", default="", help="hub commit of a hub source's repository (`revisions:`)")
-        q.add_argument("--out", required=True)
-
-
-def run(args) -> None:
-    prepare_prompts(args) if args.what == "prompts" else prepare_train(args)

@@ -201,18 +201,3 @@ def _train_head(verifier_spec: str, targets_file, out, hp: Eagle3Hparams, verbos
         out, head, {**cfg, "verifier": verifier_spec, "targets": str(targets_file), "hparams": hp.to_json()}, log_rows
     )
     return {"first_loss": log_rows[0]["loss"], "last_loss": log_rows[-1]["loss"], "rows": log_rows}
-
-
-def configure_parser(parser) -> None:
-    parser.add_argument("--verifier", required=True, help="verifier model spec or directory")
-    parser.add_argument("--targets", required=True, help="targets.safetensors (input_ids, targets)")
-    parser.add_argument("--out", required=True, help="output directory (head.safetensors + eagle3.json)")
-    parser.add_argument(
-        "--hparams", default="", help="JSON object (inline or a file path): " + ", ".join(Eagle3Hparams().keys())
-    )
-
-
-def run(args) -> None:
-    from budgetdraft.training.train import read_hparams
-
-    train_head(args.verifier, args.targets, args.out, read_hparams(args.hparams))
