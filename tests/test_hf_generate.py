@@ -6,7 +6,7 @@ from conftest import shakespeare_text, tiny_llama
 from transformers.generation import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from budgetdraft.decoding import hf
+from budgetdraft.decoding import hf_generate as hf
 from budgetdraft.decoding.loop import speculative
 from budgetdraft.decoding.policies import POLICIES
 from budgetdraft.decoding.sampling import Sampling
