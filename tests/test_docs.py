@@ -201,7 +201,9 @@ def test_every_python_block_of_the_docs_runs_as_written(doc, index):
     block = python_blocks(doc)[index]
     for name, stand_in in STAND_INS.items():
         block = block.replace(name, stand_in)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    # one torch thread, as every test (conftest.py): the two workers share 2 cores, and a snippet on two threads beside
+    # the other worker's pipeline ran 6x its idle time (95 s for the README's, 15 s idle)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-c", block], cwd=ROOT, capture_output=True, text=True, env=env)
     assert run.returncode == 0, f"{doc.name} block {index}:\n{block}\n{run.stderr[-3000:]}"
 

@@ -79,10 +79,11 @@ def test_graphs_engine_equals_eager_token_for_token_and_never_recompiles(pair, b
     generation compiled them, generations of other prompts of the same length compile nothing new."""
     verifier, drafter = pair
 
-    def run(engine, seed, decoding=loop):
+    def run(engine, seed, timed=False):
         p = prompt(seed=seed)
-        ar = decoding.autoregressive(verifier, p, NEW, eos_token_id=[], engine=engine)
-        sd = decoding.speculative(
+        autoregressive = measure.timed_autoregressive if timed else loop.autoregressive
+        ar = autoregressive(verifier, p, NEW, eos_token_id=[], engine=engine)
+        sd = (measure.timed_speculative if timed else loop.speculative)(
             SparseDrafter(drafter, budget, "topk_chunks", 8, 8, engine=engine), verifier, p, NEW, GAMMA,
             eos_token_id=[], engine=engine,
         )  # fmt: skip
@@ -96,7 +97,7 @@ def test_graphs_engine_equals_eager_token_for_token_and_never_recompiles(pair, b
             ar_e, sd_e, _ = run("eager", seed)
             assert ar_g == ar_e and sd_g == sd_e == ar_e
             assert stats.engine == "graphs"
-        ar_m, sd_m, stats = run("graphs", 1, measure)  # measured (a cell's run): the same steps, timed from outside
+        ar_m, sd_m, stats = run("graphs", 1, timed=True)  # measured (a cell's run): the same steps, timed from outside
         assert ar_m == sd_m == run("eager", 1)[0] and stats.verify_s > 0
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 

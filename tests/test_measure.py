@@ -44,7 +44,7 @@ def test_a_measured_generation_fills_every_column_with_sane_values(pair, method)
     run = measured(pair, method)
     plain = run(getattr(loop, "autoregressive" if method == "ar" else "speculative"))
     t0 = time.perf_counter()
-    gen = run(getattr(measure, "autoregressive" if method == "ar" else "speculative"))
+    gen = run(getattr(measure, "timed_autoregressive" if method == "ar" else "timed_speculative"))
     wall = time.perf_counter() - t0
     s = gen.stats
     row = s.as_dict()
@@ -128,7 +128,9 @@ def test_on_cuda_the_phases_are_events_read_once_after_the_one_synchronisation_a
     monkeypatch.setattr(torch.cuda, "Event", fake.Event)
     monkeypatch.setattr(metrics, "synchronize", fake.synchronize)  # what the clock's Stopwatch calls
     monkeypatch.setattr(measure, "Clock", CudaClock)
-    s = measured(pair, method)(getattr(measure, "autoregressive" if method == "ar" else "speculative")).stats
+    s = measured(pair, method)(
+        getattr(measure, "timed_autoregressive" if method == "ar" else "timed_speculative")
+    ).stats
     log = fake.log
     assert log.count("sync") == 2 and log[0] == "sync"  # the start of the generation ...
     end = log.index("sync", 1)

@@ -220,8 +220,9 @@ HOSTILE = "</script><img src=x onerror=\"document.title='ran'\"><script>window.r
 
 @pytest.fixture(scope="module")
 def hostile_report(chromium, pipeline_run, tmp_path_factory):
-    """The session's ci run, reported with a dataset whose display name is a script, and the plan-time refusal of
-    markup in names (the second wall) lifted in this copy: what the report does with the name is the first wall."""
+    """The session's ci run, reported with a dataset whose display name is a script, and the plan-time refusals of
+    markup in names and of long names (the second wall) lifted in this copy: what the report does with the name is
+    the first wall."""
     work = tmp_path_factory.mktemp("hostile")
 
     def link_or_copy(src, dst):  # results are only read: linked; Snakemake's own folder is copied (it writes there)
@@ -233,7 +234,8 @@ def hostile_report(chromium, pipeline_run, tmp_path_factory):
         shutil.rmtree(target) if target.is_dir() else target.unlink()
         (shutil.copytree if (pipeline_run / name).is_dir() else shutil.copy)(pipeline_run / name, target)
     check = work / "src/budgetdraft/pipeline/configcheck.py"
-    check.write_text(re.sub(r"(?m)^MARKUP = .*$", "MARKUP = set()", check.read_text()))
+    lifted = re.sub(r"(?m)^MARKUP = .*$", "MARKUP = set()", check.read_text())
+    check.write_text(re.sub(r"(?m)^TITLE_LENGTH = .*$", "TITLE_LENGTH = 1000", lifted))  # the name is 82 characters
     config = (work / "config/ci.yaml").read_text().replace('name: "GS"', f"name: {json.dumps(HOSTILE)}")
     (work / "hostile.yaml").write_text(config)
     out = work / "report.html"

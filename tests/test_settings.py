@@ -24,7 +24,7 @@ PAPER = {
 def test_paper_settings_parse_once_into_attributes():
     s = PaperSettings.from_json(PAPER)
     assert (s.gamma_fixed, s.single_budget.trained_budget, s.comparison.contexts) == (2, 32, ["1K"])
-    assert s.lossless == {"lossless": "error", "near_tie_margin": 0.0} and s.given_gammas("1K") is None
+    assert s.lossless == {"lossless": "error", "near_tie_margin": 0.0, "not_run": {}} and s.given_gammas("1K") is None
     assert s.variant("lambda0.5").to_json() == PAPER["variants"]["lambda0.5"] and s.variant("x") == Variant()
     assert s.comparison.budget_of("triforce") is None and s.policies is None
     assert PaperSettings.from_json(s.to_json()) == s

@@ -207,7 +207,8 @@ def test_policies_target_plans_its_cells_apart_from_the_grid(dry_run):
     assert any("--label sd@verifier_guided" in c and "--policy verifier_guided" in c for c in commands)
     assert all("--policy topk_chunks" in c for c in commands if "@" not in c.split("--label ")[1].split()[0])
     everything = dry_run("all", "--configfile", "config/ci.yaml")
-    assert "@" not in everything and "policies.pdf" not in everything  # `all` is unchanged
+    # `all` is unchanged: none of the policies' cells (its own @ label is the control sd@full)
+    assert not any(f"@{name}/" in everything for name in pol["names"]) and "policies.pdf" not in everything
 
 
 @pytest.mark.parametrize("module", ["report/paper", "training/train"])
@@ -217,14 +218,16 @@ def test_src_edits_rerun_only_their_stage(finished, tmp_path, module):
     _edit(workdir / f"src/budgetdraft/{module}.py")
     counts = job_counts(snakemake(workdir, "-n", "all", "--configfile", "config/ci.yaml", *NO_PROFILE)[1])
     if module == "report/paper":  # formatting of tables/figures: never the grid, nor claims (which does not import it)
-        assert counts == {"table": 7, "figure": 3, "all": 1, "total": 11}, counts
+        # the paper's numbers beside ours (paper_diff) format with it too; `code` is the digest of the edited stage
+        assert counts == {"code": 1, "table": 7, "figure": 3, "paper_diff": 1, "all": 1, "total": 13}, counts
     else:  # retrains every drafter (the EAGLE-3 head's training shares its schedule and checks) and reruns their
         # cells, not the AR cells nor the targets
         cfg = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
         reps, contexts = cfg["replicates"], cfg["comparison"]["contexts"]
         assert counts["train"] == 4 * reps and counts["train_base"] == reps and counts["train_eagle3"] == 1
         assert "targets" not in counts and "export_model" not in counts
-        assert counts["eval_replicate_cell"] == 76 * reps and counts["eval_cell"] == len(contexts)  # EAGLE-3's
+        # the grid's 76 cells and the 18 of the controls (pi, sd@full) per replicate; AR's cells are EAGLE-3's
+        assert counts["eval_replicate_cell"] == (76 + 18) * reps and counts["eval_cell"] == len(contexts)
 
 
 def refusal(cfg: dict, *config_args: str) -> str:
@@ -392,7 +395,7 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers(dry_run, tmp_p
     counts = job_counts(out)
     assert counts["train"] == 6 * reps and counts["table"] == 7 + 1, counts
     places = [(d, c, b) for d in cfg["datasets"] for c in cfg["contexts"] for b in cfg["budgets"]]
-    assert counts["eval_replicate_cell"] == 76 * reps + 2 * len(places) * reps, counts
+    assert counts["eval_replicate_cell"] == (76 + 18) * reps + 2 * len(places) * reps, counts  # grid + controls
     for label in EXTRA_VARIANTS:
         assert all(f"output: results/drafters/r{r}/{label}\n" in out for r in range(reps))
         for r in range(reps):
@@ -421,7 +424,7 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers(dry_run, tmp_p
 
 
 VARIANT_NAMES = [
-    ("sd", "variants = 'sd': must not be one of ['ar', 'sd', 'triforce', 'eagle3']"),
+    ("sd", "variants: 'sd' is the label of method 'SD (sparse/full)'"),
     ("bd@snapkv", "variants = 'bd@snapkv': must match"),
     ("bd+eager", "variants = 'bd+eager': must match"),
     ("..", "variants = '..': must match"),

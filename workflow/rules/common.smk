@@ -17,7 +17,11 @@ from pathlib import Path
 # src/ is on sys.path (Snakefile): the workflow runs the library it declares as code inputs.
 from budgetdraft.base import defaults, names, revisions
 from budgetdraft.pipeline.plan import Plan
-from budgetdraft.pipeline.setaside import asked_cells, drop_stale_settings, set_aside_unreadable
+from budgetdraft.pipeline.setaside import (
+    asked_cells,
+    drop_stale_settings,
+    set_aside_unreadable,
+)
 
 PLAN = Plan(config)
 

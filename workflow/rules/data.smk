@@ -50,7 +50,9 @@ rule prepare_train:
         + PLAN.drafters.training_data(wc.stage)["cont_len"],
         sequences=lambda wc: PLAN.drafters.training_data(wc.stage)["sequences"],
         seed=config["seed"],
-        revision=lambda wc: data_revision_flag(PLAN.drafters.training_data(wc.stage)["source"]),
+        revision=lambda wc: data_revision_flag(
+            PLAN.drafters.training_data(wc.stage)["source"]
+        ),
     shell:
         "python -m budgetdraft prepare train --source {params.source} --length {params.length}"
         " --sequences {params.sequences} --seed {params.seed} --tokenizer {input.verifier}"

@@ -21,7 +21,9 @@ STAGE_BENCHMARKS = {
     "export_model": lambda: expand(
         rules.export_model.benchmark, role=["verifier", "drafter_untrained"]
     ),
-    "targets": lambda: expand(rules.targets.benchmark, stage=PLAN.drafters.training_stages),
+    "targets": lambda: expand(
+        rules.targets.benchmark, stage=PLAN.drafters.training_stages
+    ),
     "train_base": lambda: (
         expand(rules.train_base.benchmark, replicate=PLAN.replicates)
         if PLAN.base
@@ -31,7 +33,9 @@ STAGE_BENCHMARKS = {
         rules.train.benchmark, replicate=PLAN.replicates, variant=PLAN.labels.variants
     ),
     "train_eagle3": lambda: (
-        [str(rules.train_eagle3.benchmark)] if names.EAGLE3 in PLAN.labels.baselines else []
+        [str(rules.train_eagle3.benchmark)]
+        if names.EAGLE3 in PLAN.labels.baselines
+        else []
     ),
     "verifier_prefill": lambda: (
         expand(
@@ -61,7 +65,9 @@ rule settings:
     log:
         "logs/settings/{name}.log",
     wildcard_constraints:
-        name="|".join([*PLAN.cells.all_tables, *PLAN.cells.all_figures.values(), "claims"]),
+        name="|".join(
+            [*PLAN.cells.all_tables, *PLAN.cells.all_figures.values(), "claims"]
+        ),
     localrule: True
     params:
         settings=lambda wc: PLAN.settings.artifact_settings(wc.name),
@@ -200,7 +206,9 @@ rule paper_diff:
     for a rerun (±2 pp, ±0.05×) or not, or at another scale only a counterpart; and the authors' sanity checks.
     """
     input:
-        tables=PLAN.cells.artifact_files([a for a in PLAN.cells.in_all if a in PLAN.cells.all_tables]),
+        tables=PLAN.cells.artifact_files(
+            [a for a in PLAN.cells.in_all if a in PLAN.cells.all_tables]
+        ),
         settings="results/settings/claims.json",
         cells=PLAN.cells.paper_diff_cells(),
         drafters=PLAN.drafters.trained_drafters(),
