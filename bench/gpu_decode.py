@@ -28,7 +28,7 @@ transformers' ``generate`` (greedy, EOS off, stock ``sdpa`` attention: what a us
 per step = (time of N tokens − time of 1 token) ÷ (N − 1), the pair timed in every repeat after a warm-up pair:
 with its dynamic cache, and with ``cache_implementation="static"``, whose decode steps transformers compiles itself
 on CUDA (``torch.compile`` mode reduce-overhead). The bound: bytes one AR step must read (the verifier's weights +
-its KV of the prompt, as ``DecodeStats.record_bound``) ÷ the device's bandwidth (``metrics.device_bandwidth``: best
+its KV of the prompt, as ``DecodeStats.record_bound``) ÷ the device's bandwidth (``measure.device_bandwidth``: best
 of 5 copies of 1 GiB). Each number is the median of its repeats; the second table gives every one's repeats x
 steps, min–max, and the seconds of its untimed warm-up (under ``graphs`` that includes compiling and capturing).
 """
@@ -152,7 +152,7 @@ def stock_attention(model):
 def timed(device, run, repeats: int, steps: int) -> Sample:
     """``run()`` (``steps`` steps) once untimed (warm-up: compilation, capture, allocator), then ``repeats`` times
     with the device synchronised at both ends of each."""
-    from budgetdraft.decoding.metrics import Stopwatch
+    from budgetdraft.evaluation.measure import Stopwatch
 
     with Stopwatch(device) as warm:
         run()
@@ -185,9 +185,10 @@ def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row) -> None:
 
     from budgetdraft.decoding.drafter import READS_NOTHING
     from budgetdraft.decoding.engine import steps_for
-    from budgetdraft.decoding.metrics import device_bandwidth, kv_bytes_per_token
+    from budgetdraft.decoding.metrics import kv_bytes_per_token
     from budgetdraft.decoding.sparse_drafter import SparseDrafter
     from budgetdraft.decoding.verifier import Verifier, ids_tensor, weight_bytes
+    from budgetdraft.evaluation.measure import device_bandwidth
 
     device, runs = plan.device, {}
     reset_peak(device)
@@ -233,7 +234,7 @@ def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row) -> None:
 
 def hf(plan, verifier, prompt, cache: str, row: Row) -> None:
     """transformers' greedy ``generate`` per step: (N tokens − 1 token) ÷ (N − 1), both timed in every repeat."""
-    from budgetdraft.decoding.metrics import Stopwatch
+    from budgetdraft.evaluation.measure import Stopwatch
 
     device, n = plan.device, plan.steps + 1
     kwargs = {}
@@ -358,8 +359,8 @@ def header(plan, verifier, drafter) -> list[str]:
     import torch
     import transformers
 
-    from budgetdraft.decoding.metrics import device_bandwidth
     from budgetdraft.decoding.verifier import weight_bytes
+    from budgetdraft.evaluation.measure import device_bandwidth
 
     device = plan.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke test: no timing is meaningful)"

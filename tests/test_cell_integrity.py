@@ -16,7 +16,8 @@ from conftest import tiny_cell_args, tiny_cell_inputs
 
 from budgetdraft.base.names import SHARED
 from budgetdraft.evaluation import cellfile, grid
-from budgetdraft.evaluation.cells import CELL_COLUMNS, write_atomically
+from budgetdraft.evaluation.cellfile import write_cell
+from budgetdraft.evaluation.cells import CELL_COLUMNS
 from budgetdraft.pipeline import cli, warm
 
 SETTINGS = {  # the least `paper` and `claims` need to get as far as reading their cells
@@ -101,7 +102,7 @@ def sealed_copy(frame: pd.DataFrame, out: Path) -> None:
 
 def test_a_written_cell_reads_back_sealed(tmp_path):
     path = cell_path(tmp_path)
-    write_atomically(rows(), path)
+    write_cell(rows(), path)
     assert cellfile.DIGEST_KEY in pq.read_schema(path).metadata and cellfile.problem(path) is None
     df = grid.read_cell(path)
     assert (
@@ -117,7 +118,7 @@ def test_every_flipped_bit_is_caught_or_changes_nothing(tmp_path):
     """One bit flipped at positions spread over the whole file (magic, data pages, page headers, footer, the
     digest itself): the cell is refused as a `BadCell` naming it, or it reads exactly as written."""
     path = cell_path(tmp_path)
-    write_atomically(rows(), path)
+    write_cell(rows(), path)
     data, good = path.read_bytes(), cellfile.read_frame(path)
     outcomes = {"refused": 0, "unchanged": 0}
     positions = sorted({*range(0, len(data), max(1, len(data) // 600)), *range(len(data) - 64, len(data))})
@@ -187,7 +188,7 @@ def test_rows_no_decoder_writes_are_refused(tmp_path, edit, reason):
         grid.load_cells([path])
     assert cellfile.problem(path).startswith(reason)
     with refused(tmp_path / "w" / path.name, reason):  # eval-cell never writes such rows
-        write_atomically(edit(rows()), tmp_path / "w" / path.name)
+        write_cell(edit(rows()), tmp_path / "w" / path.name)
     assert not (tmp_path / "w").exists() or not any((tmp_path / "w").iterdir())
 
 
@@ -209,14 +210,14 @@ def test_rows_of_another_cell_than_the_path_says_are_refused(tmp_path, written, 
     """A whole, sealed cell copied (or moved) to another cell's path: its digest holds, its identity does not."""
     key = {"label": "sd", "dataset": "d1", "context": "1K", "budget": 32, "gamma": 5, "replicate": SHARED}
     source, target = cell_path(tmp_path / "a", **{**key, **written}), cell_path(tmp_path / "b", **{**key, **path_of})
-    write_atomically(rows(**{**key, **written}), source)
+    write_cell(rows(**{**key, **written}), source)
     target.parent.mkdir(parents=True)
     target.write_bytes(source.read_bytes())
     with refused(target, f"its rows are another cell ({reason}"):
         grid.read_cell(target)
     assert "than its path names" in cellfile.problem(target)
     with refused(target, "than its path names"):  # eval-cell --out of another cell than its flags say
-        write_atomically(rows(**{**key, **written}), target)
+        write_cell(rows(**{**key, **written}), target)
 
 
 def test_rows_of_two_cells_in_one_file_are_refused(tmp_path):
@@ -229,7 +230,7 @@ def test_rows_of_two_cells_in_one_file_are_refused(tmp_path):
 def test_a_sealed_cell_edited_afterwards_is_refused(tmp_path):
     """Rows changed consistently (times halved, speeds doubled), the rest of the file and its digest kept."""
     path = cell_path(tmp_path)
-    write_atomically(rows(), path)
+    write_cell(rows(), path)
     table = pq.read_table(path)
     df = table.to_pandas()
     df["total_s"] /= 2

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from budgetdraft.decoding import loop, metrics
+from budgetdraft.decoding import loop
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.evaluation import measure
 from budgetdraft.evaluation.cells import CELL_COLUMNS
@@ -126,7 +126,7 @@ def test_on_cuda_the_phases_are_events_read_once_after_the_one_synchronisation_a
             self.cuda = True
 
     monkeypatch.setattr(torch.cuda, "Event", fake.Event)
-    monkeypatch.setattr(metrics, "synchronize", fake.synchronize)  # what the clock's Stopwatch calls
+    monkeypatch.setattr(measure, "synchronize", fake.synchronize)  # what the clock's Stopwatch calls
     monkeypatch.setattr(measure, "Clock", CudaClock)
     s = measured(pair, method)(
         getattr(measure, "timed_autoregressive" if method == "ar" else "timed_speculative")

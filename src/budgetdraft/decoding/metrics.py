@@ -1,67 +1,17 @@
-"""What a generation decided, counted (``DecodeCounts``: acceptance by round, τ), and the device-level tools a caller
-measures one with: a synchronised ``Stopwatch``, the device's memory bandwidth, the bytes held in tensors and caches.
-The loop (``budgetdraft.decoding.loop``) keeps the counts and calls none of the tools; who times a generation and
-reads its memory is ``budgetdraft.evaluation.measure``."""
+"""What a generation decided, counted (``DecodeCounts``: acceptance by round, τ), and the bytes held in tensors and
+caches. The loop (``budgetdraft.decoding.loop``) keeps the counts; what times a generation (the clock, the
+``Stopwatch``, the device's bandwidth) and reads its memory is ``budgetdraft.evaluation.measure``: metrics counts,
+measure times."""
 
 from __future__ import annotations
 
-import functools
 import itertools
-import math
-import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from budgetdraft.base.defaults import ENGINE
-
-
-def synchronize(device: torch.device | str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class Stopwatch:
-    """Wall-clock seconds between ``start`` and ``stop`` (or over a ``with`` block), with the device synchronised
-    at both ends."""
-
-    def __init__(self, device: torch.device | str):
-        self.device = device
-
-    def start(self) -> None:
-        synchronize(self.device)
-        self.t0 = time.perf_counter()
-
-    def stop(self) -> float:
-        synchronize(self.device)
-        self.seconds = time.perf_counter() - self.t0
-        return self.seconds
-
-    def __enter__(self) -> Stopwatch:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-@functools.cache
-def device_bandwidth(device: torch.device | str) -> float:
-    """The device's memory bandwidth in GB/s (read + write), measured once per process: the best of 5 copies of
-    a 1 GiB buffer on the device. NaN on a CPU (its bound is not what the GPU figures compare against)."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return math.nan
-    src = torch.empty(2**30, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    best = math.inf
-    for _ in range(6):  # the first one warms up
-        with Stopwatch(device) as t:
-            dst.copy_(src)
-        best = min(best, t.seconds)
-    del src, dst
-    return 2 * 2**30 / best / 1e9
 
 
 def kv_bytes_per_token(cache) -> int:

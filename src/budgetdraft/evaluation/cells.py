@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -26,7 +25,6 @@ from budgetdraft.base.jsonio import json_object
 from budgetdraft.decoding import sparse_drafter
 from budgetdraft.decoding.loading import ModelStore, load_model
 from budgetdraft.decoding.sampling import sampling_from_flags
-from budgetdraft.evaluation.cellfile import write_cell
 from budgetdraft.evaluation.measure import timed_autoregressive, timed_speculative
 from budgetdraft.evaluation.prefill import check_covers, load_prefills
 
@@ -176,10 +174,3 @@ def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
-
-
-def write_atomically(frame: pd.DataFrame, out: str | Path) -> None:
-    """Write the cell's rows to ``out`` sealed (`budgetdraft.evaluation.cellfile.write_cell`: a digest of its rows and page
-    checksums that every reader verifies), refusing rows that break a cell's invariants or are not the cell that
-    ``out`` names; a write that fails (a full disk) is one line naming ``out``, and leaves nothing behind."""
-    write_cell(frame, out)

@@ -9,7 +9,7 @@ synchronised for its end-to-end time; on a CPU the host clock. Nothing synchroni
 graphs engine still reads the device once. Around the call: the peak memory counter reset before, read after; the
 bytes held in weights and KV caches (``DecodeStats.record_memory``); for AR the memory-bandwidth bound.
 
-``autoregressive`` and ``speculative`` here take the loop's arguments and return its ``Generation`` with
+``timed_autoregressive`` and ``timed_speculative`` here take the loop's arguments and return its ``Generation`` with
 ``stats`` a ``DecodeStats``: the loop's counts plus the columns below (docs/architecture.md, the cell's columns):
 
 - ``verifier_prefill_s``: the verifier's prefill; with a shared prefill (``evaluation.prefill``) the seconds it
@@ -23,6 +23,7 @@ bytes held in weights and KV caches (``DecodeStats.record_memory``); for AR the 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from collections import defaultdict
@@ -31,8 +32,55 @@ from dataclasses import asdict, dataclass
 import torch
 
 from budgetdraft.decoding import loop
-from budgetdraft.decoding.metrics import DecodeCounts, Stopwatch, device_bandwidth, kv_bytes_per_token
+from budgetdraft.decoding.metrics import DecodeCounts, kv_bytes_per_token
 from budgetdraft.decoding.verifier import Verifier, weight_bytes
+
+
+def synchronize(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Stopwatch:
+    """Wall-clock seconds between ``start`` and ``stop`` (or over a ``with`` block), with the device synchronised
+    at both ends."""
+
+    def __init__(self, device: torch.device | str):
+        self.device = device
+
+    def start(self) -> None:
+        synchronize(self.device)
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        synchronize(self.device)
+        self.seconds = time.perf_counter() - self.t0
+        return self.seconds
+
+    def __enter__(self) -> Stopwatch:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+@functools.cache
+def device_bandwidth(device: torch.device | str) -> float:
+    """The device's memory bandwidth in GB/s (read + write), measured once per process: the best of 5 copies of
+    a 1 GiB buffer on the device. NaN on a CPU (its bound is not what the GPU figures compare against)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return math.nan
+    src = torch.empty(2**30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    best = math.inf
+    for _ in range(6):  # the first one warms up
+        with Stopwatch(device) as t:
+            dst.copy_(src)
+        best = min(best, t.seconds)
+    del src, dst
+    return 2 * 2**30 / best / 1e9
 
 
 class Clock:

@@ -24,8 +24,8 @@ from safetensors.torch import save_file
 
 from budgetdraft.base.atomic import atomic_path
 from budgetdraft.decoding.kvcache import num_layers
-from budgetdraft.decoding.metrics import Stopwatch
 from budgetdraft.decoding.verifier import SharedPrefill, Verifier, ids_tensor, prompt_key
+from budgetdraft.evaluation.measure import Stopwatch
 
 METADATA_KEY = "budgetdraft_prefill"
 

@@ -10,8 +10,8 @@ import torch
 
 from budgetdraft.base.defaults import GAMMA
 from budgetdraft.decoding.loop import autoregressive, speculative
-from budgetdraft.decoding.metrics import Stopwatch
 from budgetdraft.decoding.sparse_drafter import drafter_factory
+from budgetdraft.evaluation.measure import Stopwatch
 from budgetdraft.pipeline.commands.flags import add_decode_flags, refuse_partial_chunk, sampling_from_args
 
 DEFAULT_PROMPT = "Once upon a time"

@@ -10,7 +10,8 @@ import torch
 from budgetdraft.base import methods
 from budgetdraft.base.names import EAGLE3, SHARED
 from budgetdraft.decoding.loading import ModelStore
-from budgetdraft.evaluation.cells import run_cell, write_atomically
+from budgetdraft.evaluation.cellfile import write_cell
+from budgetdraft.evaluation.cells import run_cell
 from budgetdraft.pipeline.commands.flags import add_decode_flags
 
 
@@ -69,4 +70,4 @@ def preload_models(argv: list[str], models: ModelStore) -> list[str]:
 
 def run(args, models: ModelStore | None = None) -> None:
     torch.set_num_threads(args.threads)
-    write_atomically(run_cell(args, models), args.out)
+    write_cell(run_cell(args, models), args.out)
