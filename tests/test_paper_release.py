@@ -77,6 +77,19 @@ def test_a_training_key_beside_a_checkpoint_is_refused(checkpoint):
         check_config(cfg, schema=SCHEMA)
 
 
+@pytest.mark.parametrize("where", ["/no/such/dir", "./tinydraft_aonly/final", "~/no_such_release/x/final"])
+def test_a_local_checkpoint_that_is_not_there_is_refused_before_any_job(where, tmp_path, monkeypatch):
+    """A path (absolute, relative, under ~, or with more than one '/') can only be a directory: missing, it is
+    refused at plan time naming the key, never taken for a hub id that fails at export."""
+    monkeypatch.chdir(tmp_path)
+    cfg = load("paper_release")
+    cfg["variants"]["la_only"]["checkpoint"] = where
+    with pytest.raises(ValueError, match=r"variants\.la_only\.checkpoint = .*: no such directory"):
+        check_config(cfg, schema=SCHEMA)
+    cfg["variants"]["la_only"]["checkpoint"] = "owner/name"  # a hub id: checked when exported
+    check_config(cfg, schema=SCHEMA)
+
+
 @pytest.mark.real
 def test_a_checkpoint_of_another_vocabulary_is_refused_naming_both(checkpoint, real_pair):
     """The default's verifier (SmolLM2, 49,152 tokens, converted by real_pair) against a 96-token checkpoint: refused

@@ -57,7 +57,7 @@ def test_the_papers_reference_values_parse_and_cover_every_table():
     lwm_16k = [v for v in values if v.table == "main" and v.panel == 1 and v.row_label == "16K / 256"]
     assert [v.value for v in lwm_16k if v.column_label == "LWM / BudgetDraft"] == [1.94, 66.48]  # panel B
     assert {v.metric for v in values} == {"tok_s", "speedup", "acceptance", "peak_gb"}
-    assert len({v.where for v in values}) == len(values)  # one value per place
+    assert len(paperdiff.places(values)) == len(values)  # one value per place
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +100,12 @@ def paper_scale_tables(tmp_path_factory):
 def test_every_value_of_the_paper_has_its_place_in_this_pipelines_tables(paper_scale_tables):
     """Built at the paper's settings, this pipeline's tables hold a number at every place the paper reports one, with
     the same row and column labels: the diff compares like with like."""
-    ours = {v.where: v for key, path in paper_scale_tables.items() for v in paperdiff.read_tex_tables(path.read_text())}
-    missing = [v for v in paperdiff.paper_values() if v.where not in ours]
+    tex = "\n".join(path.read_text() for path in paper_scale_tables.values())
+    ours, paper = paperdiff.places(paperdiff.read_tex_tables(tex)), paperdiff.places(paperdiff.paper_values())
+    missing = [v for place, v in paper.items() if place not in ours]
     assert not missing, missing[:5]
-    for v in paperdiff.paper_values():
-        mine = ours[v.where]
+    for place, v in paper.items():
+        mine = ours[place]
         assert (mine.column_label.split(" / ")[0], mine.metric) == (v.column_label.split(" / ")[0], v.metric), v
         if v.table != "vram_gamma":
             assert mine.row_label.lower() == v.row_label.lower(), (v, mine)
@@ -158,3 +159,28 @@ def test_the_authors_sanity_checks():
     rows = [{"L_A": "2.0", "L_C": "1.0"}, {"L_A": "4.0", "L_C": "1.0"}]
     assert math.isclose(paperdiff.mean_loss(rows, 0.5), 3.5)
     assert math.isclose(paperdiff.mean_loss([{"L_A": "2.0", "L_C": ""}], 0.0), 2.0)  # L_A only: no L_C logged
+
+
+def test_a_smaller_grid_lines_up_context_with_context_and_budget_with_budget():
+    """Two budgets per context against the paper's four: the paper's third and fourth budget have no counterpart,
+    and its next context meets ours (not our second context's first budget as a third 4K row)."""
+    paper_rows, our_rows = ["4K / 256", "4K / 512", "4K / 1024", "8K / 256"], ["128 / 16", "128 / 32", "256 / 16"]
+    paper_values = [Value("main", 0, i, 0, label, "GS / AR", "tok_s", 30.0) for i, label in enumerate(paper_rows)]
+    ours = [Value("main", 0, i, 0, label, "GS / AR", "tok_s", float(i)) for i, label in enumerate(our_rows)]
+    lines = paperdiff.diff(paper_values, ours, paperdiff.OTHER)
+    assert [(line["row"], line["our_row"]) for line in lines] == [
+        ("4K / 256", "128 / 16"),
+        ("4K / 512", "128 / 32"),
+        ("4K / 1024", None),
+        ("8K / 256", "256 / 16"),
+    ]
+
+
+def test_a_memory_table_in_mb_is_compared_in_gb():
+    """A CPU run's memory tables are in MB (their caption says so): read as GB, as the paper's, not 1,024x larger."""
+    tex = (
+        r"\begin{table}\caption{Peak memory (MB) vs draft length $\gamma$: held in tensors.}\label{tab:peak_vram_gamma_full}"
+        "\n" r"\begin{tabular}{c|cc}" "\n" r"& \multicolumn{2}{c}{128} \\" "\n" r"$\gamma$ & SD & BudgetDraft \\"
+        "\n" r"3 & 512.00 & 1024.00 \\" "\n" r"\end{tabular}\end{table}"
+    )  # fmt: skip
+    assert [v.value for v in paperdiff.read_tex_tables(tex) if v.metric == "peak_gb"] == [0.5, 1.0]

@@ -612,11 +612,22 @@ def check_given(config: dict) -> None:
                     f"effect; remove it (with checkpoint, only {', '.join(GIVEN_KEYS[1:])} say what it is)"
                 )
         where = Path(os.path.expanduser(str(given["checkpoint"] or ""))) / given.get("subfolder", "")
+        if given["checkpoint"] and local_path(str(given["checkpoint"])) and not where.is_dir():
+            raise ValueError(
+                f"variants.{label}.checkpoint = {str(where)!r}: no such directory (a local checkpoint; a hub "
+                "repository is written owner/name)"
+            )
         verifier = verifier_directory(config)
         if given["checkpoint"] and where.is_dir() and verifier is not None:
             name = f"variants.{label}.checkpoint = {str(where)!r}"
             if why := vocabulary_problem(where, verifier, name, config["verifier"]):
                 raise ValueError(why)
+
+
+def local_path(checkpoint: str) -> bool:
+    """A checkpoint that can only be a directory, never a hub id (``owner/name``): an absolute or relative path, one
+    under ``~``, one with more than one ``/``, or one that exists here."""
+    return checkpoint.startswith(("/", ".", "~")) or checkpoint.count("/") > 1 or Path(checkpoint).exists()
 
 
 def verifier_directory(config: dict) -> Path | None:

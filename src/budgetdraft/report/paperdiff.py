@@ -52,10 +52,6 @@ class Value:
     metric: str  # acceptance (%), speedup (×), tok_s, peak_gb
     value: float
 
-    @property
-    def where(self) -> tuple:
-        return (self.table, self.panel, self.row, self.column, self.metric)
-
 
 def cell_text(cell: str) -> str:
     """A table cell without colour, bold and box wrappers, math times and spacing."""
@@ -98,6 +94,8 @@ MULTICOLUMN = re.compile(r"\\multicolumn\{(\d+)\}\{[^}]*\}\{(.*)\}$")
 def table_values(key: str, tex: str) -> list[Value]:
     """Every number of table ``key`` (artifact key) in LaTeX ``tex`` (ours or the paper's: the same layout)."""
     single, lead = ("peak_gb" if key.startswith("vram") else "tok_s"), LEAD[key]
+    # a CPU run's memory tables are in MB (`Grid.memory`): compared in the paper's GB
+    per_gb = 1024.0 if re.search(r"Peak memory[^(]*\(MB\)", tex) else 1.0
     values = []
     for panel, body in enumerate(re.findall(r"\\begin\{tabular\}\{[^}]*\}(.*?)\\end\{tabular\}", tex, flags=re.S)):
         groups, names, section, row = [], [], "", 0
@@ -121,6 +119,7 @@ def table_values(key: str, tex: str) -> list[Value]:
                 name = names[column] if column < len(names) else ""
                 column_label = " / ".join(filter(None, [group_of(groups, column, len(data)), name]))
                 for metric, number in cell_values(text, single):
+                    number = number / per_gb if metric == "peak_gb" else number
                     values.append(Value(key, panel, row, column, row_label, column_label, metric, number))
             row += 1
     return values
@@ -198,10 +197,29 @@ def compared(paper: Value, ours: Value | None, scale: str) -> dict:
     return line
 
 
+def places(values: list[Value]) -> dict[tuple, Value]:
+    """Each value by its place: table, panel, section (a row label's first part, e.g. the context "4K" of
+    "4K / 256", in order of appearance), row within the section, column and metric. A run whose grid is smaller
+    than the paper's (fewer budgets per context) then lines up context with context and budget with budget; the
+    paper's rows beyond it have no counterpart, instead of taking the next context's."""
+    sections: dict[tuple, list[str]] = {}
+    rows: dict[tuple, list[str]] = {}
+    out = {}
+    for v in values:
+        section = v.row_label.split(" / ")[0] if " / " in v.row_label else ""
+        order = sections.setdefault((v.table, v.panel), [])
+        order += [section] * (section not in order)
+        within = rows.setdefault((v.table, v.panel, section), [])
+        within += [v.row_label] * (v.row_label not in within)
+        place = (v.table, v.panel, order.index(section), within.index(v.row_label), v.column, v.metric)
+        out.setdefault(place, v)
+    return out
+
+
 def diff(paper: list[Value], ours: list[Value], scale: str) -> list[dict]:
-    """Every reported value, matched to this run's at the same table, panel, row, column and metric."""
-    mine = {v.where: v for v in ours}
-    return [compared(v, mine.get(v.where), scale) for v in paper]
+    """Every reported value, matched to this run's at the same place (`places`)."""
+    mine = places(ours)
+    return [compared(v, mine.get(place), scale) for place, v in places(paper).items()]
 
 
 def status(line: dict, scale: str) -> str:
