@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 from jsonschema import Draft202012Validator, validators
 
-from budgetdraft.base import methods, names
+from budgetdraft.base import methods, names, revisions
 from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, GRAPHS, POLICY, SCORE_WINDOW, SEEDS, TRIFORCE_DEFAULTS
 from budgetdraft.decoding.loading import check_spec, max_positions
 from budgetdraft.evaluation.cellfile import path_key
@@ -612,7 +612,9 @@ def check_given(config: dict) -> None:
                     f"effect; remove it (with checkpoint, only {', '.join(GIVEN_KEYS[1:])} say what it is)"
                 )
         where = Path(os.path.expanduser(str(given["checkpoint"] or ""))) / given.get("subfolder", "")
-        if given["checkpoint"] and local_path(str(given["checkpoint"])) and not where.is_dir():
+        checkpoint = str(given["checkpoint"] or "")
+        # a path (not a hub id, revisions.hub_model; "/" in it: neither an embedded spec nor a bare name) that is missing
+        if "/" in checkpoint and revisions.hub_model(checkpoint) is None and not where.is_dir():
             raise ValueError(
                 f"variants.{label}.checkpoint = {str(where)!r}: no such directory (a local checkpoint; a hub "
                 "repository is written owner/name)"
@@ -622,12 +624,6 @@ def check_given(config: dict) -> None:
             name = f"variants.{label}.checkpoint = {str(where)!r}"
             if why := vocabulary_problem(where, verifier, name, config["verifier"]):
                 raise ValueError(why)
-
-
-def local_path(checkpoint: str) -> bool:
-    """A checkpoint that can only be a directory, never a hub id (``owner/name``): an absolute or relative path, one
-    under ``~``, one with more than one ``/``, or one that exists here."""
-    return checkpoint.startswith(("/", ".", "~")) or checkpoint.count("/") > 1 or Path(checkpoint).exists()
 
 
 def verifier_directory(config: dict) -> Path | None:
