@@ -98,6 +98,12 @@ def test_warm_cell_equals_cold_cell_and_errors_come_through(tmp_path, warm):
     # the hot cell decoded with the models the server preloaded before forking it (not with its own reads)
     log = (tmp_path / "warm.log").read_text()
     assert f"preloaded {tmp_path / 'v'}" in log and f"preloaded {tmp_path / 'd'}" in log, log
+    # and it warmed up once with them, before the fork: the cell decoded its prompts at once; the cold one warmed
+    assert "warmed up sd with" in log and "warm-up: run once by the warm process" in hot.stderr, log
+    assert "warm-up: run once" not in cold.stderr
+    again = cell(tmp_path, warm, tmp_path / "again.parquet")
+    assert again.returncode == 0 and (tmp_path / "warm.log").read_text().count("warmed up sd with") == 1
+    assert "warm-up: run once by the warm process" in again.stderr
     bad = cell(tmp_path, warm, tmp_path / "bad.parquet", method="nope")
     assert bad.returncode == 1 and "--method 'nope' is not one of" in bad.stderr
     assert not (tmp_path / "bad.parquet").exists()
@@ -182,8 +188,9 @@ def test_a_preloaded_model_is_handed_out_once_and_never_after_its_files_change(t
     models_and_prompts(tmp_path)
     store = ModelStore()  # a forking server's
     argv = tiny_cell_args(tmp_path, tmp_path / "out.parquet")
-    assert preload_models(argv, store) == [str(tmp_path / "v"), str(tmp_path / "d")]
-    assert preload_models(argv, store) == []  # already there
+    v, d = tmp_path / "v", tmp_path / "d"
+    assert preload_models(argv, store) == [f"preloaded {v}", f"preloaded {d}", f"warmed up sd with {v} + {d}"]
+    assert preload_models(argv, store) == []  # already there, already warmed up with
     verifier, drafter = store.models.values()
     assert store.load(str(tmp_path / "v")) is verifier
     assert store.load(str(tmp_path / "v")) is not verifier  # once: a second load is the command's own
@@ -445,3 +452,28 @@ def test_a_silent_client_or_a_request_that_is_not_json_neither_stalls_nor_ends_t
     log = (tmp_path / "warm.log").read_text()
     assert f"dropped a client that sent no request in {warm.REQUEST_TIMEOUT_S:g} s" in log, log
     assert "dropped a request that is not JSON" in log, log
+
+
+def test_the_warm_process_warms_up_once_only_what_every_fork_inherits(tmp_path):
+    """A forking server runs a cell's warm-up itself only for AR or the paper's drafter, eager, one thread on the CPU,
+    with local model directories; anything else warms itself up in its own process."""
+    import argparse
+
+    from budgetdraft.evaluation.cells import warm_key
+    from budgetdraft.pipeline.commands.cmd_eval_cell import configure_parser
+
+    models_and_prompts(tmp_path)
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+
+    def key(*extra, method="sd"):
+        return warm_key(parser.parse_args(tiny_cell_args(tmp_path, tmp_path / "o.parquet", method=method) + list(extra)))
+
+    assert key()[0] == "sd" and key(method="ar")[0] == "ar"
+    assert key("--threads", "2") is None  # a pool of threads is not inherited across a fork
+    assert key("--engine", "graphs") is None and key(method="triforce") is None
+    assert key("--drafter", "JackFram/llama-68m") is None  # a hub id: nothing held, nothing warmed
+    before = key()
+    tiny_llama_again = __import__("conftest").tiny_llama(seed=3, layers=1)
+    tiny_llama_again.save_pretrained(tmp_path / "d")  # another drafter in the same directory: another key
+    assert key() != before

@@ -362,6 +362,9 @@ class ModelStore:
     def __init__(self, keep: bool = False):
         self.keep = keep
         self.models: dict[tuple, object] = {}
+        # what this process has already decoded with (``budgetdraft.evaluation.cells.warm_key``): a fork of it
+        # inherits a process whose first-call costs are paid, and skips its own warm-up runs
+        self.warmed: set[tuple] = set()
 
     @staticmethod
     def key(spec: str, device: str, dtype: str) -> tuple | None:
@@ -382,6 +385,11 @@ class ModelStore:
             return False
         self.models[key] = _load(spec, device, dtype)
         return True
+
+    def held(self, spec: str, device: str = DEVICE, dtype: str = DTYPE):
+        """The model this store holds for ``spec`` (left in place), or None."""
+        key = self.key(spec, device, dtype)
+        return None if key is None else self.models.get(key)
 
     def load(self, spec: str, device: str = DEVICE, dtype: str = DTYPE):
         """``load_model``, from what this store holds: a preloaded model handed out once, or a kept one (resident)."""

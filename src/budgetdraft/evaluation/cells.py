@@ -72,6 +72,7 @@ CELL_COLUMNS = [
     "config",
 ]
 SAMPLING_METHODS = ("ar", "sd")  # the baselines draft greedily only
+SERVER_WARM_UP = ("ar", "sd")  # methods whose warm-up a forking warm process runs once for its forks (warm_key)
 NO_EOS: list[int] = []  # fixed-length generations
 
 
@@ -111,6 +112,57 @@ def make_decoder(args, verifier, prefilled=None, load=load_model):
     )
 
 
+def warm_up(args, decode, first_prompt) -> None:
+    """``args.warmup`` discarded generations, paying the first-call costs of this process (allocator, kernels, lazy
+    imports; on the graphs engine the timed runs' shapes, compiled and captured here, so it decodes the first
+    prompt whole); on the eager engine a short one, ``--warmup-tokens`` from the prompt's last
+    ``--warmup-prompt-tokens``."""
+    prompt, tokens = [int(t) for t in first_prompt], args.max_new_tokens
+    if args.engine == EAGER:
+        prompt = prompt[-args.warmup_prompt_tokens :] if args.warmup_prompt_tokens else prompt
+        tokens = args.warmup_tokens or tokens
+    for _ in range(args.warmup):
+        decode(prompt, tokens)
+
+
+def warm_key(args) -> tuple | None:
+    """What a warm-up decodes with, where a forking warm process can run it once for every cell it forks: AR or the
+    paper's drafter, eager, one thread on the CPU (the warm process's own), every model a local directory
+    (``ModelStore.key``: as its files stand). None elsewhere: each such cell warms itself up (an accelerator is never
+    forked; the graphs engine captures per shape; a baseline's drafter builds its own state; more threads start a
+    pool a fork does not inherit)."""
+    if args.method not in SERVER_WARM_UP or args.engine != EAGER or args.threads != 1:
+        return None
+    if torch.device(args.device).type != "cpu":
+        return None
+    verifier = ModelStore.key(args.verifier, args.device, args.verifier_dtype)
+    drafter = ModelStore.key(args.drafter, args.device, args.drafter_dtype) if args.drafter else ()
+    return None if verifier is None or drafter is None else (args.method, verifier, drafter)
+
+
+def warm_up_once(args, models: ModelStore) -> bool:
+    """In a forking warm process, before it forks the cell of ``args``: the cell's warm-up, run here once for its
+    models (``warm_key``), so that every cell forked from this process afterwards starts with its first-call costs
+    paid and decodes its prompts at once (bench/README.md, "Pipeline overhead"). The models are the ones this
+    process holds (``ModelStore.held``, not handed out); nothing is kept but the key. True when it ran now."""
+    key = warm_key(args)
+    if not args.warmup or key is None or key in models.warmed:
+        return False
+    held = {spec: models.held(spec, args.device, dtype) for spec, dtype in _models_of(args)}
+    if any(model is None for model in held.values()):
+        return False
+    prompts = pd.read_parquet(args.prompts, columns=["input_ids"])
+    decode = make_decoder(args, held[args.verifier], None, lambda spec, device, dtype: held[spec])
+    warm_up(args, decode, prompts.iloc[0]["input_ids"])
+    models.warmed.add(key)
+    return True
+
+
+def _models_of(args) -> list[tuple[str, str]]:
+    wanted = [(args.verifier, args.verifier_dtype)]
+    return wanted + [(args.drafter, args.drafter_dtype)] if args.drafter else wanted
+
+
 def device_name(device: str) -> str:
     dev = torch.device(device)
     return f"cuda:{torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else "cpu"
@@ -134,12 +186,10 @@ def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
         check_covers(prefilled, [list(ids) for ids in prompts["input_ids"]], args.verifier_prefill)
     decode = make_decoder(args, verifier, prefilled, load)
     config = json.dumps({k: v for k, v in sorted(vars(args).items())})
-    warm_prompt, warm_tokens = list(prompts.iloc[0]["input_ids"]), args.max_new_tokens
-    if args.engine == EAGER:  # graphs: the timed runs' shapes (prompt, tokens) are compiled and captured here
-        warm_prompt = warm_prompt[-args.warmup_prompt_tokens :] if args.warmup_prompt_tokens else warm_prompt
-        warm_tokens = args.warmup_tokens or warm_tokens
-    for _ in range(args.warmup):  # discarded: first-call costs (allocator, kernels, lazy imports, compilation)
-        decode(warm_prompt, warm_tokens)
+    if models is not None and warm_key(args) in models.warmed:
+        print("warm-up: run once by the warm process, with these models, before it forked this cell", file=sys.stderr)
+    else:
+        warm_up(args, decode, prompts.iloc[0]["input_ids"])
     rows = []
     for sample in prompts.itertuples():
         ids = [int(t) for t in sample.input_ids]

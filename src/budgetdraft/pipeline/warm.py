@@ -368,8 +368,8 @@ def _preload(request: dict, models) -> None:
 
     try:
         with contextlib.chdir(request["cwd"]):
-            for spec in preload_models(request["argv"][1:], models):
-                print(f"budgetdraft warm: preloaded {spec}", flush=True)
+            for done in preload_models(request["argv"][1:], models):
+                print(f"budgetdraft warm: {done}", flush=True)
     except (Exception, SystemExit) as err:
         print(f"budgetdraft warm: nothing preloaded for {request['argv']}: {err!r}", flush=True)
 
