@@ -467,7 +467,9 @@ def test_the_warm_process_warms_up_once_only_what_every_fork_inherits(tmp_path):
     configure_parser(parser)
 
     def key(*extra, method="sd"):
-        return warm_key(parser.parse_args(tiny_cell_args(tmp_path, tmp_path / "o.parquet", method=method) + list(extra)))
+        return warm_key(
+            parser.parse_args(tiny_cell_args(tmp_path, tmp_path / "o.parquet", method=method) + list(extra))
+        )
 
     assert key()[0] == "sd" and key(method="ar")[0] == "ar"
     assert key("--threads", "2") is None  # a pool of threads is not inherited across a fork
