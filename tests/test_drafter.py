@@ -63,3 +63,24 @@ def test_greedy_drafters_are_refused_in_sampling_mode_by_what_they_declare(tiny)
     verifier, small, prompt = tiny
     with pytest.raises(ValueError, match="the TriForceDrafter drafter drafts greedily only"):
         speculative(TriForceDrafter(verifier, small), verifier, prompt, 5, 2, sampling=Sampling(1.0))
+
+
+@pytest.mark.parametrize("policy", ["topk_chunks", "snapkv", "streaming", "full"])
+def test_a_shared_full_prefill_drafts_what_its_own_prefill_drafts_at_every_budget(tiny, policy):
+    """Cells of one drafter and prompt cut one full prefill (``shared_prefills``) to their budgets, one after
+    another: each drafts and accepts exactly what a drafter prefilling on its own does (no cut changes the shared
+    cache or scores), and reports what that prefill cost when it ran."""
+    from budgetdraft.decoding.sparse_drafter import scored_window, shared_prefills
+
+    verifier, small, prompt = tiny
+    shared = shared_prefills(small, [prompt], *scored_window(policy, 8))
+    (done,) = shared.values()
+    for budget in [0] if policy == "full" else [16, 32, 8, 16]:
+        own = speculative(SparseDrafter(small, budget, policy, 8, 8), verifier, prompt, 12, 3, eos_token_id=[])
+        cut = SparseDrafter(small, budget, policy, 8, 8, shared=shared)
+        took = speculative(cut, verifier, prompt, 12, 3, eos_token_id=[])
+        assert took.tokens == own.tokens and took.stats.accepted == own.stats.accepted, budget
+        assert took.stats.drafted == own.stats.drafted and cut.recorded_prefill_s == done.seconds > 0
+    other = SparseDrafter(small, 16, policy, 8, 8, shared=shared)
+    speculative(other, verifier, prompt[:-1], 4, 3, eos_token_id=[])  # another prompt: prefilled on its own
+    assert other.recorded_prefill_s is None

@@ -101,6 +101,10 @@ def test_warm_cell_equals_cold_cell_and_errors_come_through(tmp_path, warm):
     # and it warmed up once with them, before the fork: the cell decoded its prompts at once; the cold one warmed
     assert "warmed up sd with" in log and "warm-up: run once by the warm process" in hot.stderr, log
     assert "warm-up: run once" not in cold.stderr
+    # its drafter's full prefills too: the hot cell cut them to its budget and was charged their recorded seconds
+    assert "full prefills shared by the warm process" in hot.stderr and "shared" not in cold.stderr
+    assert list(a.accepted) == list(b.accepted) and list(a.drafted) == list(b.drafted)
+    assert (a.drafter_prefill_s > 0).all()
     again = cell(tmp_path, warm, tmp_path / "again.parquet")
     assert again.returncode == 0 and (tmp_path / "warm.log").read_text().count("warmed up sd with") == 1
     assert "warm-up: run once by the warm process" in again.stderr
@@ -189,7 +193,13 @@ def test_a_preloaded_model_is_handed_out_once_and_never_after_its_files_change(t
     store = ModelStore()  # a forking server's
     argv = tiny_cell_args(tmp_path, tmp_path / "out.parquet")
     v, d = tmp_path / "v", tmp_path / "d"
-    assert preload_models(argv, store) == [f"preloaded {v}", f"preloaded {d}", f"warmed up sd with {v} + {d}"]
+    prompts = tmp_path / "p.parquet"
+    assert preload_models(argv, store) == [
+        f"preloaded {v}",
+        f"preloaded {d}",
+        f"warmed up sd with {v} + {d}",
+        f"prefilled {len(pd.read_parquet(prompts))} prompts of {prompts} with {d}",
+    ]
     assert preload_models(argv, store) == []  # already there, already warmed up with
     verifier, drafter = store.models.values()
     assert store.load(str(tmp_path / "v")) is verifier

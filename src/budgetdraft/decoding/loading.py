@@ -18,6 +18,7 @@ a cache someone else can write (shared on a cluster, a copied home) does not dec
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import importlib.metadata
 import json
@@ -349,6 +350,9 @@ def load_model(spec: str, device: str = DEVICE, dtype: str = DTYPE):
     return _load(spec, device, dtype)
 
 
+SHARED_PREFILLS = 8  # drafters whose full prefills a forking warm process keeps (ModelStore.drafter_prefills)
+
+
 class ModelStore:
     """The models a warm process holds, keyed by (directory, device, dtype, its files' names / sizes / mtimes), so
     that a rewritten directory (a retrained drafter) is another key. Owned by the warm server (budgetdraft.pipeline.
@@ -365,6 +369,18 @@ class ModelStore:
         # what this process has already decoded with (``budgetdraft.evaluation.cells.warm_key``): a fork of it
         # inherits a process whose first-call costs are paid, and skips its own warm-up runs
         self.warmed: set[tuple] = set()
+        # a drafter's full prefills of prompts (``sparse_drafter.shared_prefills``) by (its key, window, per head):
+        # every budget's cell forked afterwards cuts them instead of prefilling; the last SHARED_PREFILLS drafters'
+        self.prefills: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
+
+    def drafter_prefills(self, key: tuple) -> dict:
+        """The full prefills held for ``key`` (made empty when new), the most recently used last; the oldest beyond
+        ``SHARED_PREFILLS`` are dropped (each drafter's hold its prompts at every context: ~60 MB at the default)."""
+        held = self.prefills.setdefault(key, {})
+        self.prefills.move_to_end(key)
+        while len(self.prefills) > SHARED_PREFILLS:
+            self.prefills.popitem(last=False)
+        return held
 
     @staticmethod
     def key(spec: str, device: str, dtype: str) -> tuple | None:

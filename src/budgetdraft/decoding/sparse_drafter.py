@@ -10,6 +10,9 @@ and bonus token once a round).
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
 import torch
 
 from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, POLICY, SCORE_WINDOW
@@ -20,6 +23,7 @@ from budgetdraft.decoding.kvcache import PreallocatedCache, gathered_kv, num_lay
 from budgetdraft.decoding.metrics import cache_bytes, module_tensors
 from budgetdraft.decoding.policies import PolicyInputs, check_budget, get_policy, keep_indices
 from budgetdraft.decoding.sampling import Sampler
+from budgetdraft.decoding.verifier import prompt_key
 
 
 class SparseDrafter:
@@ -37,10 +41,13 @@ class SparseDrafter:
         prefill_chunk: int | None = None,
         draft_vocab: torch.Tensor | None = None,
         engine: str = ENGINE,
+        shared: dict[str, FullPrefill] | None = None,
     ):
         """``draft_vocab``: token ids the drafter may propose (`budgetdraft.decoding.draftvocab`); None = all of them.
         ``engine``: how its decode steps run (``budgetdraft.decoding.engine``), checked here, where the drafter's
-        engine enters the library (the loop checks its own: a drafter is built with its own)."""
+        engine enters the library (the loop checks its own: a drafter is built with its own). ``shared``: this
+        model's full prefills of prompts by ``prompt_key`` (``shared_prefills``), taken instead of recomputed."""
+        self.shared, self.recorded_prefill_s = shared, None
         check_budget(budget, chunk_size, policy)
         self.needs = get_policy(policy).needs
         self.model, self.budget, self.policy = model, budget, policy
@@ -52,15 +59,17 @@ class SparseDrafter:
         self.reads = Reads(window_scores=score_window if "verifier_scores" in self.needs else 0)
 
     def prefill(self, prompt: torch.Tensor, capacity: int, verifier: VerifierPrefill | None = None) -> None:
-        """Prefill the full prompt once, then keep only the policy's positions in the step cache (room for
-        ``capacity`` more tokens); ``verifier``: the verifier's prefill, for a policy that needs its scores."""
+        """Prefill the full prompt once (or take it from ``shared``: ``recorded_prefill_s`` is then what it cost
+        when it ran), then keep only the policy's positions in the step cache (room for ``capacity`` more tokens);
+        ``verifier``: the verifier's prefill, for a policy that needs its scores."""
         prompt_len = prompt.shape[1]
-        full = PreallocatedCache(num_layers(self.model), prompt_len)
-        per_head = "head_scores" in self.needs
-        window = self.score_window if per_head or "scores" in self.needs else 0
-        _, scores = prefill(
-            self.model, prompt, full, chunk_len=self.prefill_chunk, score_window=window, per_head=per_head
-        )
+        window, per_head = scored_window(self.policy, self.score_window)
+        done = self.shared.get(prompt_key(prompt[0])) if self.shared else None
+        if done is None:
+            full, scores = full_prefill(self.model, prompt, window, per_head, self.prefill_chunk)
+            self.recorded_prefill_s = None
+        else:
+            full, scores, self.recorded_prefill_s = done.cache, done.scores, done.seconds
         observed = {}
         if per_head:
             observed["head_scores"] = scores
@@ -136,7 +145,46 @@ class SparseDrafter:
         return [*module_tensors(self.model), *head]
 
 
-def drafter_factory(verifier, args, extra: dict, load=None):
+@dataclass
+class FullPrefill:
+    """The drafter's full-cache prefill of one prompt, read-only, with the scores its policy ranks positions by
+    (``full_prefill``) and the seconds it took, which every run that takes it instead of prefilling is charged."""
+
+    cache: PreallocatedCache
+    scores: list[torch.Tensor] | None
+    seconds: float
+
+
+def full_prefill(model, prompt: torch.Tensor, window: int, per_head: bool, chunk: int | None = None):
+    """The full cache of ``prompt`` [1, P] and the scores of its last ``window`` queries (per KV head with
+    ``per_head``; None without a window), as ``SparseDrafter.prefill`` cuts them to a budget."""
+    full = PreallocatedCache(num_layers(model), prompt.shape[1])
+    _, scores = prefill(model, prompt, full, chunk_len=chunk, score_window=window, per_head=per_head)
+    return full, scores
+
+
+def scored_window(policy: str, score_window: int) -> tuple[int, bool]:
+    """What the full prefill records for ``policy`` to rank by: the window of last queries whose attention it scores
+    (0: none) and whether per KV head."""
+    needs = get_policy(policy).needs
+    per_head = "head_scores" in needs
+    return (score_window if per_head or "scores" in needs else 0), per_head
+
+
+@torch.no_grad()
+def shared_prefills(model, prompts: list[list[int]], window: int, per_head: bool) -> dict[str, FullPrefill]:
+    """``model``'s full prefill of each prompt, timed, for every cell of the model to cut to its own budget instead
+    of prefilling again: a forking warm process computes them once for the cells it forks (``ModelStore``)."""
+    out = {}
+    for ids in prompts:
+        prompt = torch.tensor([ids], device=model.device)
+        start = time.perf_counter()
+        full, scores = full_prefill(model, prompt, window, per_head)
+        out[prompt_key(ids)] = FullPrefill(full, scores, time.perf_counter() - start)
+    return out
+
+
+def drafter_factory(verifier, args, extra: dict, load=None, shared: dict[str, FullPrefill] | None = None):
     """``eval-cell`` / ``decode`` method sd: the drafter model of ``args`` (its budget, policy, chunk size, score
     window, draft vocabulary and engine), loaded once by ``load`` (spec, device, dtype; default ``load_model``);
     returns () -> a fresh drafter per run, as a baseline module's ``drafter_factory`` does (``extra``: no settings
@@ -148,5 +196,12 @@ def drafter_factory(verifier, args, extra: dict, load=None):
     model = (load or load_model)(args.drafter, args.device, args.drafter_dtype)
     vocab = load_vocab(args.draft_vocab) if args.draft_vocab else None
     return lambda: SparseDrafter(
-        model, args.budget, args.policy, args.chunk_size, args.score_window, draft_vocab=vocab, engine=args.engine
+        model,
+        args.budget,
+        args.policy,
+        args.chunk_size,
+        args.score_window,
+        draft_vocab=vocab,
+        engine=args.engine,
+        shared=shared,
     )

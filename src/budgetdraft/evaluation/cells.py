@@ -25,6 +25,7 @@ from budgetdraft.base.jsonio import json_object
 from budgetdraft.decoding import sparse_drafter
 from budgetdraft.decoding.loading import ModelStore, load_model
 from budgetdraft.decoding.sampling import sampling_from_flags
+from budgetdraft.decoding.verifier import prompt_key
 from budgetdraft.evaluation.measure import timed_autoregressive, timed_speculative
 from budgetdraft.evaluation.prefill import check_covers, load_prefills
 
@@ -76,10 +77,11 @@ SERVER_WARM_UP = ("ar", "sd")  # methods whose warm-up a forking warm process ru
 NO_EOS: list[int] = []  # fixed-length generations
 
 
-def make_decoder(args, verifier, prefilled=None, load=load_model):
+def make_decoder(args, verifier, prefilled=None, load=load_model, drafter_prefills=None):
     """A function (prompt_ids, new_tokens) -> Generation for the cell's method, measured (``stats``: the row's
     timings and memory, ``budgetdraft.evaluation.measure``; ``prefilled``: shared verifier prefills, see
-    ``budgetdraft.evaluation.prefill``; ``load``: what loads the drafter, a warm process's ``ModelStore.load``)."""
+    ``budgetdraft.evaluation.prefill``; ``load``: what loads the drafter, a warm process's ``ModelStore.load``;
+    ``drafter_prefills``: the paper's drafter's shared full prefills, ``prefill_once``)."""
     sampling = sampling_from_flags(args.temperature, args.top_p, args.top_k, args.seed)
     if sampling is not None and args.method not in SAMPLING_METHODS:
         raise ValueError(
@@ -97,8 +99,10 @@ def make_decoder(args, verifier, prefilled=None, load=load_model):
     extra = json_object(args.extra, "--extra")
     # the paper's drafter or a baseline's module: drafter_factory(verifier, args, extra, load) -> () -> a fresh drafter
     factory = next(m.factory for m in methods.REGISTRY.values() if m.decodes == args.method)
-    module = importlib.import_module(factory) if factory else sparse_drafter
-    new_drafter = module.drafter_factory(verifier, args, extra, load)
+    if factory:
+        new_drafter = importlib.import_module(factory).drafter_factory(verifier, args, extra, load)
+    else:
+        new_drafter = sparse_drafter.drafter_factory(verifier, args, extra, load, shared=drafter_prefills)
     return lambda ids, n: timed_speculative(
         new_drafter(),
         verifier,
@@ -158,6 +162,33 @@ def warm_up_once(args, models: ModelStore) -> bool:
     return True
 
 
+def prefill_once(args, models: ModelStore) -> int:
+    """In a forking warm process, before it forks the cell of ``args``: its drafter's full prefill of each of its
+    prompts, computed here once (``sparse_drafter.shared_prefills``) for every cell of that drafter and those
+    prompts forked afterwards (the budgets, γ and the full-cache control), each of which cuts it to its own budget
+    and is charged the recorded seconds, as a shared verifier prefill is. Only where the warm-up is shared too
+    (``warm_key``) and for the paper's drafter. Returns how many prompts it prefilled now."""
+    key = shared_prefill_key(args)
+    model = models.held(args.drafter, args.device, args.drafter_dtype) if key else None
+    if model is None:
+        return 0
+    held = models.drafter_prefills(key)
+    prompts = [[int(t) for t in ids] for ids in pd.read_parquet(args.prompts, columns=["input_ids"])["input_ids"]]
+    todo = [ids for ids in prompts if prompt_key(ids) not in held]
+    held.update(sparse_drafter.shared_prefills(model, todo, *key[1:]))
+    return len(todo)
+
+
+def shared_prefill_key(args) -> tuple | None:
+    """The drafter's files with what its policy scores (``sparse_drafter.scored_window``), or None for a cell that
+    prefills its drafter itself."""
+    if args.method != "sd" or warm_key(args) is None:
+        return None
+    return (ModelStore.key(args.drafter, args.device, args.drafter_dtype),) + sparse_drafter.scored_window(
+        args.policy, args.score_window
+    )
+
+
 def _models_of(args) -> list[tuple[str, str]]:
     wanted = [(args.verifier, args.verifier_dtype)]
     return wanted + [(args.drafter, args.drafter_dtype)] if args.drafter else wanted
@@ -184,7 +215,11 @@ def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
     if args.verifier_prefill:
         prefilled = load_prefills(args.verifier_prefill, args.device)
         check_covers(prefilled, [list(ids) for ids in prompts["input_ids"]], args.verifier_prefill)
-    decode = make_decoder(args, verifier, prefilled, load)
+    key = shared_prefill_key(args) if models is not None else None
+    shared = models.prefills.get(key) if key else None
+    if shared:
+        print(f"drafter prefill: {len(shared)} prompts' full prefills shared by the warm process", file=sys.stderr)
+    decode = make_decoder(args, verifier, prefilled, load, shared)
     config = json.dumps({k: v for k, v in sorted(vars(args).items())})
     if models is not None and warm_key(args) in models.warmed:
         print("warm-up: run once by the warm process, with these models, before it forked this cell", file=sys.stderr)

@@ -15,7 +15,8 @@ bytes held in weights and KV caches (``DecodeStats.record_memory``); for AR the 
 - ``verifier_prefill_s``: the verifier's prefill; with a shared prefill (``evaluation.prefill``) the seconds it
   took when computed, charged in place of the copy's (``total_s`` likewise);
 - ``drafter_prefill_s``: what the drafter reads of the verifier's prefill (``Verifier.prefill_state``) and its own
-  prefill; ``draft_s``: its drafting; ``verify_s``: the verifier's steps after the prefill (AR: every step);
+  prefill; with a shared full prefill (``sparse_drafter.shared_prefills``) the seconds it took when computed, plus
+  cutting it to the budget; ``draft_s``: its drafting; ``verify_s``: the verifier's steps after the prefill (AR: every step);
 - ``total_s``: from the verifier's prefill to the end of the last round, the device synchronised at both ends;
   ``decode_s`` = ``total_s`` − both prefills.
 """
@@ -252,15 +253,17 @@ class Measurement:
         self.clock.stop()
         return gen
 
-    def stats(self, gen: loop.Generation, weights: int, drafter_kv: int = 0) -> DecodeStats:
+    def stats(
+        self, gen: loop.Generation, weights: int, drafter_kv: int = 0, drafter_recorded: float | None = None
+    ) -> DecodeStats:
         """The generation's counts with its clock and memory: a shared prefill is charged the seconds it took when
-        computed."""
+        computed (the verifier's; the drafter's full prefill, ``drafter_recorded``, on top of cutting it)."""
         stats, clock, verifier = DecodeStats(**asdict(gen.stats)), self.clock, self.verifier
         stats.record_memory(weights, verifier.kv_bytes(), drafter_kv)
         recorded, spent = verifier.recorded_prefill_s, clock.seconds("verifier_prefill")
         stats.verifier_prefill_s = spent if recorded is None else recorded
-        stats.total_s = clock.total_s + stats.verifier_prefill_s - spent
-        stats.drafter_prefill_s = clock.seconds("drafter_prefill")
+        stats.drafter_prefill_s = clock.seconds("drafter_prefill") + (drafter_recorded or 0.0)
+        stats.total_s = clock.total_s + stats.verifier_prefill_s - spent + (drafter_recorded or 0.0)
         stats.draft_s, stats.verify_s = clock.seconds("draft"), clock.seconds("verify")
         stats.decode_s = stats.total_s - stats.verifier_prefill_s - stats.drafter_prefill_s
         stats.peak_mem_mb, stats.mem_kind = peak_memory(self.device, stats.peak_tensor_mb)
@@ -287,5 +290,6 @@ def timed_speculative(
     run = Measurement(verifier_model.device)
     timed = TimedDrafter(drafter, run.clock)
     gen = run.run(loop.speculative, timed, verifier_model, prompt_ids, max_new_tokens, gamma, **options)
-    gen.stats = run.stats(gen, weight_bytes(verifier_model, drafter), drafter.kv_bytes())
+    recorded = getattr(drafter, "recorded_prefill_s", None)  # a drafter that took a shared full prefill
+    gen.stats = run.stats(gen, weight_bytes(verifier_model, drafter), drafter.kv_bytes(), recorded)
     return gen

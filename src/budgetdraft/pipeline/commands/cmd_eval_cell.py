@@ -11,7 +11,7 @@ from budgetdraft.base import methods
 from budgetdraft.base.names import EAGLE3, SHARED
 from budgetdraft.decoding.loading import ModelStore
 from budgetdraft.evaluation.cellfile import write_cell
-from budgetdraft.evaluation.cells import run_cell, warm_up_once
+from budgetdraft.evaluation.cells import prefill_once, run_cell, warm_up_once
 from budgetdraft.pipeline.commands.flags import add_decode_flags
 
 
@@ -57,8 +57,9 @@ def configure_parser(parser) -> None:
 
 def preload_models(argv: list[str], models: ModelStore) -> list[str]:
     """Preload into ``models`` the verifier and drafter an ``eval-cell`` command line names (``ModelStore.preload``)
-    and run the cell's warm-up with them once (``cells.warm_up_once``): the forking warm process calls this before it
-    forks the cell, so the cells of one model share one read of it and one warm-up. Returns what it did now."""
+    and run the cell's warm-up with them once (``cells.warm_up_once``) and its drafter's full prefills
+    (``cells.prefill_once``): the forking warm process calls this before it forks the cell, so the cells of one
+    model share one read of it, one warm-up and one prefill of each prompt. Returns what it did now."""
     parser = argparse.ArgumentParser(add_help=False)
     configure_parser(parser)
     args, _ = parser.parse_known_args(argv)
@@ -68,6 +69,8 @@ def preload_models(argv: list[str], models: ModelStore) -> list[str]:
     done = [f"preloaded {spec}" for spec, dtype in wanted if models.preload(spec, args.device, dtype)]
     if warm_up_once(args, models):
         done.append(f"warmed up {args.method} with {' + '.join(spec for spec, _ in wanted)}")
+    if prefilled := prefill_once(args, models):
+        done.append(f"prefilled {prefilled} prompts of {args.prompts} with {args.drafter}")
     return done
 
 
