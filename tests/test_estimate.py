@@ -126,3 +126,18 @@ def test_gpu_cells_load_the_verifier_once_per_resident_process():
     assert cold.verifier_loads(693).loads == 693  # warm_start: false: every cell its own process
     assert cpu.verifier_loads(693).loads == 0  # the forking warm process loaded it before the cells
     assert groups.verifier_loads(693).seconds == 44 * groups.verifier.load_s
+
+
+def test_cpu_cells_forked_from_the_warm_process_share_the_warm_up_and_the_drafters_prefill():
+    """On the CPU (one thread, forking warm process) a cell runs no warm-up of its own and only the first cell of a
+    drafter and its prompts pays their full prefill; with warm_start false every cell pays both."""
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    forked = estimate.Estimator(cfg, estimate.DEVICES["cpu"], 0.07)
+    cold = estimate.Estimator({**cfg, "warm_start": False}, estimate.DEVICES["cpu"], 0.07)
+    first, later = forked.cell("sd", "gs", 1024, 16, 5, first=True), forked.cell("sd", "gs", 1024, 16, 5, first=False)
+    prefills = cfg["samples"] * forked.drafter.prefill(1024)
+    assert first.seconds - later.seconds == pytest.approx(prefills)
+    assert first.generations == later.generations == cfg["samples"]  # no warm-up
+    alone = cold.cell("sd", "gs", 1024, 16, 5, first=False)
+    assert alone.generations == cfg["samples"] + cfg["warmup"] and alone.seconds > first.seconds
+    assert forked.cell("triforce", "lwm", 1024, 16, 5).generations == cfg["samples"] + cfg["warmup"]

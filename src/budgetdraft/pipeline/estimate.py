@@ -275,9 +275,15 @@ class Estimator:
         self.cold = cfg.get("warm_start", True) is False
         self.cells_per_process = 1 if self.cold else cells_per_process
         self.loads_per_cell = 1 if self.cold or device.parallel == 1 else 0
+        # forked from the warm process on one thread (evaluation.cells.warm_key): it ran the warm-up once for the
+        # models and each drafter's full prefill of a prompt once for all that drafter's cells of the prompt
+        self.forked = not self.loads_per_cell and cfg.get("threads", 1) == 1
 
-    def generation(self, label: str, context: int, budget: int, gamma: int, new: int, shared: bool) -> tuple:
-        """(seconds, tokens prefilled) of one generation of ``new`` tokens after a ``context``-token prompt."""
+    def generation(
+        self, label: str, context: int, budget: int, gamma: int, new: int, shared: bool, drafter_shared: bool = False
+    ) -> tuple:
+        """(seconds, tokens prefilled) of one generation of ``new`` tokens after a ``context``-token prompt
+        (``shared``: the verifier's prefill copied in; ``drafter_shared``: the drafter's full prefill too)."""
         v, d = self.verifier, self.drafter
         prefill = 0.0 if shared else v.prefill(context)
         if label == "ar":  # the verifier's cache holds prompt + new tokens (decoding.autoregressive)
@@ -287,27 +293,36 @@ class Estimator:
         # each cache holds its prefix + new tokens + γ + 1 (decoding.speculative, drafters.SparseDrafter)
         draft = gamma * d.step(1, kept + new / 2, kept + new + gamma + 1)
         verify = v.step(gamma + 1, context + new / 2, context + new + gamma + 1)
-        return prefill + d.prefill(context) + rounds * (draft + verify), 2 * context
+        own = 0.0 if drafter_shared else d.prefill(context)
+        return prefill + own + rounds * (draft + verify), (1 if drafter_shared else 2) * context
 
     def samples(self, dataset: str) -> int:
         return self.cfg["datasets"][dataset].get("samples", self.cfg["samples"])
 
-    def cell(self, label: str, dataset: str, context: int, budget: int, gamma: int) -> Cost:
+    def cell(self, label: str, dataset: str, context: int, budget: int, gamma: int, first: bool = True) -> Cost:
+        """One cell; ``first``: the first of its drafter's cells of these prompts (forked: it pays their full
+        prefills in the warm process, the others cut them)."""
         c = self.cfg
         shared = bool(c.get("share_verifier_prefill"))
         runs = self.samples(dataset) * c.get("repeats", 1)
-        timed, prefilled = self.generation(label, context, budget, gamma, c["max_new_tokens"], shared)
+        ours = label not in self.cfg.get("baselines", {}).get("enabled", [])  # AR or the paper's drafter
+        drafter_shared = self.forked and ours and label != "ar"
+        timed, prefilled = self.generation(label, context, budget, gamma, c["max_new_tokens"], shared, drafter_shared)
+        if drafter_shared and first:
+            timed += self.drafter.prefill(context)
+            prefilled += context
+        warmups = 0 if self.forked and ours else c.get("warmup", 1)  # forked: once for the models, in the warm process
         warm_len = c.get("warmup_prompt_tokens") or context
         warm, _ = self.generation(label, warm_len, budget, gamma, c.get("warmup_tokens") or c["max_new_tokens"], False)
         loads = self.loads_per_cell * (0 if label == "ar" else 1)  # a drafter per cell: the verifier per process
         load_s = loads * self.drafter.load_s
         return Cost(
             jobs=1,
-            generations=runs + c.get("warmup", 1),
+            generations=runs + warmups,
             prefilled=runs * prefilled,
             decoded=runs * c["max_new_tokens"],
             loads=loads,
-            seconds=runs * timed + c.get("warmup", 1) * warm + load_s,
+            seconds=runs * timed + warmups * warm + load_s,
         )
 
     def verifier_loads(self, cells: int) -> Cost:
@@ -364,13 +379,17 @@ def costs(cfg: dict, jobs, est: Estimator) -> dict[str, Cost]:
     cells = sum(rule in ("eval_cell", "eval_replicate_cell") for rule, _ in jobs)
     if loads := est.verifier_loads(cells):
         out["cells: verifier loads"] = loads
+    prefilled = set()  # (label, replicate, dataset, context): a drafter whose full prefills of the prompts are made
     for rule, outputs in jobs:
         path = outputs[0]
         if rule in ("eval_cell", "eval_replicate_cell"):
             m = path_key(path)  # the cell a path names, read where the path is formatted (evaluation.cellfile)
             context = cfg["contexts"][m["context"]]
+            group = (m["label"], m["replicate"], m["dataset"], m["context"])
+            first = group not in prefilled
+            prefilled.add(group)
             out[f"cells {m['label'].split('@')[0]} {m['context']}"].add(
-                est.cell(m["label"], m["dataset"], context, m["budget"], m["gamma"])
+                est.cell(m["label"], m["dataset"], context, m["budget"], m["gamma"], first)
             )
         elif rule == "verifier_prefill":
             dataset, context = Path(path).parent.name, Path(path).stem
