@@ -489,3 +489,21 @@ def test_the_warm_process_warms_up_once_only_what_every_fork_inherits(tmp_path):
     tiny_llama_again = __import__("conftest").tiny_llama(seed=3, layers=1)
     tiny_llama_again.save_pretrained(tmp_path / "d")  # another drafter in the same directory: another key
     assert key() != before
+
+
+def test_the_warm_process_holds_drafter_prefills_up_to_its_byte_limit(monkeypatch):
+    """Full prefills are held per drafter, the least recently used dropped first once they exceed the limit; the
+    drafter just added is never dropped."""
+    from types import SimpleNamespace
+
+    from budgetdraft.decoding import loading
+
+    monkeypatch.setattr(loading, "SHARED_PREFILL_BYTES", 250)
+    store = loading.ModelStore()
+    prefill = SimpleNamespace(nbytes=100)
+    store.keep_prefills(("a",), {"p": prefill})
+    store.keep_prefills(("b",), {"p": prefill})
+    assert store.keep_prefills(("a",), {"q": prefill}) == {"p": prefill, "q": prefill}  # a: used last
+    assert list(store.prefills) == ["a"]  # 300 bytes > 250: b, the least recently used, went
+    store.keep_prefills(("c",), {"p": prefill, "q": prefill, "r": prefill})
+    assert list(store.prefills) == ["c"]  # over the limit alone, and kept

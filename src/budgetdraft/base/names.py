@@ -113,3 +113,8 @@ def lambda_variants(hparams: dict) -> list[str]:
         v for v in extra_variants(hparams) if {k: x for k, x in hparams[v].items() if k != "lambda_c"} == bd
     ]
     return sorted(chosen, key=lambda v: (float(hparams[v]["lambda_c"]), v))
+
+
+# a cell row's `config` key, true where its drafter cut a full prefill made once for all its cells
+# (budgetdraft.evaluation.cells.prefill_once); the captions say so (report.tables.shared_drafter_text)
+SHARED_DRAFTER_PREFILL = "drafter_prefill_shared"

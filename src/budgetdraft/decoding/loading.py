@@ -350,7 +350,9 @@ def load_model(spec: str, device: str = DEVICE, dtype: str = DTYPE):
     return _load(spec, device, dtype)
 
 
-SHARED_PREFILLS = 8  # drafters whose full prefills a forking warm process keeps (ModelStore.drafter_prefills)
+SHARED_PREFILL_BYTES = (
+    4 * 2**30
+)  # full drafter prefills a forking warm process holds at most (ModelStore.keep_prefills)
 
 
 class ModelStore:
@@ -370,16 +372,21 @@ class ModelStore:
         # inherits a process whose first-call costs are paid, and skips its own warm-up runs
         self.warmed: set[tuple] = set()
         # a drafter's full prefills of prompts (``sparse_drafter.shared_prefills``) by (its key, window, per head):
-        # every budget's cell forked afterwards cuts them instead of prefilling; the last SHARED_PREFILLS drafters'
+        # every budget's cell forked afterwards cuts them instead of prefilling; the most recently used last
         self.prefills: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
 
-    def drafter_prefills(self, key: tuple) -> dict:
-        """The full prefills held for ``key`` (made empty when new), the most recently used last; the oldest beyond
-        ``SHARED_PREFILLS`` are dropped (each drafter's hold its prompts at every context: ~60 MB at the default)."""
+    def keep_prefills(self, key: tuple, new: dict) -> dict:
+        """Add ``new`` full prefills ({prompt key: FullPrefill}) to those held for ``key`` and return them all; the
+        least recently used drafters' are dropped while all of them hold more than ``SHARED_PREFILL_BYTES``
+        (the default's 21 drafters × 18 prompts: ~1.4 GB; Snakemake interleaves the drafters' cells, so a smaller
+        hold computes the same prefill again: 8 drafters did 2-8 times each)."""
         held = self.prefills.setdefault(key, {})
+        held.update(new)
         self.prefills.move_to_end(key)
-        while len(self.prefills) > SHARED_PREFILLS:
-            self.prefills.popitem(last=False)
+        total = sum(p.nbytes for prefills in self.prefills.values() for p in prefills.values())
+        while total > SHARED_PREFILL_BYTES and len(self.prefills) > 1:
+            _, dropped = self.prefills.popitem(last=False)
+            total -= sum(p.nbytes for p in dropped.values())
         return held
 
     @staticmethod

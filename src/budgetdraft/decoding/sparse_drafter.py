@@ -154,6 +154,10 @@ class FullPrefill:
     scores: list[torch.Tensor] | None
     seconds: float
 
+    @property
+    def nbytes(self) -> int:
+        return cache_bytes(self.cache) + sum(s.nbytes for s in self.scores or [])
+
 
 def full_prefill(model, prompt: torch.Tensor, window: int, per_head: bool, chunk: int | None = None):
     """The full cache of ``prompt`` [1, P] and the scores of its last ``window`` queries (per KV head with

@@ -22,6 +22,7 @@ import torch
 from budgetdraft.base import methods
 from budgetdraft.base.defaults import EAGER
 from budgetdraft.base.jsonio import json_object
+from budgetdraft.base.names import SHARED_DRAFTER_PREFILL
 from budgetdraft.decoding import sparse_drafter
 from budgetdraft.decoding.loading import ModelStore, load_model
 from budgetdraft.decoding.sampling import sampling_from_flags
@@ -172,10 +173,10 @@ def prefill_once(args, models: ModelStore) -> int:
     model = models.held(args.drafter, args.device, args.drafter_dtype) if key else None
     if model is None:
         return 0
-    held = models.drafter_prefills(key)
+    held = models.prefills.get(key, {})
     prompts = [[int(t) for t in ids] for ids in pd.read_parquet(args.prompts, columns=["input_ids"])["input_ids"]]
     todo = [ids for ids in prompts if prompt_key(ids) not in held]
-    held.update(sparse_drafter.shared_prefills(model, todo, *key[1:]))
+    models.keep_prefills(key, sparse_drafter.shared_prefills(model, todo, *key[1:]))
     return len(todo)
 
 
@@ -220,7 +221,8 @@ def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
     if shared:
         print(f"drafter prefill: {len(shared)} prompts' full prefills shared by the warm process", file=sys.stderr)
     decode = make_decoder(args, verifier, prefilled, load, shared)
-    config = json.dumps({k: v for k, v in sorted(vars(args).items())})
+    recorded = {**vars(args), **({SHARED_DRAFTER_PREFILL: True} if shared else {})}
+    config = json.dumps({k: v for k, v in sorted(recorded.items())})
     if models is not None and warm_key(args) in models.warmed:
         print("warm-up: run once by the warm process, with these models, before it forked this cell", file=sys.stderr)
     else:

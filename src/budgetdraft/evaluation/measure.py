@@ -16,7 +16,8 @@ bytes held in weights and KV caches (``DecodeStats.record_memory``); for AR the 
   took when computed, charged in place of the copy's (``total_s`` likewise);
 - ``drafter_prefill_s``: what the drafter reads of the verifier's prefill (``Verifier.prefill_state``) and its own
   prefill; with a shared full prefill (``sparse_drafter.shared_prefills``) the seconds it took when computed, plus
-  cutting it to the budget; ``draft_s``: its drafting; ``verify_s``: the verifier's steps after the prefill (AR: every step);
+  cutting it to the budget; ``draft_s``: its drafting; ``verify_s``: the verifier's steps after the prefill (AR:
+  every step);
 - ``total_s``: from the verifier's prefill to the end of the last round, the device synchronised at both ends;
   ``decode_s`` = ``total_s`` − both prefills.
 """

@@ -28,7 +28,7 @@ from budgetdraft.report.profiles import TEXT as POSITIONS_TEXT
 from budgetdraft.report.profiles import draw as draw_profile
 from budgetdraft.report.profiles import load_profile, profile_summary, section
 from budgetdraft.report.settings import Settings, parse_settings
-from budgetdraft.report.tables import timing_text
+from budgetdraft.report.tables import shared_drafter_text, timing_text
 from budgetdraft.report.verdicts import DIAGNOSTIC as DIAGNOSTIC  # re-exported: bench/verdict_stability.py reads it
 from budgetdraft.report.verdicts import VERDICT_RULE, Finding
 
@@ -251,7 +251,7 @@ def header(ev: Evidence, n_files: int, seed: int) -> dict:
         "replicates": [r for r in ev.replicates if r != SHARED],
         "resamples": (len(ev.prompt_weights) - 1) // 3,
         "seed": seed,
-        "timing": timing_text(ev.s).strip(),
+        "timing": (timing_text(ev.s) + shared_drafter_text(ev.grid.df)).strip(),
         "given": given(ev.s),
         "not_run": dict(ev.s.not_run),
         "lossless": lossless_summary(ev),

@@ -12,7 +12,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from budgetdraft.base import methods
-from budgetdraft.base.names import AR, BD, LA_ONLY, LAMBDA1, METHOD_NAMES, SD, SHARED, SINGLE, extra_variants
+from budgetdraft.base.names import (
+    AR,
+    BD,
+    LA_ONLY,
+    LAMBDA1,
+    METHOD_NAMES,
+    SD,
+    SHARED,
+    SHARED_DRAFTER_PREFILL,
+    SINGLE,
+    extra_variants,
+)
 from budgetdraft.evaluation.grid import Grid, cell_name
 from budgetdraft.report.artifacts import OTHER_VARIANTS, REGISTRY, SWEEP, Cells, label_of, table
 from budgetdraft.report.settings import Settings, with_dataset_names
@@ -545,7 +556,21 @@ def engine_text(grid: Grid) -> str:
         return " Decode engine not recorded in these cells."
     engines = ", ".join(sorted(df["engine"].dropna().astype(str).unique()))
     devices = ", ".join(sorted(df["device"].dropna().astype(str).unique())) if "device" in df else "?"
-    return f" Decoded on the {engines} engine ({devices}); every speedup is a ratio of times on it."
+    return (
+        f" Decoded on the {engines} engine ({devices}); every speedup is a ratio of times on it."
+        + shared_drafter_text(df)
+    )
+
+
+def shared_drafter_text(df) -> str:
+    """Whether drafters' full prefills were made once for all their cells (``evaluation.cells.prefill_once``): the
+    rows that cut one record it in their ``config``."""
+    if "config" not in df or not df["config"].astype(str).str.contains(SHARED_DRAFTER_PREFILL, regex=False).any():
+        return ""
+    return (
+        " Each drafter's full prefill of a prompt was timed once (one run) and cut to every budget of its cells, each"
+        " charged its recorded seconds."
+    )
 
 
 def timing_text(settings: Settings) -> str:
