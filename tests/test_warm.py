@@ -504,6 +504,6 @@ def test_the_warm_process_holds_drafter_prefills_up_to_its_byte_limit(monkeypatc
     store.keep_prefills(("a",), {"p": prefill})
     store.keep_prefills(("b",), {"p": prefill})
     assert store.keep_prefills(("a",), {"q": prefill}) == {"p": prefill, "q": prefill}  # a: used last
-    assert list(store.prefills) == ["a"]  # 300 bytes > 250: b, the least recently used, went
+    assert list(store.prefills) == [("a",)]  # 300 bytes > 250: b, the least recently used, went
     store.keep_prefills(("c",), {"p": prefill, "q": prefill, "r": prefill})
-    assert list(store.prefills) == ["c"]  # over the limit alone, and kept
+    assert list(store.prefills) == [("c",)]  # over the limit alone, and kept

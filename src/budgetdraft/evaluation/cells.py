@@ -190,6 +190,20 @@ def shared_prefill_key(args) -> tuple | None:
     )
 
 
+def inherited(args, models: ModelStore | None) -> dict | None:
+    """What a cell forked from the warm process takes from it, said in its log: the warm-up it ran with the same
+    models (``warm_up_once``), and its drafter's full prefills of the prompts (``prefill_once``), returned."""
+    if models is None:
+        return None
+    if warm_key(args) in models.warmed:
+        print("warm-up: run once by the warm process, with these models, before it forked this cell", file=sys.stderr)
+    key = shared_prefill_key(args)
+    shared = models.prefills.get(key) if key else None
+    if shared:
+        print(f"drafter prefill: {len(shared)} prompts' full prefills shared by the warm process", file=sys.stderr)
+    return shared
+
+
 def _models_of(args) -> list[tuple[str, str]]:
     wanted = [(args.verifier, args.verifier_dtype)]
     return wanted + [(args.drafter, args.drafter_dtype)] if args.drafter else wanted
@@ -216,16 +230,11 @@ def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
     if args.verifier_prefill:
         prefilled = load_prefills(args.verifier_prefill, args.device)
         check_covers(prefilled, [list(ids) for ids in prompts["input_ids"]], args.verifier_prefill)
-    key = shared_prefill_key(args) if models is not None else None
-    shared = models.prefills.get(key) if key else None
-    if shared:
-        print(f"drafter prefill: {len(shared)} prompts' full prefills shared by the warm process", file=sys.stderr)
+    shared = inherited(args, models)
     decode = make_decoder(args, verifier, prefilled, load, shared)
     recorded = {**vars(args), **({SHARED_DRAFTER_PREFILL: True} if shared else {})}
     config = json.dumps({k: v for k, v in sorted(recorded.items())})
-    if models is not None and warm_key(args) in models.warmed:
-        print("warm-up: run once by the warm process, with these models, before it forked this cell", file=sys.stderr)
-    else:
+    if not (models is not None and warm_key(args) in models.warmed):
         warm_up(args, decode, prompts.iloc[0]["input_ids"])
     rows = []
     for sample in prompts.itertuples():
