@@ -350,9 +350,8 @@ def load_model(spec: str, device: str = DEVICE, dtype: str = DTYPE):
     return _load(spec, device, dtype)
 
 
-SHARED_PREFILL_BYTES = (
-    4 * 2**30
-)  # full drafter prefills a forking warm process holds at most (ModelStore.keep_prefills)
+# full drafter prefills a forking warm process holds at most (ModelStore.keep_prefills)
+SHARED_PREFILL_BYTES = 4 * 2**30
 
 
 class ModelStore:

@@ -22,7 +22,7 @@ import torch
 from budgetdraft.base import methods
 from budgetdraft.base.defaults import EAGER
 from budgetdraft.base.jsonio import json_object
-from budgetdraft.base.names import SHARED_DRAFTER_PREFILL
+from budgetdraft.base.names import EAGLE3, SHARED_DRAFTER_PREFILL
 from budgetdraft.decoding import sparse_drafter
 from budgetdraft.decoding.loading import ModelStore, load_model
 from budgetdraft.decoding.sampling import sampling_from_flags
@@ -153,7 +153,7 @@ def warm_up_once(args, models: ModelStore) -> bool:
     key = warm_key(args)
     if not args.warmup or key is None or key in models.warmed:
         return False
-    held = {spec: models.held(spec, args.device, dtype) for spec, dtype in _models_of(args)}
+    held = {spec: models.held(spec, args.device, dtype) for spec, dtype in cell_models(args)}
     if any(model is None for model in held.values()):
         return False
     prompts = pd.read_parquet(args.prompts, columns=["input_ids"])
@@ -183,30 +183,35 @@ def prefill_once(args, models: ModelStore) -> int:
 def shared_prefill_key(args) -> tuple | None:
     """The drafter's files with what its policy scores (``sparse_drafter.scored_window``), or None for a cell that
     prefills its drafter itself."""
-    if args.method != "sd" or warm_key(args) is None:
-        return None
-    return (ModelStore.key(args.drafter, args.device, args.drafter_dtype),) + sparse_drafter.scored_window(
-        args.policy, args.score_window
-    )
+    key = warm_key(args)
+    return _prefill_key(args, key) if key and args.method == "sd" else None
 
 
-def inherited(args, models: ModelStore | None) -> dict | None:
-    """What a cell forked from the warm process takes from it, said in its log: the warm-up it ran with the same
-    models (``warm_up_once``), and its drafter's full prefills of the prompts (``prefill_once``), returned."""
+def _prefill_key(args, warm: tuple) -> tuple:
+    """``shared_prefill_key`` from the cell's ``warm_key`` (its last part: the drafter's ``ModelStore.key``)."""
+    return (warm[-1], *sparse_drafter.scored_window(args.policy, args.score_window))
+
+
+def inherited(args, models: ModelStore | None) -> tuple[bool, dict | None]:
+    """What a cell forked from the warm process takes from it, said in its log: whether it ran the cell's warm-up
+    with the same models (``warm_up_once``), and its drafter's full prefills of the prompts (``prefill_once``)."""
     if models is None:
-        return None
-    if warm_key(args) in models.warmed:
+        return False, None
+    key = warm_key(args)
+    warmed = key in models.warmed
+    if warmed:
         print("warm-up: run once by the warm process, with these models, before it forked this cell", file=sys.stderr)
-    key = shared_prefill_key(args)
-    shared = models.prefills.get(key) if key else None
+    shared = models.prefills.get(_prefill_key(args, key)) if key and args.method == "sd" else None
     if shared:
         print(f"drafter prefill: {len(shared)} prompts' full prefills shared by the warm process", file=sys.stderr)
-    return shared
+    return warmed, shared
 
 
-def _models_of(args) -> list[tuple[str, str]]:
+def cell_models(args) -> list[tuple[str, str]]:
+    """(spec, dtype) of the causal LMs a cell loads: the verifier and, but for EAGLE-3 (its drafter is a head
+    directory), the drafter."""
     wanted = [(args.verifier, args.verifier_dtype)]
-    return wanted + [(args.drafter, args.drafter_dtype)] if args.drafter else wanted
+    return wanted + [(args.drafter, args.drafter_dtype)] if args.drafter and args.method != EAGLE3 else wanted
 
 
 def device_name(device: str) -> str:
@@ -230,11 +235,11 @@ def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
     if args.verifier_prefill:
         prefilled = load_prefills(args.verifier_prefill, args.device)
         check_covers(prefilled, [list(ids) for ids in prompts["input_ids"]], args.verifier_prefill)
-    shared = inherited(args, models)
+    warmed, shared = inherited(args, models)
     decode = make_decoder(args, verifier, prefilled, load, shared)
     recorded = {**vars(args), **({SHARED_DRAFTER_PREFILL: True} if shared else {})}
     config = json.dumps({k: v for k, v in sorted(recorded.items())})
-    if not (models is not None and warm_key(args) in models.warmed):
+    if not warmed:
         warm_up(args, decode, prompts.iloc[0]["input_ids"])
     rows = []
     for sample in prompts.itertuples():

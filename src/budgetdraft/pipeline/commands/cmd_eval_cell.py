@@ -8,10 +8,10 @@ import argparse
 import torch
 
 from budgetdraft.base import methods
-from budgetdraft.base.names import EAGLE3, SHARED
+from budgetdraft.base.names import SHARED
 from budgetdraft.decoding.loading import ModelStore
 from budgetdraft.evaluation.cellfile import write_cell
-from budgetdraft.evaluation.cells import prefill_once, run_cell, warm_up_once
+from budgetdraft.evaluation.cells import cell_models, prefill_once, run_cell, warm_up_once
 from budgetdraft.pipeline.commands.flags import add_decode_flags
 
 
@@ -63,9 +63,7 @@ def preload_models(argv: list[str], models: ModelStore) -> list[str]:
     parser = argparse.ArgumentParser(add_help=False)
     configure_parser(parser)
     args, _ = parser.parse_known_args(argv)
-    wanted = [(args.verifier, args.verifier_dtype)]
-    if args.drafter and args.method != EAGLE3:  # an EAGLE-3 drafter is a head directory, not a causal LM
-        wanted.append((args.drafter, args.drafter_dtype))
+    wanted = cell_models(args)
     done = [f"preloaded {spec}" for spec, dtype in wanted if models.preload(spec, args.device, dtype)]
     if warm_up_once(args, models):
         done.append(f"warmed up {args.method} with {' + '.join(spec for spec, _ in wanted)}")
