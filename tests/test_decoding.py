@@ -297,3 +297,22 @@ def test_frequent_tokens_and_the_reduced_head(pair, tmp_path):
     assert torch.isinf(logits).sum() == drafter.config.vocab_size - 3
     with pytest.raises(ValueError, match="must lie in"):
         ReducedHead(drafter, torch.tensor([drafter.config.vocab_size]))
+
+
+@pytest.mark.real
+def test_a_cpu_float32_model_decodes_with_column_major_weights_and_trains_with_transformers_own():
+    """load_model lays every linear weight out column-major for decoding on the CPU (the same values; the tied
+    embedding shares the LM head's), and keeps transformers' layout for a model to train and save (trainable)."""
+    decode = load_model("embedded:smollm2:layers=4")
+    train = load_model("embedded:smollm2:layers=4", trainable=True)
+    linears = [(name, m) for name, m in decode.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 4 * 7 + 1  # q k v o gate up down per layer, and the LM head
+    for name, module in linears:
+        assert module.weight.t().is_contiguous() and not module.weight.is_contiguous(), name
+        assert torch.equal(module.weight, train.get_submodule(name).weight), name
+    assert decode.config.tie_word_embeddings
+    assert decode.get_input_embeddings().weight is decode.get_output_embeddings().weight
+    assert all(p.is_contiguous() for p in train.parameters())
+    ids = torch.tensor([[1, 42, 300, 7, 9000, 12]])
+    with torch.no_grad():
+        assert torch.allclose(decode(ids).logits, train(ids).logits, atol=1e-4)

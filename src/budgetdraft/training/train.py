@@ -567,7 +567,7 @@ def _train(init: str, targets_file, out: Path, hp: TrainingHparams, stop_after, 
     work = work_dir(out)
     check_paths(out, work)
     data = load_targets(targets_file)
-    drafter = load_model(init, device=hp.device, dtype=hp.dtype)
+    drafter = load_model(init, device=hp.device, dtype=hp.dtype, trainable=True)
     drafter.train()
     optimizer, scheduler = optimizer_and_schedule(drafter, hp)
     identity = _run_identity(hp, targets_file, init)
