@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from snakemake.cli import parse_config
-from test_plan import EXTRA_VARIANTS, SCHEMA, expected_cells, replicated
+from test_plan import EXTRA_VARIANTS, GRID_SIZES, SCHEMA, expected_cells, replicated
 
 from budgetdraft.pipeline.configcheck import check_config
 from budgetdraft.pipeline.plan import Plan
@@ -88,10 +88,7 @@ def checked(name: str, **overrides) -> dict:
     return cfg
 
 
-@pytest.mark.parametrize(
-    "name, cells, files",
-    [("config", 185 + 45, 11 + (174 + 45) * 3), ("ci", 84 + 18, 8 + (76 + 18) * 2), ("paper", 693 + 45, 693 + 45)],
-)
+@pytest.mark.parametrize("name, cells, files", GRID_SIZES)
 def test_dry_run_plans_every_cell(dry_run, name, cells, files):
     """The grid's logic (which cells, how many): tests/test_plan.py; here, that Snakemake plans a job for each of the
     plan's cells and the stages behind them."""

@@ -183,12 +183,13 @@ def prefill_once(args, models: ModelStore) -> int:
 def shared_prefill_key(args) -> tuple | None:
     """The drafter's files with what its policy scores (``sparse_drafter.scored_window``), or None for a cell that
     prefills its drafter itself."""
-    key = warm_key(args)
-    return _prefill_key(args, key) if key and args.method == "sd" else None
+    return _prefill_key(args, warm_key(args))
 
 
-def _prefill_key(args, warm: tuple) -> tuple:
+def _prefill_key(args, warm: tuple | None) -> tuple | None:
     """``shared_prefill_key`` from the cell's ``warm_key`` (its last part: the drafter's ``ModelStore.key``)."""
+    if warm is None or args.method != "sd":
+        return None
     return (warm[-1], *sparse_drafter.scored_window(args.policy, args.score_window))
 
 
@@ -201,7 +202,8 @@ def inherited(args, models: ModelStore | None) -> tuple[bool, dict | None]:
     warmed = key in models.warmed
     if warmed:
         print("warm-up: run once by the warm process, with these models, before it forked this cell", file=sys.stderr)
-    shared = models.prefills.get(_prefill_key(args, key)) if key and args.method == "sd" else None
+    prefill_key = _prefill_key(args, key)
+    shared = models.prefills.get(prefill_key) if prefill_key else None
     if shared:
         print(f"drafter prefill: {len(shared)} prompts' full prefills shared by the warm process", file=sys.stderr)
     return warmed, shared
