@@ -166,6 +166,27 @@ def test_paper_like_grid_holds_everywhere(grid):
     assert f2.prompts == 12 and f2.drafted == {"sd": 2 * 2 * 6 * 2 * DRAFTED, "lambda0.5": 2 * 2 * 6 * 2 * DRAFTED}
 
 
+def test_contexts_listed_longest_first_are_judged_shortest_first(grid, tmp_path):
+    """Settings that list the contexts longest first (with their lengths) give every finding the verdict and value of
+    the same cells listed shortest first: F1 is the fall from the shortest to the longest, not its negative, and the
+    report's header lists them shortest first."""
+    tokens = {"0.5K": 512, "1K": 1024}
+    ordered = {**SETTINGS, "context_tokens": tokens}
+    backwards = {
+        **ordered,
+        "contexts": ["1K", "0.5K"],
+        "comparison": {**SETTINGS["comparison"], "contexts": ["1K", "0.5K"]},
+    }
+    assert parse_settings(backwards).contexts == ["0.5K", "1K"]
+    straight, reversed_ = by_id(grid.values(), ordered), by_id(grid.values(), backwards)
+    assert straight.keys() == reversed_.keys()
+    for fid, f in straight.items():
+        assert (reversed_[fid].verdict, reversed_[fid].value) == (f.verdict, f.value), fid
+    assert straight["F1"].verdict == "holds" and straight["F1"].value < 0
+    out = claims.build(list(grid.values()), backwards, tmp_path / "claims.md")
+    assert "Contexts (shortest first): 0.5K, 1K;" in out[0].read_text()
+
+
 def test_speedup_matches_paper_grid_and_prediction(grid):
     f = by_id(grid.values())["F7/0.5K"]
     key = [("lambda0.5", d, "0.5K", f.extra["budget"], f.extra["gamma"]) for d in SETTINGS["datasets"]]

@@ -4,13 +4,12 @@ replace them; an earlier output of the same command is replaced by a rename, onc
 
 import json
 import os
-import shlex
 
 import pytest
 from conftest import tiny_model_dir
 from transformers import PreTrainedTokenizerFast
 
-from budgetdraft.decoding import loading as models
+from budgetdraft import models
 from budgetdraft.pipeline import cli, warm
 
 OUTPUT_MARKER = ".budgetdraft-output.json"  # what a command writes into its output: {"command": NAME}
@@ -61,10 +60,16 @@ def test_export_refuses_a_users_folder_and_says_how_to_replace_it(tiny, tmp_path
     said = refusal(["export-model", "--spec", str(tiny), "--out", str(mine)])
     assert said == (
         f"budgetdraft export-model: error: --out {mine} exists and is not an earlier output of budgetdraft "
-        f"export-model (no {OUTPUT_MARKER}): it is never replaced; delete it yourself (rm -r {shlex.quote(str(mine))})"
-        " or choose another path"
+        f"export-model (no {OUTPUT_MARKER}: not a folder budgetdraft wrote): it is never replaced; choose another path"
     )
     assert os.listdir(mine) == ["notes.txt"]
+    # a mistyped path to a file of the user's: no advice to delete it (it was `rm -r /etc/hostname`)
+    note = tmp_path / "hostname"
+    note.write_text("mine")
+    said = refusal(["export-model", "--spec", str(tiny), "--out", str(note)])
+    assert said.endswith(f"--out {note} is a file, not a folder budgetdraft export-model wrote: it is never replaced; "
+                         "choose another path") and "rm" not in said  # fmt: skip
+    assert note.read_text() == "mine"
 
 
 def test_export_replaces_its_own_output_by_a_rename_and_a_failed_export_keeps_it(tiny, tmp_path, monkeypatch):

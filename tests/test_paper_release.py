@@ -4,6 +4,7 @@ config/paper_release.yaml is the paper's evaluation of the authors' four release
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ import pytest
 import yaml
 from conftest import tiny_llama
 
-from budgetdraft.decoding.loading import vocabulary_problem
+from budgetdraft.base import revisions
+from budgetdraft.decoding.export import vocabulary_problem
 from budgetdraft.pipeline.configcheck import check_config
 from budgetdraft.pipeline.plan import Plan
 
@@ -68,6 +70,39 @@ def test_a_given_variant_plans_no_training_and_is_measured_once(checkpoint):
     assert settings["variants"]["lambda0.5"]["checkpoint"] == checkpoint
     assert set(settings["not_run"]) == {"la_only", "lambda1.0", "single_budget"}
     assert not any(f"/{v}/" in c for c in p.cells.every_cell() for v in settings["not_run"])  # left out: no cell asked
+
+
+def test_a_given_checkpoint_is_an_input_of_its_export_by_content(tmp_path):
+    """A local checkpoint's files are its export's inputs and their sha256 its params: weights replaced at the same
+    path (even with their old modification time) make another digest, so Snakemake exports and measures it again."""
+    path = tmp_path / "ckpt"
+    tiny_llama(seed=5, layers=1).save_pretrained(path)
+    p = release_plan(**{"lambda0.5": {"checkpoint": str(path)}})
+    weights = path / "model.safetensors"
+    assert str(weights) in p.drafters.given_files("lambda0.5")
+    before, stat = p.drafters.given_digest("lambda0.5"), weights.stat()
+    tiny_llama(seed=6, layers=1).save_pretrained(path)
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert p.drafters.given_digest("lambda0.5") != before
+
+
+def test_a_revision_pins_only_a_hub_checkpoint_and_an_unpinned_one_is_warned(checkpoint):
+    """A revision on a local checkpoint is refused at plan time; a hub checkpoint read without one is listed with
+    the unpinned repositories (the plan's warning, and what `pin` pins), and the config's `revisions:` pins it."""
+    cfg = load("paper_release")
+    cfg["variants"]["lambda0.5"].update(checkpoint=checkpoint, revision="a" * 40)
+    with pytest.raises(ValueError, match=r"variants\.lambda0\.5\.revision = 'a{40}': .* is a local checkpoint"):
+        check_config(cfg, schema=SCHEMA)
+    cfg = load("paper_release")
+    cfg["variants"]["lambda0.5"].update(checkpoint="owner/ckpts", subfolder="main")
+    assert "owner/ckpts" in revisions.unpinned(cfg) and revisions.hub_repos(cfg)["owner/ckpts"] == "model"
+    cfg["revisions"] = {"owner/ckpts": "b" * 40}
+    check_config(cfg, schema=SCHEMA)
+    assert "owner/ckpts" not in revisions.unpinned(cfg)
+    assert (
+        Plan(cfg).drafters.export_given_flags("lambda0.5")
+        == f"--spec owner/ckpts --subfolder main --revision {'b' * 40}"
+    )
 
 
 def test_a_training_key_beside_a_checkpoint_is_refused(checkpoint):

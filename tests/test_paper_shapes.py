@@ -261,7 +261,11 @@ def test_paper_config_runs_offline_to_the_tables(paper_dirs, tmp_path, monkeypat
     assert "Given as checkpoints, not trained here" in (work / "results/tables/single_budget.tex").read_text()
     interpolated = json.loads((work / "results/drafters/pi/config.json").read_text())
     assert interpolated["rope_parameters"]["factor"] == pytest.approx(CONTEXT / 2048)
-    assert (work / "results/paper_diff.md").read_text().startswith("# The paper, number by number: **This run is at")
+    assert (
+        (work / "results/paper_diff.md")
+        .read_text()
+        .startswith("# The paper, number by number: **This run is not a rerun")
+    )
     for path in cells:  # every cell decoded at positions 2,304 and beyond, with the paper's fp16 verifier
         for row in pq.read_table(path).to_pylist():
             assert row["prompt_tokens"] == CONTEXT and row["new_tokens"] >= 1, path

@@ -4,6 +4,7 @@ LaTeX table (the paper's or ours: one layout), the diff against the authors' tol
 The cells below are TEST FIXTURES (test_claims' synthetic cells), laid out at the paper's own settings so that every
 table this pipeline builds has the paper's shape."""
 
+import json
 import math
 
 import pytest
@@ -135,17 +136,66 @@ def test_throughput_and_memory_have_no_tolerance_and_another_scale_no_verdict():
     assert paperdiff.status(missing[0], SAME) == "not run"
 
 
-def test_the_first_line_says_when_a_run_is_at_another_scale():
-    settings = {"context_tokens": {"0.25K": 240}, "budgets": [16]}
-    scale, described = paperdiff.run_scale(settings, "embedded:smollm2")
+def measured(name: str, **overrides) -> dict:
+    """The paper diff's settings of config/NAME.yaml as the plan writes them (its `measurement` included)."""
+    from test_plan import plan
+
+    return json.loads(plan(name, **overrides).settings.artifact_settings("paper_diff"))
+
+
+def first_line(settings: dict) -> tuple[str, str]:
+    scale, described = paperdiff.run_scale(settings)
     text = paperdiff.markdown(paperdiff.diff(paperdiff.paper_values(), [], scale), scale, described, [])
-    first = text.splitlines()[0]
-    assert "another scale than the paper" in first and "embedded:smollm2" in first and "no verdict" in first
-    same, _ = paperdiff.run_scale(
-        {"context_tokens": {"4K": 3800, "8K": 8192, "16K": 16384}, "budgets": [256, 512, 1024, 2048]},
-        "NousResearch/Yarn-Llama-2-7b-128k",
-    )
-    assert same == SAME
+    return scale, text.splitlines()[0]
+
+
+def test_only_the_papers_whole_measurement_is_a_rerun():
+    """config/paper.yaml measures what the paper measured: a rerun. The embedded default, and paper.yaml with any one
+    part of the measurement changed (50 training steps, another dataset source, one γ less, fewer samples or
+    repeats, a bfloat16 verifier), is not: its first line says "counterpart" and names what differs, with the
+    paper's value beside it. (The verifier, contexts and budgets alone made a 50-step run a "rerun" before.)"""
+    assert first_line(measured("paper"))[0] == SAME
+    scale, line = first_line(measured("config"))
+    assert scale == paperdiff.OTHER and "not a rerun" in line and "counterparts" in line
+    assert "embedded:smollm2" in line and "no verdict" in line
+    cuts = {
+        "training": ({"training": {"steps": 50}}, "variants.lambda0.5 trained with steps 50 \\(paper: 5000\\)"),
+        "source": ({"datasets": {"gs": {"source": "shakespeare_plays"}}}, "shakespeare\\_plays"),
+        "gammas": ({"gammas": {"16K": [5, 10]}}, "gammas"),
+        "samples": ({"samples": 2}, "samples"),
+        "repeats": ({"repeats": 1}, "repeats 1 \\(paper: 5\\)"),
+        "dtype": ({"verifier_dtype": "bfloat16"}, "verifier\\_dtype bfloat16 \\(paper: float16\\)"),
+    }
+    for what, (change, said) in cuts.items():
+        scale, line = first_line(measured("paper", **change))
+        assert scale == paperdiff.OTHER and said in line, (what, line)
+
+
+def test_the_release_is_a_rerun_and_another_checkpoint_is_not():
+    """The authors' released drafters (their hub repository, each variant's subfolder) are the paper's training: a
+    run on them is a rerun; a local copy is taken on trust and says so; another repository or the wrong subfolder
+    differs, naming the variant."""
+    settings = measured("paper")
+    released = {v: {"checkpoint": paperdiff.RELEASE_REPO, "subfolder": sub, "revision": ""}
+                for v, sub in paperdiff.RELEASED.items()}  # fmt: skip
+    settings["measurement"]["variants"] = released
+    assert first_line(settings)[0] == SAME
+    local = {**released, "lambda0.5": {"checkpoint": "./ckpts", "subfolder": "main", "revision": ""}}
+    settings["measurement"]["variants"] = local
+    scale, described = paperdiff.run_scale(settings)
+    assert scale == SAME and "taken to be the authors' main/" in described
+    wrong = {**released, "la_only": {"checkpoint": paperdiff.RELEASE_REPO, "subfolder": "main", "revision": ""}}
+    settings["measurement"]["variants"] = wrong
+    scale, line = first_line(settings)
+    assert scale == paperdiff.OTHER and "variants.la\\_only: subfolder 'main'" in line
+
+
+def test_labels_are_plain_text_in_the_markdown():
+    """A display name or label holding markdown (`|` would shift every cell after it, `[x](https://…)` is a live
+    link) is escaped wherever the report prints it."""
+    lines = paperdiff.budget_lines("4K", {"la|bel": {"[x](https://example.org)": {256: 50.0}}})
+    assert lines[2].startswith("| la\\|bel | \\[x\\]\\(https://example.org\\) |")
+    assert lines[2].count(" | ") == 3  # four cells, as the header's
 
 
 def test_the_authors_sanity_checks():

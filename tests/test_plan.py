@@ -436,7 +436,16 @@ def test_a_file_written_from_the_plan_that_differs_from_it_is_named_and_removed(
     planned = plan("ci").settings.files()
     assert sorted(planned) == sorted(
         f"results/settings/{name}.json"
-        for name in [*PAPER_TABLES, "variants", "fig_collapse", "fig_gamma", "fig_errorbar", "fig_policies", "claims"]
+        for name in [
+            *PAPER_TABLES,
+            "variants",
+            "fig_collapse",
+            "fig_gamma",
+            "fig_errorbar",
+            "fig_policies",
+            "claims",
+            "paper_diff",
+        ]
     )
     os.makedirs("results/settings")
     same = json.loads(planned["results/settings/main.json"])
@@ -464,3 +473,24 @@ def test_a_file_written_from_the_plan_that_differs_from_it_is_named_and_removed(
     run = drop_stale_settings(planned, dry_run=False)
     assert [line.split(": removed, writing it again")[0] for line in run] == [line.split(": a run")[0] for line in dry]
     assert sorted(os.listdir("results/settings")) == ["main.json"] and drop_stale_settings(planned, dry_run=False) == []
+
+
+def test_contexts_are_taken_shortest_first_and_said_so(capsys):
+    """A config that lists its contexts longest first is reordered by prompt tokens when checked, saying so; the
+    plan, the settings (their `contexts` and the comparison's) and the paper diff's cells then read the shortest as
+    the shortest. Two contexts of one length are refused naming both."""
+    cfg = raw_config("config")
+    cfg["contexts"] = dict(reversed(list(cfg["contexts"].items())))
+    cfg["comparison"]["contexts"] = list(reversed(cfg["comparison"]["contexts"]))
+    check_config(cfg, schema=SCHEMA)
+    said = capsys.readouterr().err
+    assert "contexts listed as 1K, 0.5K, 0.25K; taken shortest first" in said and "0.25K (240), 0.5K (512)" in said
+    p = Plan(cfg)
+    assert p.contexts == ["0.25K", "0.5K", "1K"] and p.longest_context == "1K"
+    settings = json.loads(p.settings.artifact_settings("claims"))
+    assert settings["contexts"] == ["0.25K", "0.5K", "1K"] and settings["comparison"]["contexts"] == ["0.5K", "1K"]
+    assert {Path(f).parts[-2] for f in p.cells.paper_diff_cells() if "/ar/" not in f} == {"0.25K"}
+    same = raw_config("config")
+    same["contexts"]["0.5K"] = 240
+    with pytest.raises(ValueError, match=r"contexts.0.5K = 240 prompt tokens, as contexts.0.25K"):
+        check_config(same, schema=SCHEMA)

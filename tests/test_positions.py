@@ -6,7 +6,8 @@ import torch
 from conftest import shakespeare_text, tiny_llama
 
 from budgetdraft.decoding import positions
-from budgetdraft.decoding.loading import export, load_model
+from budgetdraft.decoding.export import export
+from budgetdraft.decoding.loading import load_model
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.evaluation.profile import bucket_agreement, profile, verifier_targets

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from budgetdraft.base import revisions
-from budgetdraft.decoding import loading as models
+from budgetdraft import models
 from budgetdraft.pipeline.commands import cmd_pin
 from budgetdraft.training import data
 

@@ -128,10 +128,13 @@ use rule interpolate as interpolate_shared with:
 rule export_given:
     """A variant given as a checkpoint (config `variants.X.checkpoint`, e.g. the authors' released drafters), not
     trained here: exported once, in the drafter's dtype, refused before anything is written when its vocabulary is
-    not the verifier's; measured like a trained variant, as one external draw (no training replicate).
+    not the verifier's or its weights are damaged (budgetdraft.decoding.export); measured like a trained variant, as
+    one external draw (no training replicate). A local checkpoint's files are its inputs and their sha256 its params
+    (a hub one's repository and revision): a checkpoint replaced at the same path is exported and measured again.
     """
     input:
         verifier="results/models/verifier",
+        checkpoint=lambda wc: PLAN.drafters.given_files(wc.variant),
         code=PLAN.code.digest("models"),
     output:
         directory("results/drafters/given/{variant}"),
@@ -146,6 +149,7 @@ rule export_given:
     params:
         flags=lambda wc: PLAN.drafters.export_given_flags(wc.variant),
         dtype=PLAN.drafters.export_dtype("drafter"),
+        digest=lambda wc: PLAN.drafters.given_digest(wc.variant),
     shell:
         "python -m budgetdraft export-model {params.flags} --dtype {params.dtype} --verifier {input.verifier}"
         " --out {output} > {log} 2>&1"

@@ -111,14 +111,22 @@ def output_problem(path: str | Path, command: str) -> str | None:
         return f"is {what}, which budgetdraft never replaces: name a new folder, e.g. {path / 'out'}"
     if not os.path.lexists(path):
         return None
-    fix = f"delete it yourself (rm -r {shlex.quote(str(path))}) or choose another path"
-    if path.is_symlink() or not path.is_dir():
-        return f"exists and is not a folder budgetdraft {command} wrote: {fix}"
+    if path.is_symlink() or not path.is_dir():  # a mistyped path to a file of the user's: never advise deleting it
+        kind = "a symbolic link" if path.is_symlink() else "a file"
+        return f"is {kind}, not a folder budgetdraft {command} wrote: it is never replaced; choose another path"
     owner = output_command(path)
     if owner == command or not any(path.iterdir()):  # an empty folder holds nothing to lose
         return None
-    whose = f"the output of budgetdraft {owner}" if owner else f"no {OUTPUT_MARKER}"
-    return f"exists and is not an earlier output of budgetdraft {command} ({whose}): it is never replaced; {fix}"
+    if owner:  # a folder of ours: deleting it loses only what budgetdraft wrote there
+        return (
+            f"exists and is not an earlier output of budgetdraft {command} (the output of budgetdraft {owner}): it "
+            f"is never replaced; choose another path, or delete it (rm -r {shlex.quote(str(path))}) if that output "
+            "is no longer needed"
+        )
+    return (
+        f"exists and is not an earlier output of budgetdraft {command} (no {OUTPUT_MARKER}: not a folder budgetdraft "
+        "wrote): it is never replaced; choose another path"
+    )
 
 
 def check_out(out: str | Path, command: str, flag: str = "--out") -> None:

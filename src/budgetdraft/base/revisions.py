@@ -32,12 +32,20 @@ def hub_model(spec: str) -> str | None:
     return None if local or spec.count("/") != 1 else spec
 
 
+def given_checkpoints(cfg: dict) -> dict[str, dict]:
+    """The variants of ``cfg`` given as a checkpoint in a hub repository (`variants.X.checkpoint` = owner/name)."""
+    variants = cfg.get("variants") or {}
+    return {v: o for v, o in variants.items() if isinstance(o, dict) and hub_model(str(o.get("checkpoint") or ""))}
+
+
 def hub_repos(cfg: dict) -> dict[str, str]:
-    """Every hub repository ``cfg`` reads -> "model" or "dataset"."""
+    """Every hub repository ``cfg`` reads -> "model" or "dataset": the verifier's and drafter's, a given
+    checkpoint's and the data sources'."""
     repos = {}
     for key in ("verifier", "drafter"):
         if repo := hub_model(cfg.get(key, "")):
             repos[repo] = "model"
+    repos.update({str(o["checkpoint"]): "model" for o in given_checkpoints(cfg).values()})
     stages = [cfg.get("training_data", {}), (cfg.get("base_drafter") or {}).get("data", {})]
     sources = [d.get("source") for d in cfg.get("datasets", {}).values()] + [s.get("source") for s in stages]
     repos.update({HUB_DATASETS[s]: "dataset" for s in sources if s in HUB_DATASETS})
@@ -45,8 +53,10 @@ def hub_repos(cfg: dict) -> dict[str, str]:
 
 
 def unpinned(cfg: dict) -> list[str]:
-    """The hub repositories ``cfg`` reads without a revision in its `revisions:`."""
-    pinned = cfg.get("revisions") or {}
+    """The hub repositories ``cfg`` reads without a revision in its `revisions:` (a given checkpoint's own
+    `revision` pins its repository too)."""
+    pinned = set(cfg.get("revisions") or {})
+    pinned |= {str(o["checkpoint"]) for o in given_checkpoints(cfg).values() if o.get("revision")}
     return sorted(repo for repo in hub_repos(cfg) if repo not in pinned)
 
 

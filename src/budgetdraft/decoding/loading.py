@@ -29,7 +29,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from budgetdraft.base.atomic import atomic_path, check_out, file_sha256, files_sha256
+from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
 from budgetdraft.base.defaults import DEVICE, DTYPE
 from budgetdraft.base.revisions import hub_model
 from budgetdraft.decoding import positions
@@ -100,6 +100,8 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
         key, sep, value = opt.partition("=")
         if not sep:
             raise ValueError(f"model spec {spec!r}: option {opt!r} is not key=value")
+        if key in options:
+            raise ValueError(f"model spec {spec!r}: option {key!r} is given twice; give it once")
         options[key] = value
     return f"embedded:{name}", options
 
@@ -240,22 +242,24 @@ def check_spec(spec: str) -> None:
     if unknown:
         raise ValueError(f"model spec {spec!r}: unknown option(s) {sorted(unknown)}; known: {', '.join(SPEC_OPTIONS)}")
     for key in SPEC_OPTIONS:
-        if key in options and not (options[key].isdigit() and int(options[key]) >= 1):
+        if key in options and not (options[key].isascii() and options[key].isdigit() and int(options[key]) >= 1):
             raise ValueError(f"model spec {spec!r}: {key} must be a whole number >= 1, got {options[key]!r}")
 
 
-def resolve(spec: str) -> str:
+def resolve(spec: str, subfolder: str = "") -> str:
     """A local directory (for embedded specs, converted and cached once) or the hub id to hand to from_pretrained.
     A path that looks local (starts with ``/``, ``./``, ``../`` or ``~``, or contains ``results/``) and does not
-    exist is a FileNotFoundError, not a hub id."""
+    exist is a FileNotFoundError, not a hub id; a local one must hold config.json in ``subfolder`` (the model's
+    folder inside it, e.g. ``main`` of the authors' release downloaded with ``hf download --local-dir``)."""
     base, options = parse_spec(spec)
     if not base.startswith("embedded:"):
         path = os.path.expanduser(spec)
         if not os.path.exists(path) and (spec.startswith(("/", "./", "../", "~")) or "results/" in spec):
             raise FileNotFoundError(f"no such model directory: {path}")
         if os.path.exists(path) or spec.startswith(".") or spec.count("/") != 1:
-            if not (Path(path) / "config.json").is_file():
-                raise ValueError(f"model directory not found or has no config.json: {spec}")
+            if not (Path(path) / subfolder / "config.json").is_file():
+                inside = f" (subfolder {subfolder})" if subfolder else ""
+                raise ValueError(f"model directory not found or has no config.json: {spec}{inside}")
         return path
     check_spec(spec)
     return str(embedded_dir(base.split(":", 1)[1], options))
@@ -371,7 +375,19 @@ def decode_layout(model, device: str, dtype: str):
     embedding = model.get_input_embeddings()
     if embedding is not None and id(embedding.weight) in moved:
         embedding.weight = moved[id(embedding.weight)]
+    model.register_state_dict_post_hook(_row_major_state)
     return model
+
+
+def _row_major_state(module, state_dict, prefix, local_metadata) -> None:
+    """A decode-layout model's ``state_dict`` in transformers' own layout (row-major copies; a tensor tied to another
+    stays one tensor), so that ``save_pretrained`` and safetensors, which need contiguous tensors, save it as they
+    save a model they loaded."""
+    copies: dict[tuple, object] = {}
+    for key, tensor in state_dict.items():
+        if hasattr(tensor, "is_contiguous") and not tensor.is_contiguous():
+            where = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+            state_dict[key] = copies.setdefault(where, tensor.contiguous())
 
 
 # full drafter prefills a forking warm process holds at most (ModelStore.keep_prefills)
@@ -575,7 +591,7 @@ def load_tokenizer(spec: str, revision: str = "", subfolder: str = ""):
     falls back to reading the file as tiktoken and fails with a message about tiktoken)."""
     from transformers import AutoTokenizer
 
-    path = resolve(spec)
+    path = resolve(spec, subfolder)
     local = Path(path) / subfolder
     if (local / "tokenizer.model").is_file() and not (local / "tokenizer.json").is_file():
         try:
@@ -593,81 +609,8 @@ def load_tokenizer(spec: str, revision: str = "", subfolder: str = ""):
         raise ValueError(load_error(spec, path, err)) from None
 
 
-def vocabulary(directory: str | Path) -> tuple[int | None, str | None]:
-    """(vocab_size of its config.json, sha256 of its tokenizer.json's token -> id map) of a model directory, read
-    without loading it; None where a file is absent (a SentencePiece tokenizer.model has no map to compare here)."""
-    directory = Path(directory)
-    size = None
-    if (directory / "config.json").is_file():
-        size = json.loads((directory / "config.json").read_text()).get("vocab_size")
-    digest = None
-    if (directory / "tokenizer.json").is_file():
-        model = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8")).get("model") or {}
-        vocab = model.get("vocab")
-        if vocab is not None:
-            digest = hashlib.sha256(json.dumps(vocab, sort_keys=True).encode()).hexdigest()
-    return size, digest
-
-
-def vocabulary_problem(drafter: str | Path, verifier: str | Path, drafter_name: str, verifier_name: str) -> str | None:
-    """Why a drafter directory cannot draft for a verifier directory (another vocabulary size, or another tokenizer
-    map), naming both; None where they agree or a file to compare is absent."""
-    (ds, dt), (vs, vt) = vocabulary(drafter), vocabulary(verifier)
-    if ds is not None and vs is not None and ds != vs:
-        return (
-            f"{drafter_name} has a vocabulary of {ds:,} tokens and the verifier {verifier_name} of {vs:,}: speculative "
-            "decoding compares token ids, so the drafter must share the verifier's tokenizer"
-        )
-    if dt is not None and vt is not None and dt != vt:
-        return (
-            f"{drafter_name}'s tokenizer (token map sha256 {dt[:12]}) is not the verifier {verifier_name}'s "
-            f"({vt[:12]}): the same ids would be other tokens; use a drafter trained with the verifier's tokenizer"
-        )
-    return None
-
-
 def check_pair(drafter, verifier) -> None:
     """Speculative decoding compares token ids: drafter and verifier must share one vocabulary."""
     dv, vv = drafter.config.vocab_size, verifier.config.vocab_size
     if dv != vv:
         raise ValueError(f"drafter vocab_size {dv} differs from verifier vocab_size {vv}: they cannot share token ids")
-
-
-def export(
-    spec: str,
-    out: str | Path,
-    dtype: str = DTYPE,
-    revision: str = "",
-    cover: int | None = None,
-    subfolder: str = "",
-    verifier: str | Path | None = None,
-) -> Path:
-    """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer), its
-    weights stored in ``dtype``: the dtype the run uses, so that a 7B fp16 verifier is written (and read by every
-    job) as 13.5 GB, not as a 27 GB float32 copy. ``revision``: the hub commit of a hub id (budgetdraft.base.revisions).
-    ``cover``: rescale its rotary positions so that this many positions span its native range (position
-    interpolation, ``budgetdraft.decoding.positions.cover``); the weights are unchanged. ``subfolder``: the model's
-    folder inside a hub repository or a directory. ``verifier``: a verifier directory whose vocabulary the model
-    must share (a drafter given as a checkpoint), refused naming both when it does not.
-    An existing ``out`` is replaced only when it is an earlier export (``base.atomic.check_out``): a folder of the
-    user's, the working directory or $HOME is refused, never emptied."""
-    from transformers import AutoModelForCausalLM
-
-    check_out(out, "export-model")  # before any work; an earlier export there is replaced only once this one is whole
-    src = resolve(spec)
-    if revision and not hub_model(spec):
-        raise ValueError(f"--revision {revision}: {spec!r} is not a hub repository")
-    where = {"revision": revision or None, "subfolder": subfolder or ""}
-    try:
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype(dtype), trust_remote_code=False, **where)
-    except OSError as err:
-        raise ValueError(load_error(spec, src, err)) from None
-    if cover is not None:
-        positions.cover(model.config, cover)
-    tokenizer = load_tokenizer(spec, revision, subfolder)
-    with atomic_path(out, command="export-model") as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        if verifier is not None and (why := vocabulary_problem(tmp, verifier, spec, str(verifier))):
-            raise ValueError(why)  # before the export is published: nothing is written
-    return Path(out)

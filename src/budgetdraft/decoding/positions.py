@@ -53,6 +53,22 @@ def rope_parameters(config) -> dict:
     return dict(rope)
 
 
+MAX_COVER = 1 << 20  # positions --cover may reach without a verifier to bound it: 8x the paper's 128K verifier
+
+
+def check_cover(positions: int, native: int, limit: int | None = None) -> None:
+    """Position interpolation's bounds (``export-model --cover``): at least the model's native range (fewer would
+    contract its positions, which is the spec option ``positions=N``, not interpolation), at most ``limit`` (the
+    verifier's positions: a drafter never sees one past them) or ``MAX_COVER``."""
+    top = MAX_COVER if limit is None else int(limit)
+    if not native <= positions <= top:
+        bound = f"the verifier's {top:,} positions" if limit is not None else f"{top:,}"
+        raise ValueError(
+            f"--cover {positions:,}: must be at least the model's native range ({native:,} positions: fewer would "
+            f"contract them, not interpolate) and at most {bound}"
+        )
+
+
 def cover(config, positions: int):
     """``config`` rescaled in place so that ``positions`` positions span what ``native_range(config)`` did (linear
     RoPE scaling; ``max_position_embeddings`` becomes ``positions``). Returns the config."""

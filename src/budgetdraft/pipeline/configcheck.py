@@ -19,6 +19,7 @@ import json
 import math
 import os
 import re
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -386,6 +387,7 @@ def check_consistency(config: dict) -> None:
     check_models(config)
     check_engine_device(config)
     check_references(config)
+    order_contexts(config)
     check_gammas(config)
     check_training(config)
     check_chunks(config)
@@ -569,6 +571,31 @@ def check_references(config: dict) -> None:
         )
 
 
+def order_contexts(config: dict) -> None:
+    """`contexts` (and `comparison.contexts`) shortest first, by their prompt tokens: every finding that compares a
+    short context with a long one, the collapse figure's axis and the paper diff read the first as the shortest. A
+    config that lists them otherwise is reordered here, in place, and says so in one line; two contexts of the same
+    length are refused (neither is the shorter)."""
+    tokens = config["contexts"]
+    by_length: dict[int, str] = {}
+    for label, n in tokens.items():
+        if n in by_length:
+            raise ValueError(
+                f"contexts.{label} = {n} prompt tokens, as contexts.{by_length[n]}: two contexts of one length are "
+                "one context; give each its own length"
+            )
+        by_length[n] = label
+    order = sorted(tokens, key=tokens.get)
+    if list(tokens) != order:
+        print(
+            f"budgetdraft: contexts listed as {', '.join(tokens)}; taken shortest first by their prompt tokens: "
+            f"{', '.join(f'{c} ({tokens[c]})' for c in order)}",
+            file=sys.stderr,
+        )
+        config["contexts"] = {c: tokens[c] for c in order}
+    config["comparison"]["contexts"] = sorted(config["comparison"]["contexts"], key=tokens.get)
+
+
 def check_gammas(config: dict) -> None:
     """Every γ at most ``max_new_tokens``: a run generates that many tokens, so a longer draft cannot be accepted
     whole, and the engine's fixed shapes would still hold γ + 1 slots of every cache for it (γ = 100000 asked for
@@ -598,9 +625,10 @@ GIVEN_KEYS = ("checkpoint", "subfolder", "revision", "lambda_c", "budgets", "bud
 
 def check_given(config: dict) -> None:
     """A variant given as a checkpoint is not trained here: a training key beside `checkpoint` would have no effect
-    (refused, naming it), and a local checkpoint must share the verifier's vocabulary (refused naming both; a hub
-    checkpoint is checked when exported, the verifier too when it is a hub id)."""
-    from budgetdraft.decoding.loading import vocabulary_problem
+    (refused, naming it), a revision pins only a hub checkpoint, and a local checkpoint must exist and share the
+    verifier's vocabulary (refused naming both; a hub checkpoint is checked when exported, the verifier too when it
+    is a hub id)."""
+    from budgetdraft.decoding.export import vocabulary_problem
 
     for label, given in config["variants"].items():
         if "checkpoint" not in given:
@@ -613,6 +641,11 @@ def check_given(config: dict) -> None:
                 )
         where = Path(os.path.expanduser(str(given["checkpoint"] or ""))) / given.get("subfolder", "")
         checkpoint = str(given["checkpoint"] or "")
+        if given.get("revision") and checkpoint and revisions.hub_model(checkpoint) is None:
+            raise ValueError(
+                f"variants.{label}.revision = {given['revision']!r}: {checkpoint!r} is a local checkpoint, and a "
+                "revision pins a hub repository's commit; remove it"
+            )
         # a path (not a hub id, revisions.hub_model; "/" in it: neither an embedded spec nor a bare name) that is missing
         if "/" in checkpoint and revisions.hub_model(checkpoint) is None and not where.is_dir():
             raise ValueError(

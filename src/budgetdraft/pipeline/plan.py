@@ -16,12 +16,16 @@ plan's: `budgetdraft.pipeline.setaside`.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 import shlex
 from functools import cached_property
+from pathlib import Path
 
 from budgetdraft.base import defaults, methods, names, revisions
+from budgetdraft.base.atomic import files_sha256
 from budgetdraft.base.importgraph import code_files
 from budgetdraft.evaluation import cellfile
 from budgetdraft.report import artifacts, paper
@@ -43,6 +47,7 @@ STAGE_COMMANDS = {
 }
 VERIFIER = "results/models/verifier"
 SETTINGS_FILE = "results/settings/{name}.json"  # rule settings' output: what `paper` and `claims` lay out where
+PAPER_DIFF = "paper_diff"  # the settings file of the paper diff: the claims' settings and the run's `measurement`
 CODE_DIGEST = "results/code/{code}.sha256"  # rule code's output: the sha256 of the modules a stage runs
 
 
@@ -52,7 +57,9 @@ class Plan:
     def __init__(self, config: dict):
         self.config = config
         self.datasets = list(config["datasets"])
-        self.contexts = list(config["contexts"])
+        self.contexts = sorted(
+            config["contexts"], key=config["contexts"].get
+        )  # shortest first, as configcheck orders them
         self.budgets = list(config["budgets"])
         # Training replicates: the chain base drafter -> variants runs once per replicate r (training seed + r).
         self.replicates = list(range(config["replicates"]))
@@ -61,7 +68,7 @@ class Plan:
         # A method that does not use the drafter budget B (TriForce, EAGLE-3) has one cell at the largest B.
         self.baseline_budget = max(self.budgets)
         # the longest prompt: where PI's interpolated drafter must reach, and where the positional profile is taken
-        self.longest_context = max(self.contexts, key=lambda c: config["contexts"][c])
+        self.longest_context = self.contexts[-1]
         self.labels = Labels(self)
         self.drafters = TrainingChain(self)
         self.cells = CellGrid(self)
@@ -267,13 +274,44 @@ class TrainingChain:
         """`train-eagle3 --hparams`: `baselines.eagle3.training` on `device` unless it names its own."""
         return json.dumps(self.eagle3_training, sort_keys=True)
 
+    def given_revision(self, variant: str) -> str:
+        """The hub commit a given checkpoint is read at: its own `revision`, else the config's `revisions:` entry of
+        its repository ('' for a local checkpoint, or a hub one left unpinned: warned about at plan time)."""
+        given = self.labels.given[variant]
+        return given.get("revision") or revisions.revision(self.config, revisions.hub_model(str(given["checkpoint"])))
+
+    def given_files(self, variant: str) -> list[str]:
+        """The files of a local checkpoint (inside its `subfolder`), the inputs of its export: a checkpoint replaced
+        at the same path is exported and measured again. [] for a hub checkpoint (its revision says what it is)."""
+        given = self.labels.given[variant]
+        if revisions.hub_model(str(given["checkpoint"])):
+            return []
+        where = Path(os.path.expanduser(str(given["checkpoint"]))) / given.get("subfolder", "")
+        return sorted(str(f) for f in where.iterdir() if f.is_file()) if where.is_dir() else []
+
+    def given_digest(self, variant: str) -> str:
+        """What a given checkpoint is, by content: the sha256 of its files (a local one) or its repository, subfolder
+        and revision (a hub one); export_given's params, so that a checkpoint that changes is exported again even
+        when its files keep an older modification time (copied with it)."""
+        given = self.labels.given[variant]
+        files = self.given_files(variant)
+        if files:
+            return _files_digest(tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files))
+        return f"{given['checkpoint']}/{given.get('subfolder', '')}@{self.given_revision(variant)}"
+
     def export_given_flags(self, variant: str) -> str:
         """export-model's flags for a variant given as a checkpoint: the checkpoint, its subfolder and revision."""
-        given = self.labels.given[variant]
+        given, revision = self.labels.given[variant], self.given_revision(variant)
         flags = [f"--spec {shlex.quote(str(given['checkpoint']))}"]
         flags += [f"--subfolder {shlex.quote(given['subfolder'])}"] if given.get("subfolder") else []
-        flags += [f"--revision {shlex.quote(given['revision'])}"] if given.get("revision") else []
+        flags += [f"--revision {shlex.quote(revision)}"] if revision else []
         return " ".join(flags)
+
+
+@functools.lru_cache(maxsize=32)
+def _files_digest(files: tuple[tuple[str, int, int], ...]) -> str:
+    """sha256 of files named with their size and modification time: read once per process while they stay so."""
+    return files_sha256([f for f, _, _ in files])
 
 
 class CellGrid:
@@ -479,6 +517,51 @@ class SettingsFiles:
         PaperSettings.from_json(settings)
         return settings
 
+    RECIPE = (
+        "steps",
+        "lr",
+        "weight_decay",
+        "warmup_steps",
+        "grad_clip",
+        "budgets",
+        "budget_weights",
+        "chunk_size",
+        "lambda_c",
+        "freeze_embeddings",
+    )  # the training keys that define a drafter's recipe (the paper diff)
+
+    def measurement(self) -> dict:
+        """What defines this run's measurement, in the terms `budgetdraft.report.paperdiff` compares with the paper's
+        (models, dataset sources, lengths, the γ sweep, samples, repeats, dtypes, each drafter's training recipe or
+        checkpoint): a run is a rerun of the paper only where every one of them is the paper's."""
+        c, drafters = self.config, self.plan.drafters
+        variants = {}
+        for v, overrides in c["variants"].items():
+            if "checkpoint" in overrides:
+                if overrides["checkpoint"]:  # a checkpoint not given: its rows are "not run", nothing measured
+                    variants[v] = {k: str(overrides.get(k) or "") for k in ("checkpoint", "subfolder", "revision")}
+            else:
+                hparams = json.loads(drafters.variant_hparams(v))
+                variants[v] = {k: hparams[k] for k in self.RECIPE if k in hparams}
+        return {
+            "verifier": c["verifier"],
+            "drafter": c["drafter"],
+            "base_drafter_steps": self.plan.base["training"]["steps"] if self.plan.base else 0,
+            "verifier_dtype": c["verifier_dtype"],
+            "drafter_dtype": c["drafter_dtype"],
+            "datasets": {k: d["source"] for k, d in c["datasets"].items()},
+            "samples": {k: self.samples(k) for k in c["datasets"]},
+            "context_tokens": dict(c["contexts"]),
+            "budgets": list(c["budgets"]),
+            "gammas": {k: list(v) for k, v in c["gammas"].items()},
+            "chunk_size": c["chunk_size"],
+            "max_new_tokens": c["max_new_tokens"],
+            "warmup": c["warmup"],
+            "repeats": c["repeats"],
+            "training_data": {k: c["training_data"][k] for k in ("source", "prefix_len", "cont_len")},
+            "variants": variants,
+        }
+
     def artifact_settings(self, artifact: str) -> str:
         """The settings JSON of one artifact (or of the claims): `paper_settings`, for the policies figure with its
         `policies:` too, for the λ and `variants` tables with only the extra variants each shows (lambda_variants,
@@ -492,12 +575,14 @@ class SettingsFiles:
         if artifact == "fig_policies":
             settings["policies"] = {**ls.policies, "default": ls.policy}
             PaperSettings.from_json(settings)
+        if artifact == PAPER_DIFF:
+            settings["measurement"] = self.measurement()
         return json.dumps(settings)
 
     def files(self) -> dict[str, str]:
         """{results/settings/NAME.json: the JSON rule settings writes there} of every artifact and of the claims."""
         cells = self.plan.cells
-        names_ = [*cells.all_tables, *cells.all_figures.values(), "claims"]
+        names_ = [*cells.all_tables, *cells.all_figures.values(), "claims", PAPER_DIFF]
         return {SETTINGS_FILE.format(name=name): self.artifact_settings(name) for name in names_}
 
 

@@ -7,14 +7,17 @@ since every table is built with the paper's layout (rows, columns, panels, the `
 
 Each reported value is matched to this run's by table, panel, row and column position (its row and column labels are
 shown beside it) and compared: the difference, and whether it lies within the authors' stated tolerance for a rerun
-(±2 points of acceptance, ±0.05× of speedup; they state none for throughput or memory). A run at another scale (the
-embedded default: other contexts, budgets, models) has counterparts, not reruns: the report says so on its first
-line and lists which of the paper's cells have one, with no verdict of "differs".
+(±2 points of acceptance, ±0.05× of speedup; they state none for throughput or memory). Only a run whose whole
+measurement is the paper's (`PAPER_MEASUREMENT`: models, dataset sources, lengths, the γ sweep, samples, repeats,
+dtypes, and each variant's training recipe or the authors' released checkpoint) is a rerun; any other (the embedded
+default, a paper-scale run trained for 50 steps) has counterparts: the report says so on its first line, lists
+what differs, and gives no verdict of "differs".
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -166,13 +169,92 @@ def paper_values(path: Path = VALUES) -> list[Value]:
 
 # ------------------------------------------------------------------------------------------------ the diff
 
-# The paper's run: what a configuration must match to be a rerun of it, not a run at another scale.
-PAPER_SCALE = {
+# The paper's measurement: what a run must match, every part of it, to be a rerun of the paper and not a run with
+# counterparts only (the run's side: budgetdraft.pipeline.plan.SettingsFiles.measurement).
+PAPER_RECIPE = {  # the paper's training of every variant (§4 Hyperparameters; the authors' train_tinydraft.py)
+    "steps": 5000,
+    "lr": 1e-5,
+    "weight_decay": 0.01,
+    "warmup_steps": 150,
+    "grad_clip": 1.0,
+    "budgets": [256, 512, 1024, 2048],
+    "budget_weights": [0.4, 0.3, 0.2, 0.1],
+    "chunk_size": 8,
+    "freeze_embeddings": False,
+}
+PAPER_VARIANTS = {
+    "la_only": {**PAPER_RECIPE, "lambda_c": 0.0},
+    "lambda0.5": {**PAPER_RECIPE, "lambda_c": 0.5},
+    "lambda1.0": {**PAPER_RECIPE, "lambda_c": 1.0},
+    "single_budget": {**PAPER_RECIPE, "lambda_c": 0.5, "budgets": [1024], "budget_weights": [1.0]},
+}
+# The authors' released drafters: one hub repository, a subfolder per variant (the single-budget one is not released)
+RELEASE_REPO = "qwe123wjb/BudgetDraft-checkpoints"
+RELEASED = {"lambda0.5": "main", "la_only": "aonly", "lambda1.0": "ac"}
+PAPER_MEASUREMENT = {
     "verifier": "NousResearch/Yarn-Llama-2-7b-128k",
+    "drafter": "JackFram/llama-68m",
+    "base_drafter_steps": 0,  # SD (sparse/full) drafts with llama-68m as released
+    "verifier_dtype": "float16",
+    "drafter_dtype": "float32",
+    "datasets": {"gs": "pg19_test", "longbench": "longbench_qmsum", "lwm": "narrativeqa_lwm"},
+    "samples": {"gs": 10, "longbench": 10, "lwm": 10},
     "context_tokens": {"4K": 3800, "8K": 8192, "16K": 16384},
     "budgets": [256, 512, 1024, 2048],
+    "gammas": {"4K": list(range(5, 85, 5)), "8K": list(range(5, 35, 5)), "16K": [5, 10, 15]},
+    "chunk_size": 8,
+    "max_new_tokens": 256,
+    "warmup": 1,
+    "repeats": 5,
+    "training_data": {"source": "pg19_train", "prefix_len": 16128, "cont_len": 256},
 }
-SAME, OTHER = "rerun", "another scale"
+PAPER_SCALE = {k: PAPER_MEASUREMENT[k] for k in ("verifier", "context_tokens", "budgets")}
+
+
+def shown(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def variant_difference(label: str, given: dict) -> tuple[str | None, str | None]:
+    """(how variant ``label`` of this run differs from the paper's, what is taken on trust) from its `measurement`
+    entry: a training recipe (compared key by key with the paper's) or a checkpoint (the authors' release, its
+    subfolder named, is theirs; a local copy of it is taken on trust; any other checkpoint differs)."""
+    if "checkpoint" in given:
+        where, sub = given["checkpoint"], given.get("subfolder", "")
+        if label not in RELEASED:
+            return f"variants.{label}: a checkpoint ({where}); the authors do not release this drafter", None
+        if sub != RELEASED[label]:
+            return f"variants.{label}: subfolder {sub!r}, not the release's {RELEASED[label]!r}", None
+        if where == RELEASE_REPO:
+            return None, None
+        if "/" in where and not where.startswith((".", "/", "~")) and where.count("/") == 1:
+            return f"variants.{label}: checkpoint {where}, not the authors' {RELEASE_REPO}", None
+        return None, f"variants.{label}: the local checkpoint {where}/{sub} is taken to be the authors' {sub}/"
+    paper = PAPER_VARIANTS[label]
+    differs = [f"{k} {shown(given.get(k))} (paper: {shown(v)})" for k, v in paper.items() if given.get(k, v) != v]
+    return (f"variants.{label} trained with " + ", ".join(differs)) if differs else None, None
+
+
+def measurement_differences(measurement: dict) -> tuple[list[str], list[str]]:
+    """(each way this run's measurement differs from the paper's, what is taken on trust): models, dataset
+    sources, lengths, the γ sweep, samples, repeats, dtypes and each of the paper's variants' training or
+    checkpoint. No difference: a rerun."""
+    if not measurement:
+        return ["the run's measurement is not recorded (settings written before it was)"], []
+    differs, trusted = [], []
+    for key, paper in PAPER_MEASUREMENT.items():
+        ours = measurement.get(key)
+        if ours != paper:
+            differs.append(f"{key} {shown(ours)} (paper: {shown(paper)})")
+    for label, given in measurement.get("variants", {}).items():
+        if label in PAPER_VARIANTS:
+            difference, trust = variant_difference(label, given)
+            differs += [difference] if difference else []
+            trusted += [trust] if trust else []
+    return differs, trusted
+
+
+SAME, OTHER = "rerun", "counterpart"
 
 
 def compared(paper: Value, ours: Value | None, scale: str) -> dict:
@@ -268,6 +350,16 @@ def paper_bound_fraction(tok_s: float, prompt_tokens: int) -> float:
     return tok_s * step_gb / A100_GBS
 
 
+MARKDOWN = re.compile(r"([\\`*_\[\]()#|<>])")
+
+
+def md(text) -> str:
+    """``text`` as plain text inside a markdown table cell: every character markdown reads as markup (``|`` ends a
+    cell, ``[x](…)`` is a link, ``*`` ``_`` emphasis, ``<`` HTML) escaped with a backslash. Labels and display names
+    come from a user's config."""
+    return MARKDOWN.sub(r"\\\1", str(text))
+
+
 def ar_lines(lines: list[dict], ar_rows, scale: str) -> list[str]:
     """AR throughput beside the paper's, each as a share of its device's bandwidth bound (ours from the AR cells'
     `bound_fraction`, recorded on a GPU; the paper's from its tok/s and its verifier's shape on an A100)."""
@@ -285,10 +377,10 @@ def ar_lines(lines: list[dict], ar_rows, scale: str) -> list[str]:
         theirs = paper_bound_fraction(line["paper"], paper_tokens.get(context, 0)) if context in paper_tokens else None
         our_context = (line["our_row"] or "").split(" / ")[0]
         ours = ar_rows.get(our_context, {}).get((line["our_column"] or "").split(" / ")[0])
-        mine = number(line["ours"], "tok_s") + (f" ({our_context})" if line["ours"] is not None else "")
+        mine = number(line["ours"], "tok_s") + (f" ({md(our_context)})" if line["ours"] is not None else "")
         bound = "--" if line["ours"] is None else "not recorded (no GPU)" if ours is None else f"{ours:.2f}"
         out.append(
-            f"| {context} | {dataset} | {line['paper']:.2f} | {'--' if theirs is None else f'{theirs:.2f}'} | "
+            f"| {md(context)} | {md(dataset)} | {line['paper']:.2f} | {'--' if theirs is None else f'{theirs:.2f}'} | "
             f"{mine} | {bound} |"
         )
     return out
@@ -301,7 +393,7 @@ def loss_lines(losses: dict[str, dict[int, float]]) -> list[str]:
     out = ["| variant | final loss per replicate (mean of the last 50 steps) |", "|---|---|"]
     for label, per in losses.items():
         text = ", ".join(f"r{r}: {v:.2f}" for r, v in sorted(per.items())) if per else "given, not trained here"
-        out.append(f"| {label} | {text} |")
+        out.append(f"| {md(label)} | {text} |")
     return out + ["", "The authors expect about 2.5–3.0 by step 5,000 at their scale (`EXPECTED_RESULTS.md`)."]
 
 
@@ -320,12 +412,12 @@ def mean_loss(rows: list[dict], lambda_c: float) -> float:
 def budget_lines(shortest: str, acceptance: dict[str, dict[str, dict[int, float]]]) -> list[str]:
     """Acceptance at each budget at the shortest context (γ_fixed) per drafter and dataset, and whether it is
     identical across budgets, the authors' 'central result' at 4K."""
-    out = [f"| drafter | dataset | acceptance at each budget ({shortest}) | identical? |", "|---|---|---|---|"]
+    out = [f"| drafter | dataset | acceptance at each budget ({md(shortest)}) | identical? |", "|---|---|---|---|"]
     for label, by_dataset in acceptance.items():
         for dataset, per in by_dataset.items():
             same = len({round(v, 9) for v in per.values()}) == 1
             shown = ", ".join(f"B={b}: {v:.2f} %" for b, v in sorted(per.items()))
-            out.append(f"| {label} | {dataset} | {shown} | {'**yes**' if same else 'no'} |")
+            out.append(f"| {md(label)} | {md(dataset)} | {shown} | {'**yes**' if same else 'no'} |")
     return out + [
         "",
         "Identical acceptance at every budget means the budget had no effect there: the drafter proposed the same "
@@ -342,15 +434,15 @@ def markdown(lines: list[dict], scale: str, run: str, sanity: list[str]) -> str:
     counts = summary(lines, scale)
     if scale == SAME:
         head = (
-            f"This run is at the paper's scale ({run}): each of the paper's {len(lines)} reported values beside this "
-            "run's, and whether the difference lies within the authors' tolerance for a rerun (±2 points of "
-            "acceptance, ±0.05× of speedup; none stated for throughput or memory)."
+            f"This run is a rerun of the paper's measurement ({md(run)}): each of the paper's {len(lines)} reported "
+            "values beside this run's, and whether the difference lies within the authors' tolerance for a rerun (±2 "
+            "points of acceptance, ±0.05× of speedup; none stated for throughput or memory)."
         )
     else:
         head = (
-            f"**This run is at another scale than the paper ({run})**: its values are counterparts, not a rerun. "
-            f"Below, each of the paper's {len(lines)} reported values beside the value at the same place of this "
-            "run's table (its own row and column labels shown): the shape, with no verdict of 'differs'."
+            f"**This run is not a rerun of the paper: its values are counterparts ({md(run)})**. Below, each of the "
+            f"paper's {len(lines)} reported values beside the value at the same place of this run's table (its own "
+            "row and column labels shown): the shape, with no verdict of 'differs'."
         )
     statuses = sorted({k for c in counts.values() for k in c if k != "values"})
     out = [f"# The paper, number by number: {head}", "", "## Summary per table", ""]
@@ -364,29 +456,23 @@ def markdown(lines: list[dict], scale: str, run: str, sanity: list[str]) -> str:
         for line in (x for x in lines if x["table"] == table):
             mine = number(line["ours"], line["metric"])
             if line["ours"] is not None and (line["our_row"], line["our_column"]) != (line["row"], line["column"]):
-                mine += f" ({line['our_row']} / {line['our_column']})"
+                mine += f" ({md(line['our_row'])} / {md(line['our_column'])})"
             delta = "--" if line["difference"] is None else f"{line['difference']:+.2f}"
             out.append(
-                f"| {line['row']} | {line['column']} | {number(line['paper'], line['metric'])} | {mine} | {delta} | "
+                f"| {md(line['row'])} | {md(line['column'])} | {number(line['paper'], line['metric'])} | {mine} | {delta} | "
                 f"{status(line, scale)} |"
             )
         out.append("")
     return "\n".join(out)
 
 
-def run_scale(settings: dict, verifier: str) -> tuple[str, str]:
-    """(SAME or OTHER, a description of the run) from its settings and verifier."""
-    tokens, budgets = settings.get("context_tokens", {}), settings.get("budgets", [])
-    same = (
-        verifier == PAPER_SCALE["verifier"]
-        and tokens == PAPER_SCALE["context_tokens"]
-        and list(budgets) == PAPER_SCALE["budgets"]
-    )
-    described = (
-        f"verifier {verifier}, contexts {', '.join(f'{k} = {v}' for k, v in tokens.items())} tokens, "
-        f"budgets {', '.join(map(str, budgets))}"
-    )
-    return (SAME if same else OTHER), described
+def run_scale(settings: dict) -> tuple[str, str]:
+    """(SAME or OTHER, a description of the run: what differs from the paper's measurement, or what a rerun takes
+    on trust) from its settings' `measurement` (`measurement_differences`)."""
+    differs, trusted = measurement_differences(settings.get("measurement") or {})
+    if differs:
+        return OTHER, "it differs in " + "; ".join(differs)
+    return SAME, "every setting is the paper's" + ("; " + "; ".join(trusted) if trusted else "")
 
 
 def cell_rows(paths) -> list[dict]:
@@ -432,17 +518,17 @@ def losses(drafters, variants: dict) -> dict[str, dict[int, float]]:
     return out
 
 
-def build(tables, settings, verifier: str, cells=(), drafters=(), out="results/paper_diff.md") -> list[Path]:
+def build(tables, settings, cells=(), drafters=(), out="results/paper_diff.md") -> list[Path]:
     """Write the diff (.md) and every line of it (.csv beside it); return both paths."""
     s = settings_dict(settings)
-    scale, described = run_scale(s, verifier)
+    scale, described = run_scale(s)
     ours = [v for t in tables for v in read_tex_tables(Path(t).read_text(encoding="utf-8"))]
     lines = diff(paper_values(), ours, scale)
     rows = cell_rows(cells)
     shortest = s["contexts"][0]
     sanity = ["### AR throughput", "", *ar_lines(lines, ar_bounds(rows, s["datasets"]), scale), ""]
     sanity += ["### Final training loss", "", *loss_lines(losses(drafters, s.get("variants", {}))), ""]
-    sanity += [f"### Acceptance across budgets at {shortest}", ""]
+    sanity += [f"### Acceptance across budgets at {md(shortest)}", ""]
     sanity += budget_lines(shortest, shortest_acceptance(rows, shortest, int(s["gamma_fixed"])))
     out = Path(out)
     atomic_write_text(out, markdown(lines, scale, described, sanity) + "\n")

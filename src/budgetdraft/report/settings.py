@@ -125,6 +125,7 @@ class PaperSettings(JsonRecord):
     base_drafter_teacher: str = ""
     policies: Policies | None = None
     not_run: dict = field(default_factory=dict)  # label -> why its cells were left out (a checkpoint not given)
+    measurement: dict = field(default_factory=dict)  # what defines the run's measurement (the paper diff compares it)
 
     @classmethod
     def from_json(cls, data: dict) -> PaperSettings:
@@ -135,6 +136,10 @@ class PaperSettings(JsonRecord):
                 d[key] = part.from_json(d[key])
         d["variants"] = {label: Variant.from_json(v or {}) for label, v in (d.get("variants") or {}).items()}
         d["contexts"] = [str(c) for c in d["contexts"]]
+        if d.get("context_tokens"):  # shortest first, whatever order the file lists them in: `contexts[0]` is read
+            d["contexts"] = shortest_first(d["contexts"], d["context_tokens"])  # as the shortest everywhere
+            comparison = d["comparison"]
+            d["comparison"] = replace(comparison, contexts=shortest_first(comparison.contexts, d["context_tokens"]))
         d["budgets"] = [int(b) for b in d["budgets"]]
         d["gamma_fixed"] = int(d["gamma_fixed"])
         d["datasets"] = dict(d["datasets"])
@@ -169,6 +174,15 @@ class PaperSettings(JsonRecord):
             for b in budgets:
                 grid.need(label, dataset, context, b, g)
         return gammas
+
+
+def shortest_first(contexts, tokens: dict) -> list[str]:
+    """The context labels ``contexts`` ordered by their prompt tokens (``tokens``: label -> tokens), shortest first:
+    every finding that compares a short context with a long one reads the first as the shortest."""
+    missing = [c for c in contexts if c not in tokens]
+    if missing:
+        raise ValueError(f"settings: context_tokens has no entry for {', '.join(missing)}")
+    return sorted(contexts, key=lambda c: int(tokens[c]))
 
 
 def with_drafter_sizes(settings: dict, sizes: dict) -> dict:

@@ -1,8 +1,9 @@
 """`python -m budgetdraft export-model`: materialise a model spec as a self-contained Hugging Face directory
-(``budgetdraft.decoding.loading.export``)."""
+(``budgetdraft.decoding.export``)."""
 
 from budgetdraft.base.defaults import DTYPE
-from budgetdraft.decoding.loading import DTYPES, export
+from budgetdraft.decoding.export import export
+from budgetdraft.decoding.loading import DTYPES
 
 
 def configure_parser(parser) -> None:

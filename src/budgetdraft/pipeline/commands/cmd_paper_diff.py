@@ -8,8 +8,9 @@ from budgetdraft.report.paperdiff import build
 
 def configure_parser(parser) -> None:
     parser.add_argument("--tables", nargs="+", required=True, help="this run's results/tables/*.tex")
-    parser.add_argument("--settings", required=True, help="the run's settings (results/settings/claims.json)")
-    parser.add_argument("--verifier", required=True, help="the run's verifier spec (whether it is the paper's)")
+    parser.add_argument(
+        "--settings", required=True, help="the run's settings and measurement (results/settings/paper_diff.json)"
+    )
     parser.add_argument(
         "--cells", nargs="*", default=[], help="AR cells and SD / BudgetDraft cells at the shortest context"
     )
@@ -18,5 +19,5 @@ def configure_parser(parser) -> None:
 
 
 def run(args) -> None:
-    for path in build(args.tables, args.settings, args.verifier, args.cells, args.drafters, args.out):
+    for path in build(args.tables, args.settings, args.cells, args.drafters, args.out):
         print(path)
