@@ -62,6 +62,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/paper.smk"
 include: "workflow/rules/warm.smk"
+include: "workflow/rules/setaside.smk"
 
 
 rule all:

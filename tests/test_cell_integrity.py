@@ -15,7 +15,7 @@ import pytest
 from conftest import tiny_cell_args, tiny_cell_inputs
 
 from budgetdraft.base.names import SHARED
-from budgetdraft.evaluation import cellfile, grid
+from budgetdraft.evaluation import cellfile, grid, sealed
 from budgetdraft.evaluation.cellfile import write_cell
 from budgetdraft.evaluation.cells import CELL_COLUMNS
 from budgetdraft.pipeline import cli, warm
@@ -97,13 +97,13 @@ def refused(path: Path, reason: str):
 def sealed_copy(frame: pd.DataFrame, out: Path) -> None:
     """Write ``frame`` to ``out`` sealed with a digest of its own rows, as a careful forger would (no checks)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(cellfile.seal(pa.Table.from_pandas(frame, preserve_index=False)), out, write_page_checksum=True)
+    pq.write_table(sealed.seal(pa.Table.from_pandas(frame, preserve_index=False)), out, write_page_checksum=True)
 
 
 def test_a_written_cell_reads_back_sealed(tmp_path):
     path = cell_path(tmp_path)
     write_cell(rows(), path)
-    assert cellfile.DIGEST_KEY in pq.read_schema(path).metadata and cellfile.problem(path) is None
+    assert sealed.DIGEST_KEY in pq.read_schema(path).metadata and cellfile.problem(path) is None
     df = grid.read_cell(path)
     assert (
         len(df) == 6
@@ -249,7 +249,7 @@ def test_a_cell_without_a_digest_is_refused_by_every_reader(tmp_path, monkeypatc
     path = cell_path(tmp_path)
     path.parent.mkdir(parents=True)
     rows().to_parquet(path)
-    reason = "no integrity digest (written before cells were sealed, or not by eval-cell)"
+    reason = "no integrity digest (written before it was sealed, or not by budgetdraft)"
     with refused(path, reason):
         grid.read_cell(path)
     with refused(path, reason):
@@ -281,8 +281,8 @@ def test_a_cell_accepts_fewer_drafts_than_it_has_new_tokens(tmp_path, monkeypatc
 
 def test_the_digest_covers_every_column_and_its_type():
     table = pa.Table.from_pandas(rows(), preserve_index=False)
-    digest = cellfile.table_digest(table)
-    assert cellfile.table_digest(pa.Table.from_batches(table.to_batches(max_chunksize=1))) == digest  # layout-free
+    digest = sealed.table_digest(table)
+    assert sealed.table_digest(pa.Table.from_batches(table.to_batches(max_chunksize=1))) == digest  # layout-free
     for column, value in {
         "repeat": 7,
         "output_ids": [1, 2],
@@ -295,13 +295,13 @@ def test_the_digest_covers_every_column_and_its_type():
         values = table.column(i).to_pylist()
         values[-1] = value
         changed = table.set_column(i, column, pa.array(values, table.column(i).type))
-        assert cellfile.table_digest(changed) != digest, column
+        assert sealed.table_digest(changed) != digest, column
     widened = table.set_column(
         table.column_names.index("repeat"), "repeat", table.column("repeat").cast(pa.uint64())
     )  # repeat = 4294967296 and the like: a flipped type
-    assert cellfile.table_digest(widened) != digest
+    assert sealed.table_digest(widened) != digest
     renamed = table.rename_columns(
         ["budget" if n == "gamma" else "gamma" if n == "budget" else n for n in table.column_names]
     )
-    assert cellfile.table_digest(renamed) != digest
+    assert sealed.table_digest(renamed) != digest
     assert np.isnan(rows()["bandwidth_gbs"]).all()  # NaN measures are allowed (the engine columns, a CPU's memory)

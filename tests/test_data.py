@@ -138,3 +138,51 @@ def test_prepare_rejects_unknown_source(tokenizer_dir, tmp_path):
     with pytest.raises(SystemExit, match="wikitext"):
         cli.main(["prepare", "prompts", "--dataset", "x", "--source", "wikitext", "--context", "S", "--length", "64",
                   "--samples", "1", "--tokenizer", str(tokenizer_dir), "--out", str(tmp_path / "x.parquet")])  # fmt: skip
+
+
+def write_jsonl(path, rows):
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_the_authors_prompt_files_are_read_as_their_loader_reads_them(encode, tmp_path):
+    """Files in the format of the authors' data/gs.jsonl, longbench.jsonl and lwm.jsonl (their src/data_loader.py's
+    fields), read from their data/ folder: gs, each book's first N tokens (encoded whole, BOS first); longbench,
+    `context + "\\n" + input` cut at N, a meeting of N/2 tokens or more kept (shorter than N, as theirs); lwm, the
+    rows of the 20 fixed indices in index order, each book's first N - 100 tokens in the LWM prompt."""
+    n = 160
+    long, half, short = "word " * 400, "word " * 100, "word " * 10
+    write_jsonl(tmp_path / "gs.jsonl", [{"text": "Once upon a time " + long}, {"text": short}, {"text": long}])
+    write_jsonl(
+        tmp_path / "longbench.jsonl",
+        [{"context": half, "input": "What was decided?", "_id": "a"}, {"context": short, "input": "Q?", "_id": "b"},
+         {"context": long, "input": "Summarize.", "_id": "c"}],
+    )  # fmt: skip
+    write_jsonl(
+        tmp_path / "lwm.jsonl",
+        [{"idx": 50, "document_text": "Book fifty. " + long}, {"idx": 7, "document_text": long},
+         {"idx": 0, "document_text": "Book zero. " + long}],
+    )  # fmt: skip
+
+    def prompts(source, samples):
+        docs = data.source_docs(data.EVAL_SOURCES, source, 0, path=str(tmp_path))
+        return data.select_prompts(docs, encode, [n], samples)
+
+    gs = prompts("authors_gs", 2)
+    assert [d for d, _ in gs] == ["authors:gs:0", "authors:gs:2"]  # the short book is skipped
+    assert gs[0][1][n] == encode.whole("Once upon a time " + long)[:n] and gs[0][1][n][: len(encode.specials)] == (
+        encode.specials
+    )
+    bench = prompts("authors_longbench", 2)
+    assert [d for d, _ in bench] == ["authors:longbench:a", "authors:longbench:c"]
+    assert bench[0][1][n] == encode.whole(half + "\n" + "What was decided?") and n / 2 <= len(bench[0][1][n]) < n
+    lwm = prompts("authors_lwm", 2)
+    assert [d for d, _ in lwm] == ["authors:lwm:0", "authors:lwm:50"]  # 7 is none of the 20 rows
+    book = encode.decode(encode.whole("Book zero. " + long)[: n - 100])
+    assert lwm[0][1][n] == encode.whole(data.LWM_PREFIX + book + data.LWM_SUFFIX)[:n]
+    with pytest.raises(ValueError, match="--path: source 'authors_gs' reads the authors' prompts file"):
+        data.source_docs(data.EVAL_SOURCES, "authors_gs", 0)
+    with pytest.raises(FileNotFoundError, match="no file .*gs.jsonl"):
+        next(data.source_docs(data.EVAL_SOURCES, "authors_gs", 0, path=str(tmp_path / "elsewhere")))

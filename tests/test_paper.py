@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from budgetdraft.evaluation import cellfile
+from budgetdraft.evaluation import cellfile, sealed
 from budgetdraft.evaluation.grid import Grid, load_cells
 from budgetdraft.report import artifacts, paper
 
@@ -397,7 +397,7 @@ def test_a_cell_whose_columns_disagree_is_refused(cells, tmp_path, edit, message
     sealed again with a digest of its edited rows (no checks): only its rows can tell."""
     df = pd.read_parquet(cells[("sd", "d1", "1K", 32, 2)])
     edited = tmp_path / "edited.parquet"
-    pq.write_table(cellfile.seal(pa.Table.from_pandas(edit(df), preserve_index=False)), edited)
+    pq.write_table(sealed.seal(pa.Table.from_pandas(edit(df), preserve_index=False)), edited)
     with pytest.raises(ValueError, match=re.escape(f"{edited}: ") + ".*" + re.escape(message)):
         load_cells([edited])
 

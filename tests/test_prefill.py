@@ -1,6 +1,8 @@
 """A shared verifier prefill (`budgetdraft prefill`) changes what is computed, never what is decoded: the same
 tokens as a run that prefills itself, and the recorded prefill seconds charged in place of the copy's."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import torch
@@ -67,12 +69,30 @@ def test_a_prompt_missing_from_the_file_is_an_error_that_names_it(shared, prompt
         check_covers(load_prefills(path), [prompts[0], prompts[1][:-1]], path)
 
 
-def test_a_file_that_is_not_a_prefill_file_is_refused(tmp_path):
+def test_a_file_that_is_not_a_sealed_prefill_file_is_refused(shared, tmp_path):
+    """Another safetensors file (no seal), a prefill file cut short, and one with a flipped bit are refused, each
+    naming the file and what is wrong with it, by the reader and by the workflow's check alike (`check_tensors`)."""
     from safetensors.torch import save_file
 
+    from budgetdraft.evaluation.sealed import check_tensors
+
     save_file({"x": torch.zeros(1)}, str(tmp_path / "other.safetensors"))
-    with pytest.raises(ValueError, match="not a verifier prefill file"):
-        load_prefills(tmp_path / "other.safetensors")
+    _, path, _ = shared
+    whole = Path(path).read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(whole[: len(whole) // 2])
+    flipped = bytearray(whole)
+    flipped[-100] ^= 0x10
+    (tmp_path / "flipped.safetensors").write_bytes(bytes(flipped))
+    for name, said in [
+        ("other", "no integrity digest"),
+        ("cut", "not a whole safetensors file"),
+        ("flipped", "its tensors do not match the digest written with them"),
+    ]:
+        with pytest.raises(ValueError, match=f"{name}.safetensors: {said}"):
+            load_prefills(tmp_path / f"{name}.safetensors")
+        with pytest.raises(ValueError, match=said):
+            check_tensors(tmp_path / f"{name}.safetensors")
+    assert check_tensors(path)  # the file prefill wrote holds its seal
 
 
 @pytest.mark.real

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from budgetdraft.base import revisions
 from budgetdraft import models
+from budgetdraft.base import revisions
 from budgetdraft.pipeline.commands import cmd_pin
 from budgetdraft.training import data
 

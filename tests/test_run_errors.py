@@ -266,3 +266,128 @@ def test_decode_refuses_a_value_it_cannot_use_naming_the_flag_before_loading_a_m
     with pytest.raises(SystemExit) as exit_:
         cli.main(["decode", *argv])
     assert exit_.value.code == f"budgetdraft decode: error: {said}"
+
+
+ROUND_FOUR = {  # an attempt of the hostile rounds (issue 46) -> the one line it now gets, naming the flag or key
+    "decode-device-meta": (["decode", "--device", "meta"], "device: 'meta' is no device a model decodes on"),
+    "decode-gamma-past-new-tokens": (
+        ["decode", "--gamma", "50", "--max-new-tokens", "2"],
+        "--gamma = 50 drafts more tokens a round than --max-new-tokens = 2 generates",
+    ),
+    "decode-temperature-1e308": (["decode", "--temperature", "1e308"], "temperature must be at most 100, got 1e+308"),
+    "targets-save-every-0": (
+        [
+            "targets",
+            "--verifier",
+            "v",
+            "--sequences",
+            "s",
+            "--prefix-len",
+            "8",
+            "--cont-len",
+            "8",
+            "--out",
+            "o",
+            "--save-every",
+            "0",
+        ],
+        "argument --save-every: 0: must be >= 1",
+    ),  # fmt: skip
+    "prepare-sequences-negative": (
+        [
+            "prepare",
+            "train",
+            "--source",
+            "embedded_rest",
+            "--length",
+            "64",
+            "--sequences",
+            "-2",
+            "--tokenizer",
+            "t",
+            "--out",
+            "o",
+        ],
+        "argument --sequences: -2: must be >= 1",
+    ),  # fmt: skip
+    "eval-cell-warmup-negative": (
+        [
+            "eval-cell",
+            "--label",
+            "ar",
+            "--method",
+            "ar",
+            "--verifier",
+            "v",
+            "--prompts",
+            "p",
+            "--dataset",
+            "d",
+            "--context",
+            "c",
+            "--max-new-tokens",
+            "4",
+            "--repeats",
+            "1",
+            "--out",
+            "o",
+            "--warmup",
+            "-5",
+        ],
+        "argument --warmup: -5: must be >= 0",
+    ),  # fmt: skip
+    "warm-idle-negative": (["warm", "--socket", "s", "--idle", "-1"], "argument --idle: '-1' is not a finite number"),
+    "warm-owner-2**40": (["warm", "--socket", "s", "--owner", str(2**40)], f"argument --owner: {2**40}: must be <="),
+    "profile-one-label-twice": (
+        [
+            "profile",
+            "--targets",
+            "t",
+            "--prompts",
+            "p",
+            "--datasets",
+            "d",
+            "--drafter",
+            "a=x",
+            "--drafter",
+            "a=y",
+            "--out",
+            "o",
+        ],
+        "--drafter 'a=y': label 'a' is given twice (x and y); one each",
+    ),  # fmt: skip
+    "spec-option-twice": (
+        ["export-model", "--spec", "embedded:smollm2:layers=4:layers=2", "--out", "o"],
+        "model spec 'embedded:smollm2:layers=4:layers=2': option 'layers' is given twice",
+    ),
+    "spec-option-not-ascii": (
+        ["export-model", "--spec", "embedded:smollm2:layers=4:positions=١٢٨", "--out", "o"],
+        "positions must be a whole number >= 1, got '١٢٨'",
+    ),
+}
+
+
+@pytest.mark.parametrize("attempt", list(ROUND_FOUR))
+def test_each_attempt_of_round_four_gets_one_line_before_any_work(attempt, tmp_path, monkeypatch, capsys):
+    """Each command line the fourth hostile round tried ended in a traceback or was accepted silently; now it is
+    refused in one line naming the flag, when parsed or before any model is loaded."""
+    argv, said = ROUND_FOUR[attempt]
+    monkeypatch.delenv(warm.ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    for loader in ("load_model", "load_tokenizer"):
+        monkeypatch.setattr(models, loader, lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    line = exit_.value.code if isinstance(exit_.value.code, str) else capsys.readouterr().err.strip().splitlines()[-1]
+    assert said in line, line
+    assert os.listdir(tmp_path) == []  # nothing written
+
+
+def test_a_warm_autostart_that_names_no_process_runs_the_command_here(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(warm.ENV, str(tmp_path / "private" / warm.SOCKET_NAME))
+    monkeypatch.setenv(warm.AUTOSTART, "abc")
+    assert warm.delegate(["eval-cell", "--help"]) is None
+    assert (
+        capsys.readouterr().err
+        == "budgetdraft: BUDGETDRAFT_WARM_AUTOSTART='abc' is not a process id; running eval-cell here\n"
+    )

@@ -1,26 +1,31 @@
 """A cell file cut short (a full disk, a killed copy), damaged (a flipped bit) or that lies (rows no decoder writes,
-another cell's rows) is treated as missing: named with the reason, moved aside, measured again
-(budgetdraft.evaluation.cellfile; tests/test_cell_integrity.py tests the checks themselves). The step that moves it
-(budgetdraft.pipeline.plan.set_aside_unreadable) runs once, before any job is planned, never in an input function:
-in process below, then in real runs of the pipeline."""
+another cell's rows) is named with the reason when Snakemake plans, moved aside by a job (rule set_aside, under
+Snakemake's lock) and measured again (budgetdraft.pipeline.setaside; tests/test_cell_integrity.py tests the checks
+themselves): in process below, then in real runs of the pipeline."""
 
+import json
 import os
 import shutil
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from conftest import ci_snakemake as snakemake
 from conftest import copy_project, planned_jobs
 
 from budgetdraft.base.names import SHARED
-from budgetdraft.evaluation import cellfile
-from budgetdraft.pipeline.setaside import asked_cells, set_aside_unreadable
+from budgetdraft.evaluation import cellfile, sealed
+from budgetdraft.pipeline import setaside
+from budgetdraft.pipeline.setaside import guard, set_aside
 
 
-def test_the_step_moves_only_what_fails_and_says_so(tmp_path, monkeypatch):
-    """Whole cells stay; a bad one is named with its reason and moved to FILE.unreadable (FILE.unreadable.N beside an
-    earlier one), never deleted; a dry run moves nothing and says what a run would do; a missing file is no problem."""
+def test_a_bad_cell_gets_a_marker_and_its_job_moves_it_aside(tmp_path, monkeypatch, capsys):
+    """When Snakemake plans (`guard`, reading only): a whole cell never set aside has no marker; a bad one is named
+    with its reason and gets a marker named by its modification time, and nothing moves. The marker's job (`set_aside`) moves it to
+    FILE.unreadable (FILE.unreadable.N beside an earlier one), never deleted, and writes the marker saying so; the
+    re-made cell keeps that marker as its input; damaged again, it gets another one."""
     from test_cell_integrity import rows
 
     monkeypatch.chdir(tmp_path)
@@ -30,27 +35,28 @@ def test_the_step_moves_only_what_fails_and_says_so(tmp_path, monkeypatch):
     cellfile.write_cell(rows("sd", "gs", "1K", 64, 5, SHARED), bad)
     data = open(bad, "rb").read()
     open(bad, "wb").write(data[: len(data) // 2])
-    asked = [whole, bad, bad, cellfile.cell_path("ar", "gs", "1K", 0, 0)]  # twice; and one not measured yet
-    (dry,) = set_aside_unreadable(asked, dry_run=True)
-    assert dry == (
-        f"unreadable cell file {bad} (not a whole parquet file): a run will move it to {bad}.unreadable "
-        "and measure the cell again (this dry run plans as if it were whole)"
+    assert guard(whole, {}) == [] and guard(cellfile.cell_path("ar", "gs", "1K", 0, 0), {}) == []  # not measured yet
+    marker = f"results/setaside/{bad.removeprefix('results/')}.{os.stat(bad).st_mtime_ns}"
+    assert guard(bad, {}) == [marker] == guard(bad, {})  # said once
+    assert capsys.readouterr().err == (
+        f"cell file {bad} (not a whole parquet file): job set_aside moves it to {bad}.unreadable ({marker}), and it "
+        "is made again\n"
     )
-    assert open(bad, "rb").read() == data[: len(data) // 2]
-    (moved,) = set_aside_unreadable(asked, dry_run=False)
-    assert (
-        moved
-        == f"unreadable cell file {bad} (not a whole parquet file): moved to {bad}.unreadable, measuring the cell again"
-    )
-    assert open(f"{bad}.unreadable", "rb").read() == data[: len(data) // 2] and cellfile.problem(whole) is None
+    assert open(bad, "rb").read() == data[: len(data) // 2]  # planning moves nothing
+    line = set_aside(marker, {})
+    assert line == f"cell file {bad} (not a whole parquet file): moved to {bad}.unreadable, making it again"
+    assert open(marker).read() == line + "\n"
+    assert open(f"{bad}.unreadable", "rb").read() == data[: len(data) // 2] and not os.path.exists(bad)
+    cellfile.write_cell(rows("sd", "gs", "1K", 64, 5, SHARED), bad)  # its rule makes it again
+    assert guard(bad, {}) == [marker]  # its input from now on: nothing reruns twice
     open(bad, "wb").write(b"PAR1")
-    assert set_aside_unreadable(asked, dry_run=False)[0].endswith(
-        f"moved to {bad}.unreadable.1, measuring the cell again"
-    )
-    assert set_aside_unreadable(asked, dry_run=False) == []
+    again = f"results/setaside/{bad.removeprefix('results/')}.{os.stat(bad).st_mtime_ns}"
+    assert again != marker and guard(bad, {}) == [again]
+    assert set_aside(again, {}).endswith(f"moved to {bad}.unreadable.1, making it again")
+    assert set_aside(again + "0", {}) == f"cell file {bad}: found whole when this job ran; nothing moved"
 
 
-def test_what_is_no_readable_cell_file_is_set_aside_without_stopping_the_plan(tmp_path, monkeypatch):
+def test_what_is_no_readable_cell_file_is_set_aside_without_stopping_the_plan(tmp_path, monkeypatch, capsys):
     """A directory or a FIFO at a cell path (never opened: a reader would wait on a FIFO for ever) and a file the user
     cannot read (mode 000) are named and moved aside as a damaged file is, never a PermissionError that stops every
     target, dry runs included. (As root every file reads: the file's refusal is then the one the kernel would give.)"""
@@ -70,34 +76,53 @@ def test_what_is_no_readable_cell_file_is_set_aside_without_stopping_the_plan(tm
                 raise PermissionError(13, "Permission denied", str(path))
             return problem(path)
 
-        monkeypatch.setattr(cellfile, "problem", refused)
-    dry = set_aside_unreadable([folder, fifo, locked], dry_run=True)
-    assert [line.split(": a run will", 1)[0] for line in dry] == [
-        f"unreadable cell file {folder} (a directory, not a cell file)",
-        f"unreadable cell file {fifo} (a FIFO, not a cell file)",
-        f"unreadable cell file {locked} (cannot be read: Permission denied)",
+        monkeypatch.setitem(setaside.KINDS, "cells/", ("cell file", refused, "unreadable"))
+    markers = [m for path in (folder, fifo, locked) for m in guard(path, {})]
+    assert [line.split(": job set_aside", 1)[0] for line in capsys.readouterr().err.splitlines()] == [
+        f"cell file {folder} (a directory, not a file)",
+        f"cell file {fifo} (a FIFO, not a file)",
+        f"cell file {locked} (cannot be read: Permission denied)",
     ]
-    moved = set_aside_unreadable([folder, fifo, locked], dry_run=False)
-    assert all(line.endswith(".unreadable, measuring the cell again") for line in moved), moved
+    moved = [set_aside(m, {}) for m in markers]
+    assert all(line.endswith(".unreadable, making it again") for line in moved), moved
     assert not any(map(os.path.lexists, (folder, fifo, locked)))
     assert all(os.path.lexists(f"{path}.unreadable") for path in (folder, fifo, locked))
 
 
-def test_only_a_path_that_resolves_inside_results_cells_is_a_cell(tmp_path, monkeypatch):
-    """A target written with '..' names a file outside results/ with a cell's last segments: it is no cell, and
-    the step never moves it."""
-    from test_cell_integrity import rows
+def test_a_settings_file_that_is_not_the_plans_is_named_and_removed(tmp_path, monkeypatch, capsys):
+    """A settings file whose JSON is the plan's stays (1 and 1.0 are one number); one that differs is named with its
+    first difference and its job removes it (made from the config alone: nothing to keep); a missing one is no
+    problem."""
+    from test_plan import plan
 
     monkeypatch.chdir(tmp_path)
-    outside = "elsewhere/lambda0.5/r1/gs/128/B16_g5.parquet"
-    os.makedirs(os.path.dirname(outside))
-    open(outside, "wb").write(b"not a cell")
-    dotted = f"results/cells/../../{outside}"
-    inside = "results/cells/sd/../lambda0.5/r1/gs/128/B16_g5.parquet"
-    assert asked_cells([dotted, inside]) == ["results/cells/lambda0.5/r1/gs/128/B16_g5.parquet"]
-    assert set_aside_unreadable([dotted], dry_run=False) == [] and open(outside, "rb").read() == b"not a cell"
-    cellfile.write_cell(rows("lambda0.5", "gs", "128", 16, 5, 1), "results/cells/lambda0.5/r1/gs/128/B16_g5.parquet")
-    assert set_aside_unreadable([inside], dry_run=False) == []
+    planned = plan("ci").settings.files()
+    os.makedirs("results/settings")
+    same = json.loads(planned["results/settings/main.json"])
+    same["variants"]["lambda1.0"]["lambda_c"] = 1
+    edits = {
+        "results/settings/main.json": json.dumps(same),
+        "results/settings/lambda.json": planned["results/settings/lambda.json"].replace('"LWM"', '"FORGED-NAME"'),
+        "results/settings/claims.json": planned["results/settings/claims.json"].replace(
+            '"base_drafter_steps"', '"extra": 1, "base_drafter_steps"'
+        ),
+        "results/settings/vram.json": "{not json",
+    }
+    for path, text in edits.items():
+        open(path, "w").write(text)
+    markers = {path: guard(path, planned) for path in planned}
+    said = [line.split(": job set_aside removes it")[0] for line in capsys.readouterr().err.splitlines()]
+    assert sorted(said) == [
+        "settings file results/settings/claims.json (not what the config plans: extra = 1 is not planned)",
+        "settings file results/settings/lambda.json (not what the config plans: datasets.lwm = 'FORGED-NAME', not "
+        "'LWM')",
+        "settings file results/settings/vram.json (not JSON)",
+    ]
+    assert markers["results/settings/main.json"] == [] and len([m for m in markers.values() if m]) == 3
+    assert all(open(path).read() == text for path, text in edits.items())  # planning moves nothing
+    for (marker,) in (m for m in markers.values() if m):
+        assert set_aside(marker, planned).endswith(": removed, writing it again")
+    assert sorted(os.listdir("results/settings")) == ["main.json"]
 
 
 BAD_CELL = "results/cells/lambda0.5/r1/gs/128/B16_g5.parquet"
@@ -143,16 +168,18 @@ def test_a_command_that_runs_no_job_moves_no_cell(bad_cell_copy, command):
 
 
 @pytest.mark.workflow
-def test_a_run_moves_the_cell_it_will_measure_again_and_nothing_outside_results(bad_cell_copy):
-    """The same cell, asked of a run (no job allowed to start here: the step comes first), is moved aside, saying
-    so; the file outside results/ that a target reaches with '..' stays."""
-    done = snakemake(bad_cell_copy, "--allowed-rules", "all", BAD_CELL, f"results/cells/../../{OUTSIDE}")
-    assert f"unreadable cell file {BAD_CELL} (not a whole parquet file): moved to {BAD_CELL}.unreadable" in done.stderr
+def test_a_run_moves_the_cell_by_a_job_and_nothing_outside_results(bad_cell_copy):
+    """The same cell, asked of a run that runs only the set-aside (`--until set_aside`): its job moves it aside,
+    saying so, and writes its marker; the file outside results/ with a cell's last segments is no output of any rule
+    and stays."""
+    done = snakemake(bad_cell_copy, "--until", "set_aside", BAD_CELL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = f"cell file {BAD_CELL} (not a whole parquet file): moved to {BAD_CELL}.unreadable, making it again"
+    assert said in done.stderr, done.stderr[-3000:]
+    (marker,) = (bad_cell_copy / "results/setaside" / os.path.dirname(BAD_CELL).removeprefix("results/")).iterdir()
+    assert marker.read_text() == said + "\n"
     assert (bad_cell_copy / f"{BAD_CELL}.unreadable").read_bytes() == b"PAR1 cut short"
-    assert (bad_cell_copy / OUTSIDE).read_bytes() == b"PAR1 cut short", done.stderr[-2000:]
-    assert (
-        not (bad_cell_copy / f"{OUTSIDE}.unreadable").exists() and "elsewhere" not in done.stderr.split("SNAKEMAKE")[0]
-    )
+    assert (bad_cell_copy / OUTSIDE).read_bytes() == b"PAR1 cut short" and "elsewhere" not in done.stderr
 
 
 @pytest.fixture()
@@ -187,7 +214,7 @@ def forged(cell, whole):
     df["accepted"] = -7
     df["acceptance"] = -7 / df["drafted"]
     out = pa.BufferOutputStream()
-    pq.write_table(cellfile.seal(pa.Table.from_pandas(df, preserve_index=False)), out)
+    pq.write_table(sealed.seal(pa.Table.from_pandas(df, preserve_index=False)), out)
     return out.getvalue().to_pybytes()
 
 
@@ -226,15 +253,95 @@ def test_bad_cells_are_set_aside_and_measured_again(finished_run):
         dry = snakemake(finished_run, *no_run, "main")
         assert dry.returncode == 0, dry.stderr[-2000:]
         for cell, name, bad, reason in damaged:
-            assert f"unreadable cell file {name} ({reason}" in dry.stderr, (no_run, name, dry.stderr[-2000:])
+            assert f"cell file {name} ({reason}" in dry.stderr, (no_run, name, dry.stderr[-2000:])
             assert cell.read_bytes() == bad  # only says so
     run = snakemake(finished_run, "main")
     assert run.returncode == 0, run.stderr[-3000:]
     for cell, name, bad, reason in damaged:
-        said = [line for line in run.stderr.splitlines() if line.startswith(f"unreadable cell file {name} (")]
-        assert len(said) == 1 and said[0].endswith(f": moved to {name}.unreadable, measuring the cell again"), said
-        assert reason in said[0]
+        said = [line for line in run.stderr.splitlines() if line.startswith(f"cell file {name} (")]
+        assert said[-1].endswith(f": moved to {name}.unreadable, making it again"), said
+        assert reason in said[-1]
         assert cell.with_name(cell.name + ".unreadable").read_bytes() == bad  # kept, never deleted
         assert cellfile.problem(cell) is None
     assert (finished_run / "results/tables/main.tex").is_file()
-    assert set(planned_jobs(snakemake(finished_run, "-n", "main").stdout)) == {"table", "main"}  # nothing else
+    # nothing else (the forced tables aside): a marker, the cell's input from now on, reruns nothing twice
+    assert set(planned_jobs(snakemake(finished_run, "-n", "main").stdout)) == {"table", "main"}
+
+
+@pytest.mark.pipeline
+def test_a_run_refused_by_the_lock_changes_nothing_of_the_running_one(finished_run):
+    """Two `snakemake` in one folder: the second, with another config (its settings and run record differ from the
+    running one's, so its plan sets them aside), is refused by Snakemake's lock and has changed nothing, the first
+    finishes. The first is held still (SIGSTOP) once it holds the lock, so the second always meets it there."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import CI_SNAKEMAKE
+
+    def files():  # every file of results/ as it stands: a file changed or replaced has another stat
+        return {
+            p: (s.st_ino, s.st_size, s.st_mtime_ns) for p in (finished_run / "results").rglob("*") if (s := p.lstat())
+        }
+
+    first = subprocess.Popen(
+        [*CI_SNAKEMAKE, "main"], cwd=finished_run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    locks = finished_run / ".snakemake" / "locks"
+    deadline = time.monotonic() + 120
+    while not (locks.is_dir() and any(locks.iterdir())) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.poll() is None, first.communicate()
+    os.killpg(first.pid, signal.SIGSTOP)
+    try:
+        before = files()
+        second = snakemake(finished_run, "main", "--config", "datasets={gs: {name: OTHER}}")
+        assert second.returncode != 0 and "Directory cannot be locked" in second.stdout + second.stderr, (
+            second.stdout[-2000:] + second.stderr[-2000:]
+        )
+        assert "settings file results/settings/main.json (not what the config plans" in second.stderr
+        assert files() == before  # not a byte of the running run's results changed
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-3000:]
+    assert not (finished_run / "results/setaside").exists()
+
+
+def test_an_edited_or_damaged_profile_or_prefill_file_is_named_and_set_aside(tmp_path, monkeypatch, capsys):
+    """The positional profile and the shared prefills are sealed as cells are: a profile edited and sealed again
+    (an agreement below 0, as a hand edit published one) and a prefill with a flipped bit are named when Snakemake
+    plans and moved aside by their job; the claims' reader refuses the edited profile, naming it."""
+    from safetensors.torch import save_file
+
+    from budgetdraft.evaluation import profilefile
+    from budgetdraft.evaluation.sealed import sealed_metadata
+    from budgetdraft.report.profiles import load_profile
+
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("results/profile")
+    os.makedirs("results/prefill/gs")
+    rows = pd.DataFrame(
+        [("sd", 0, "gs", 0, 0, 128, 40, 128)], columns=profilefile.COLUMNS
+    )  # one bucket: 40 of 128 positions agreed
+    profilefile.save_rows(rows, "results/profile/r0.parquet")
+    assert guard("results/profile/r0.parquet", {}) == [] and len(load_profile(["results/profile/r0.parquet"])) == 1
+    edited = rows.assign(agreed=-100)
+    pq.write_table(sealed.seal(pa.Table.from_pandas(edited, preserve_index=False)), "results/profile/r0.parquet")
+    with pytest.raises(ValueError, match=r"results/profile/r0.parquet: row 0: agreed < 0"):
+        load_profile(["results/profile/r0.parquet"])
+    tensors = {"a.0.k": torch.arange(6.0).reshape(2, 3)}
+    save_file(tensors, "results/prefill/gs/1K.safetensors", metadata=sealed_metadata(tensors, {"x": "1"}))
+    assert guard("results/prefill/gs/1K.safetensors", {}) == []
+    data = bytearray(open("results/prefill/gs/1K.safetensors", "rb").read())
+    data[-4] ^= 0x01
+    open("results/prefill/gs/1K.safetensors", "wb").write(bytes(data))
+    (profile,) = guard("results/profile/r0.parquet", {})
+    (prefill,) = guard("results/prefill/gs/1K.safetensors", {})
+    said = capsys.readouterr().err
+    assert "profile file results/profile/r0.parquet (row 0: agreed < 0): job set_aside moves it to" in said
+    assert "verifier prefill file results/prefill/gs/1K.safetensors (its tensors do not match the digest" in said
+    for marker, path in ((profile, "results/profile/r0.parquet"), (prefill, "results/prefill/gs/1K.safetensors")):
+        assert set_aside(marker, {}).endswith(f"moved to {path}.unreadable, making it again")
+        assert not os.path.exists(path) and os.path.exists(f"{path}.unreadable")

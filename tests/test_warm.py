@@ -3,6 +3,7 @@ killed client takes its command with it; the resident server (the GPU path, run 
 model loaded across cells, forks nothing, and can be started by the first cell of a cluster job."""
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -462,6 +463,36 @@ def test_a_silent_client_or_a_request_that_is_not_json_neither_stalls_nor_ends_t
     log = (tmp_path / "warm.log").read_text()
     assert f"dropped a client that sent no request in {warm.REQUEST_TIMEOUT_S:g} s" in log, log
     assert "dropped a request that is not JSON" in log, log
+
+
+def test_a_client_dripping_its_request_is_dropped_at_the_requests_deadline(monkeypatch):
+    """The timeout held each recv, not the request: a client sending one byte every 8 s of a 10 s limit held the
+    server for ever. Now the whole request has one deadline (here 0.6 s; a byte every 0.2 s)."""
+    import threading
+    import time
+
+    from budgetdraft.pipeline import warm
+
+    monkeypatch.setattr(warm, "REQUEST_TIMEOUT_S", 0.6)
+    server, client = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    body = json.dumps({"argv": ["claims", "--help"], "cwd": "/", "env": {}}).encode()
+
+    def drip():
+        socket.send_fds(client, [struct.pack("!I", len(body)) + body[:1]], [0, 1, 2])
+        for byte in body[1:]:
+            time.sleep(0.2)
+            try:
+                client.send(bytes([byte]))
+            except OSError:
+                return
+
+    sender = threading.Thread(target=drip, daemon=True)
+    start = time.monotonic()
+    sender.start()
+    assert warm._recv_request(server) is None
+    assert time.monotonic() - start < 2.0
+    server.close()
+    client.close()
 
 
 def test_the_warm_process_warms_up_once_only_what_every_fork_inherits(tmp_path):

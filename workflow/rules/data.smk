@@ -1,8 +1,10 @@
 rule prepare_prompts:
-    """Prompts of exactly the context's length for one dataset (the same documents at every context)."""
+    """Prompts of exactly the context's length for one dataset (the same documents at every context); the authors'
+    own prompts file, when a dataset's source is one (`authors_*`), is an input."""
     input:
         verifier="results/models/verifier",
         code=PLAN.code.digest("data"),
+        authors=lambda wc: PLAN.jobs.prompts_file(wc.dataset),
     output:
         "results/data/prompts/{dataset}/{context}.parquet",
     log:
@@ -17,11 +19,12 @@ rule prepare_prompts:
         samples=lambda wc: PLAN.settings.samples(wc.dataset),
         seed=config["seed"],
         revision=lambda wc: data_revision_flag(config["datasets"][wc.dataset]["source"]),
+        path=lambda wc, input: f"--path {shlex.quote(input.authors[0])}" if input.authors else "",
     shell:
         "python -m budgetdraft prepare prompts --dataset {wildcards.dataset} --source {params.source}"
         " --context {wildcards.context} --length {params.length} --select-length {params.select}"
         " --samples {params.samples} --seed {params.seed} --tokenizer {input.verifier}"
-        " {params.revision} --out {output} > {log} 2>&1"
+        " {params.revision} {params.path} --out {output} > {log} 2>&1"
 
 
 rule prepare_train:

@@ -6,6 +6,9 @@ rule verifier_prefill:
         verifier="results/models/verifier",
         prompts="results/data/prompts/{dataset}/{context}.parquet",
         code=PLAN.code.digest("prefill"),
+        setaside=lambda wc: set_aside_marker(
+            f"results/prefill/{wc.dataset}/{wc.context}.safetensors"
+        ),
     output:
         "results/prefill/{dataset}/{context}.safetensors",
     log:
@@ -107,6 +110,7 @@ rule profile_targets:
             context=PLAN.longest_context,
         ),
         code=PLAN.code.digest("profile"),
+        setaside=lambda wc: set_aside_marker("results/profile/verifier.parquet"),
     output:
         "results/profile/verifier.parquet",
     log:
@@ -142,6 +146,7 @@ rule profile:
         ),
         drafters=lambda wc: list(PLAN.drafters.profiled(wc.replicate).values()),
         code=PLAN.code.digest("profile"),
+        setaside=lambda wc: set_aside_marker(f"results/profile/r{wc.replicate}.parquet"),
     output:
         "results/profile/r{replicate}.parquet",
     log:

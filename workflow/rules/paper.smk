@@ -60,13 +60,20 @@ rule settings:
     which Snakemake's report embeds verbatim inside an inline <script> (a name holding </script> would run there).
     Here in params, so that a change of the settings reruns this job and so the artifact's.
     """
+    input:
+        setaside=lambda wc: set_aside_marker(f"results/settings/{wc.name}.json"),
     output:
         "results/settings/{name}.json",
     log:
         "logs/settings/{name}.log",
     wildcard_constraints:
         name="|".join(
-            [*PLAN.cells.all_tables, *PLAN.cells.all_figures.values(), "claims", "paper_diff"]
+            [
+                *PLAN.cells.all_tables,
+                *PLAN.cells.all_figures.values(),
+                "claims",
+                "paper_diff",
+            ]
         ),
     localrule: True
     params:
@@ -233,8 +240,9 @@ rule run_record:
     """
     input:
         cells=PLAN.cells.all_cells(),
+        setaside=lambda wc: set_aside_marker(RUN_RECORD),
     output:
-        "results/report/run.json",
+        RUN_RECORD,
     log:
         "logs/report/run_record.log",
     localrule: True

@@ -501,6 +501,8 @@ def check_device(device: str) -> None:
         dev = torch.device(device)
     except (RuntimeError, TypeError):  # torch's "Expected one of cpu, cuda, ... device type at start of ..."
         raise ValueError(f"device: {device!r} is not a torch device: set {where} to cpu, cuda, cuda:N or mps") from None
+    if dev.type not in ("cpu", "cuda", "mps", "xpu"):  # meta, for one, holds no values: no model decodes on it
+        raise ValueError(f"device: {device!r} is no device a model decodes on: set {where} to cpu, cuda, cuda:N or mps")
     if dev.type == "cuda":
         if torch.version.cuda is None and torch.version.hip is None:
             raise ValueError(

@@ -17,12 +17,13 @@ exactly the drafts equal to the verifier's greedy token and resamples that token
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import torch
 
 from budgetdraft.base.defaults import SEEDS
+
+MAX_TEMPERATURE = 100.0  # past it logits of ±20 differ by less than ±0.2: every token drawn almost alike (random text)
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,10 @@ class Sampling:
     def __post_init__(self):
         if not self.temperature >= 0:  # also rejects NaN
             raise ValueError(f"sampling temperature must be >= 0, got {self.temperature}")
-        if self.temperature == math.inf:
+        if self.temperature > MAX_TEMPERATURE:
             raise ValueError(
-                "sampling temperature must be finite, got inf: it would draw every token alike (random text)"
+                f"sampling temperature must be at most {MAX_TEMPERATURE:g}, got {self.temperature:g}: it would draw "
+                "every token alike (random text)"
             )
         if not 0 < self.top_p <= 1:
             raise ValueError(f"sampling top_p must be in (0, 1], got {self.top_p}")

@@ -1,17 +1,13 @@
 """A cell file proves its integrity and its identity: what `budgetdraft.evaluation.cells` writes and everything that reads one
 (`budgetdraft.evaluation.grid.read_cell`, the workflow's plan-time check of an existing cell) go through here.
 
-Integrity: the file is sealed when written: a sha256 digest of its rows (every column's name, type and values, and
-the schema's metadata; `table_digest`) is stored in the parquet footer's key-value metadata under `DIGEST_KEY`, and
-every data page carries its CRC (`write_page_checksum`), verified on read. A file whose bytes changed after it was
-written (a flipped bit, a hand edit, a half-finished copy) no longer gives its digest, or no longer parses, and is
-refused. Identity: its rows hold one cell, the one its path names (results/cells/LABEL[/rR]/DATASET/CONTEXT/
-B{B}_g{γ}.parquet, `cell_parts`). Invariants: counts are non-negative, `accepted` ≤ `drafted` and `accepted` <
-`new_tokens` (`check_rows`), `new_tokens` ≥ 1, times are non-negative, and the derived columns (`REDUNDANT`) are what
-their inputs give. Every reader verifies all of it (`read_checked`): a file without a digest is refused.
-
-The seal is an integrity check, not a signature: the digest is an unkeyed sha256 that anyone can recompute, so it
-proves that a file is whole and unchanged since it was sealed, not who wrote it.
+Integrity: the file is sealed when written (`budgetdraft.evaluation.sealed`: a sha256 digest of its rows in the
+parquet footer, a CRC on every data page), and a file whose bytes changed after it was written (a flipped bit, a
+hand edit, a half-finished copy) no longer gives its digest, or no longer parses, and is refused. Identity: its rows
+hold one cell, the one its path names (results/cells/LABEL[/rR]/DATASET/CONTEXT/B{B}_g{γ}.parquet, `cell_parts`).
+Invariants: counts are non-negative, `accepted` ≤ `drafted` and `accepted` < `new_tokens` (`check_rows`),
+`new_tokens` ≥ 1, times are non-negative, and the derived columns (`REDUNDANT`) are what their inputs give. Every
+reader verifies all of it (`read_checked`): a file without a digest is refused.
 
 Every refusal is a `BadCell` (a ValueError) naming the file and the reason in one line; a write that fails (a full
 disk) is a ValueError naming the file, with nothing left behind (`write_cell`). Only the standard library, numpy,
@@ -20,8 +16,6 @@ pandas and pyarrow: the workflow imports this module at plan time.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 from pathlib import Path
 
@@ -29,12 +23,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from budgetdraft.base.atomic import atomic_path
 from budgetdraft.base.names import SHARED
+from budgetdraft.evaluation.sealed import Damaged, read_sealed, write_sealed
 
-DIGEST_KEY = b"budgetdraft.sha256"
 FIX = "delete it and re-run to re-measure it"  # the workflow sets such a file aside by itself (docs/pipeline.md)
 
 # The one home of a cell file's path, ROOT/LABEL[/rR]/DATASET/CONTEXT/B{B}_g{γ}.parquet: formatted here (`cell_path`,
@@ -78,125 +70,25 @@ REDUNDANT = {  # a column the decoder derives from others: (its inputs, how)
 }
 
 
-class BadCell(ValueError):
+class BadCell(Damaged):
     """A cell file that is not what it must be: ``str()`` is one line, ``PATH: REASON: delete it and re-run``."""
 
-    def __init__(self, path, reason: str):
-        self.path, self.reason = Path(path), reason
-        super().__init__(f"{path}: {reason}: {FIX}")
-
-
-# ---------------------------------------------------------------------------------------------------- integrity
-
-
-def _feed(h, array: pa.Array | pa.ChunkedArray) -> None:
-    """Hash one column's values canonically: the same values and type give the same bytes however pyarrow lays
-    them out (chunks, offsets, validity buffers)."""
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    kind = array.type
-    nested = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
-    # a list's type without its item's name (parquet reads list<item: T> back as list<element: T>)
-    h.update(f"{'list' if nested else kind}|{len(array)}|{array.null_count};".encode())
-    if nested:
-        lengths = pc.list_value_length(array).cast(pa.int64()).fill_null(-1)
-        h.update(np.asarray(lengths, dtype="<i8").tobytes())
-        _feed(h, pc.list_flatten(array))
-    elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-        h.update(np.asarray(array.is_null(), dtype=bool).tobytes())
-        values = array.to_numpy(zero_copy_only=False)
-        if not pa.types.is_boolean(kind) and array.null_count:
-            values = np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False))
-        values = np.asarray(values)
-        h.update(values.astype(values.dtype.newbyteorder("<")).tobytes())
-    else:  # strings and anything else: their Python values, each length-prefixed
-        for value in array.to_pylist():
-            data = b"\xff" if value is None else repr(value).encode()
-            h.update(len(data).to_bytes(8, "little") + data)
-
-
-def table_digest(table: pa.Table) -> str:
-    """sha256 (hex) of a table's rows: its columns' names, types and values, and its schema's key-value metadata
-    (pandas' description of the frame) other than the digest itself."""
-    h = hashlib.sha256(f"rows {table.num_rows}\n".encode())
-    meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != DIGEST_KEY}
-    for key in sorted(meta):
-        h.update(len(key).to_bytes(8, "little") + key + len(meta[key]).to_bytes(8, "little") + meta[key])
-    for name, column in zip(table.column_names, table.columns):
-        h.update(f"\ncolumn {name!r}\n".encode())
-        _feed(h, column)
-    return h.hexdigest()
-
-
-def seal(table: pa.Table) -> pa.Table:
-    """The table with its digest (`table_digest`) in its schema's metadata."""
-    meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != DIGEST_KEY}
-    table = table.replace_schema_metadata(meta)
-    return table.replace_schema_metadata({**meta, DIGEST_KEY: table_digest(table).encode()})
+    fix = FIX
 
 
 def write_cell(frame: pd.DataFrame, out: str | Path) -> None:
-    """Write a cell's rows to ``out`` atomically, sealed (`seal`, page checksums); rows that break a cell's
-    invariants, or that are not the cell ``out`` names, are refused before anything is written."""
+    """Write a cell's rows to ``out`` atomically, sealed (`budgetdraft.evaluation.sealed.write_sealed`); rows that
+    break a cell's invariants, or that are not the cell ``out`` names, are refused before anything is written."""
     table = pa.Table.from_pandas(frame, preserve_index=False)
     check_rows(table, out)
     check_identity(table, out)
-    table = seal(table)
-    try:
-        with atomic_path(out) as tmp:
-            pq.write_table(table, tmp, write_page_checksum=True)
-    except OSError as e:  # a full disk, a read-only directory: one line, not pyarrow's traceback
-        raise ValueError(f"{os_reason(e)} writing {out}: nothing was written") from None
-
-
-def os_reason(error: OSError) -> str:
-    """What went wrong, in the system's words ("no space left on device"), or the error's first line when it
-    carries no errno (pyarrow words its errors "Error writing bytes to file. Detail: [errno 28] ...")."""
-    if error.errno:
-        return os.strerror(error.errno).lower()
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
-PARQUET_MAGIC = b"PAR1"
-
-
-def parquet_whole(path: Path) -> bool:
-    """Whether ``path`` has a parquet file's magic at both ends and a footer that fits inside it (a file cut short
-    by a full disk or a killed copy has not)."""
-    size = path.stat().st_size
-    if size < 12:
-        return False
-    with open(path, "rb") as f:
-        head = f.read(4)
-        f.seek(-8, os.SEEK_END)
-        tail = f.read(8)
-    footer = int.from_bytes(tail[:4], "little")
-    return head == PARQUET_MAGIC and tail[4:] == PARQUET_MAGIC and footer + 12 <= size
+    write_sealed(table, out)
 
 
 def read_table(path: str | Path) -> pa.Table:
-    """A cell file's whole table, its page checksums verified and its digest recomputed and compared; a file cut
-    short (`parquet_whole`), or without a digest (written before cells were sealed, or by hand), is refused."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"cell file not found: {path}")
-    if not parquet_whole(path):
-        raise BadCell(path, "not a whole parquet file")
-    try:
-        table = pq.read_table(path, page_checksum_verification=True)
-    except Exception as e:  # pyarrow says OSError, ArrowInvalid, ArrowMemoryError, ... for a damaged file
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadCell(path, f"not a readable parquet file ({type(e).__name__}: {first[:200]})") from None
-    stored = (table.schema.metadata or {}).get(DIGEST_KEY)
-    if stored is None:
-        raise BadCell(path, "no integrity digest (written before cells were sealed, or not by eval-cell)")
-    try:
-        digest = table_digest(table)
-    except Exception as e:  # values a flipped type cannot hold
-        raise BadCell(path, f"its rows do not decode ({type(e).__name__}: {str(e)[:200]})") from None
-    if stored != digest.encode():
-        raise BadCell(path, "its rows do not match the digest written with them (changed after it was written)")
-    return table
+    """A cell file's whole table, its seal checked (`budgetdraft.evaluation.sealed.read_sealed`): a file cut short, or
+    without a digest (written before cells were sealed, or by hand), is refused."""
+    return read_sealed(path, BadCell, "cell file")
 
 
 # ---------------------------------------------------------------------------------------------------- contents

@@ -26,6 +26,7 @@ from budgetdraft.base.atomic import atomic_path
 from budgetdraft.decoding.kvcache import num_layers
 from budgetdraft.decoding.verifier import SharedPrefill, Verifier, ids_tensor, prompt_key
 from budgetdraft.evaluation.measure import Stopwatch
+from budgetdraft.evaluation.sealed import Damaged, check_tensors, sealed_metadata
 
 METADATA_KEY = "budgetdraft_prefill"
 
@@ -57,20 +58,26 @@ def record_prefills(verifier_model, prompts: list[list[int]], repeats: int, warm
     return tensors, meta
 
 
+class BadPrefill(Damaged):
+    """A verifier prefill file that is not what ``budgetdraft prefill`` wrote (cut short, damaged, edited)."""
+
+    fix = "write it again with `budgetdraft prefill` (the workflow sets it aside and makes it again)"
+
+
 def save_prefills(tensors: dict, meta: dict, out: str | Path) -> None:
+    """Write the prefills sealed (`budgetdraft.evaluation.sealed`: a digest of every tensor and the metadata)."""
     with atomic_path(out) as tmp:
-        save_file(tensors, str(tmp), metadata={METADATA_KEY: json.dumps(meta)})
+        save_file(tensors, str(tmp), metadata=sealed_metadata(tensors, {METADATA_KEY: json.dumps(meta)}))
 
 
 def load_prefills(path: str | Path, device="cpu") -> dict[str, SharedPrefill]:
-    """prompt_key -> SharedPrefill, from a file written by ``budgetdraft prefill``; one that is not a safetensors
-    file (or was cut short) is a ValueError naming it."""
+    """prompt_key -> SharedPrefill, from a file written by ``budgetdraft prefill``, its seal checked first; one that is
+    cut short, damaged or edited is a `BadPrefill` naming it."""
+    check_tensors(path, BadPrefill)
     try:
         return _read_prefills(path, device)
     except (SafetensorError, OSError) as err:
-        raise ValueError(
-            f"verifier prefill file {path} cannot be read ({err}): write it again with `budgetdraft prefill`"
-        ) from None
+        raise BadPrefill(path, f"cannot be read ({err})") from None
 
 
 def _read_prefills(path, device) -> dict[str, SharedPrefill]:

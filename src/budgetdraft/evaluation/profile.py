@@ -18,7 +18,9 @@ against them (``--targets``):
         --datasets gs longbench lwm --drafter sd=results/models/drafter_base/r0 \\
         --drafter lambda0.5=results/drafters/r0/lambda0.5 --replicate 0 --out results/profile/r0.parquet
 
-One row per (drafter, prompt, bucket): ``agreed`` of ``total`` positions.
+One row per (drafter, prompt, bucket): ``agreed`` of ``total`` positions. Both files are sealed
+(`budgetdraft.evaluation.sealed`) and their rows checked on every read (`read_rows`): an edited or damaged one is
+refused, and the workflow sets it aside and measures it again.
 """
 
 from __future__ import annotations
@@ -28,12 +30,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from budgetdraft.base.atomic import atomic_path
 from budgetdraft.decoding.loading import load_model
 from budgetdraft.decoding.positions import native_range
-
-COLUMNS = ["label", "replicate", "dataset", "sample", "bucket_start", "bucket_end", "agreed", "total"]
-TARGET_COLUMNS = ["dataset", "sample", "next_ids"]
+from budgetdraft.evaluation.profilefile import COLUMNS, TARGET_COLUMNS, read_rows, save_rows
 
 
 @torch.inference_mode()
@@ -87,18 +86,13 @@ def read_prompts(files: dict[str, str]) -> dict[str, list[list[int]]]:
     return {dataset: [list(ids) for ids in pd.read_parquet(path)["input_ids"]] for dataset, path in files.items()}
 
 
-def save_rows(rows: pd.DataFrame, out: str | Path) -> None:
-    with atomic_path(Path(out)) as tmp:
-        rows.to_parquet(tmp, index=False)
-
-
 def write_verifier_targets(
     verifier: str, prompt_files: dict[str, str], out: str | Path, device: str, dtype: str
 ) -> None:
     """The first step: the verifier's next tokens on every prompt of ``prompt_files`` ({dataset: parquet file}), to
     ``out`` (``TARGET_COLUMNS``)."""
     prompts = read_prompts(prompt_files)
-    save_rows(verifier_targets(load_model(verifier, device, dtype), prompts), out)
+    save_rows(verifier_targets(load_model(verifier, device, dtype), prompts), out, TARGET_COLUMNS)
 
 
 def write_profile(
@@ -117,4 +111,4 @@ def write_profile(
     prompts = read_prompts(prompt_files)
     models = {label: load_model(path, device, dtype) for label, path in drafters.items()}
     bucket = bucket or native_range(next(iter(models.values())).config)
-    save_rows(profile(pd.read_parquet(targets), models, prompts, bucket, replicate), out)
+    save_rows(profile(read_rows(targets, TARGET_COLUMNS), models, prompts, bucket, replicate), out)

@@ -387,6 +387,7 @@ def check_consistency(config: dict) -> None:
     check_models(config)
     check_engine_device(config)
     check_references(config)
+    check_sources(config)
     order_contexts(config)
     check_gammas(config)
     check_training(config)
@@ -569,6 +570,30 @@ def check_references(config: dict) -> None:
         raise ValueError(
             f"single_budget.trained_budget = {config['single_budget']['trained_budget']} is not in budgets"
         )
+
+
+def check_sources(config: dict) -> None:
+    """A dataset of the authors' own prompts (`source: authors_*`) names their file (`path`: the file, or their
+    data/ folder holding it), and it is there; no other source takes a `path`."""
+    from budgetdraft.training.data import AUTHORS_FILES
+
+    for key, d in config["datasets"].items():
+        source, path = d["source"], d.get("path")
+        if source not in AUTHORS_FILES:
+            if path is not None:
+                raise ValueError(f"datasets.{key}.path = {path!r}: source {source} reads no file; remove it")
+            continue
+        if path is None:
+            raise ValueError(
+                f"datasets.{key}: source {source} reads the authors' data/{AUTHORS_FILES[source]}: give its `path` "
+                "(their repository's data/ folder, or the file)"
+            )
+        where = Path(os.path.expanduser(path))
+        file = where / AUTHORS_FILES[source] if where.is_dir() else where
+        if not file.is_file():
+            raise ValueError(
+                f"datasets.{key}.path = {path!r}: no file {file} (the authors' data/{AUTHORS_FILES[source]})"
+            )
 
 
 def order_contexts(config: dict) -> None:

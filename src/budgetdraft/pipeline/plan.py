@@ -30,6 +30,7 @@ from budgetdraft.base.importgraph import code_files
 from budgetdraft.evaluation import cellfile
 from budgetdraft.report import artifacts, paper
 from budgetdraft.report.settings import PaperSettings, Variant
+from budgetdraft.training.data import AUTHORS_FILES
 from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
 
 # stage -> the `budgetdraft` command its rule runs (the stage's code input: `CodeInputs.code`)
@@ -606,6 +607,15 @@ class CellJobs:
         if drafter is not None:
             inputs["drafter"] = drafter
         return inputs
+
+    def prompts_file(self, dataset: str) -> list[str]:
+        """The authors' prompts file a dataset reads (`source: authors_*`, its `path`: the file or their data/
+        folder), as the input of its prompts jobs; [] for any other source."""
+        d = self.config["datasets"][dataset]
+        if d["source"] not in AUTHORS_FILES:
+            return []
+        path = Path(os.path.expanduser(d["path"]))
+        return [str(path / AUTHORS_FILES[d["source"]] if path.is_dir() else path)]
 
     def sampling_flags(self) -> str:
         """The sampling flags of `eval-cell`; none when greedy, so a greedy cell's command is what it always was."""

@@ -1,65 +1,52 @@
-"""The steps that change files before any job is planned, apart from the plan (which writes nothing): a cell file
-that cannot be used is set aside (FILE.unreadable, never deleted) so that its cell is measured again, and a settings
-file that is not what the config plans is removed so that it is written again. The workflow runs both once, when
-Snakemake is about to run jobs and before it plans them (workflow/rules/common.smk), over the files the plan can ask
-for (`CellGrid.every_cell`, `SettingsFiles.files`) and those named on the command line (`asked_cells`), and prints
-what each did.
+"""A file the workflow made that can no longer be used is set aside (never deleted) and made again, by a job, under
+Snakemake's lock: a grid cell, a positional profile or a shared verifier prefill that is cut short, damaged or
+edited (each is sealed: budgetdraft.evaluation.sealed), and a settings file or the run record that is not what the
+plan writes there (edited by hand). Unchecked, such a file would stop every job that reads it, or be published.
+
+How, with Snakemake's own means (no step before its lock, no patch of its internals):
+
+- **When Snakemake plans** (`guard`, called by the input function of the rule that makes the file): the file is
+  checked, read only. A file with a problem gets a new *marker* as an extra input of its rule,
+  ``results/setaside/PATH.N`` (N: the damaged file's modification time in ns, `damage_id`), and the line saying so is
+  printed. The rule's job then has an input it did not have: Snakemake plans it again, after the marker's job.
+- **When it runs** (rule set_aside, `set_aside`): the marker's job, like every job, runs under Snakemake's lock, so
+  a second `snakemake` in the same folder changes nothing of a running one's (Snakemake refuses it before any job).
+  It checks the file again, moves it to FILE.unreadable (.N beside an earlier one; a settings file, made from the
+  config alone, is removed) and writes the marker, which says what was done and why. The file's rule makes it again, and every job
+  that reads it runs again.
+- A marker stays: it is the file's input from then on, so nothing reruns twice, and ``results/setaside/`` keeps a
+  record of every file set aside. A dry run (``-n``) plans the marker's job and prints the line, and moves nothing;
+  so do touch (``-t``) and every command that runs no job (``--summary``, ``-D``, ``--report``, ...).
+
+Snakemake decides that a job whose input list changed runs again from its record of that job (``.snakemake/
+metadata``): where it has none (results/ copied without .snakemake/, or ``--drop-metadata``), a damaged file is
+named when Snakemake plans, but not made again, and its readers refuse it, naming it: move it away yourself.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
+import sys
 from pathlib import Path
 
 from budgetdraft.base.jsonio import first_difference
-from budgetdraft.evaluation import cellfile
+from budgetdraft.evaluation import cellfile, profilefile, sealed
+
+ROOT = "results"
+MARKERS = f"{ROOT}/setaside"  # results/setaside/PATH.N: the record of each file set aside
+MARKER = re.compile(r"\.(\d+)$")
 
 
-def asked_cells(targets) -> list[str]:
-    """The cell files among command-line ``targets``, each as its path under results/cells/ once resolved ('..'
-    and symbolic links followed): ``results/cells/../../elsewhere/sd/gs/1K/B16_g3.parquet`` is no cell."""
-    return [str(cell) for cell in map(cell_under_results, targets) if cell is not None]
+# ---------------------------------------------------------------------------------------------------- what is wrong
 
 
-# ---------------------------------------------------------------------------------------------------- unreadable
-# A cell file cut short (a full disk, a killed copy or sync; the cell rule itself writes atomically), damaged (a
-# flipped bit) or that lies (edited by hand, copied to another cell's path) would stop every table that reads it, or
-# worse be published; Snakemake would delete the previous table when that job fails. So when Snakemake is about to
-# run jobs, before it plans them, each existing cell file is checked as every reader checks it
-# (budgetdraft.evaluation.cellfile.problem: a whole parquet file, the digest written with it, page checksums, its
-# invariants, its rows the cell its path names), and so is whatever else sits at a cell path (a directory, a FIFO, a
-# file the user cannot read). One that fails is moved aside (FILE.unreadable, never deleted) and named with the
-# reason, so the cell is measured again like a missing one; a dry run or --touch only names it, and a command that
-# runs no job (--summary, --report, -D, --filegraph, ...) never gets here.
-
-
-def aside_name(path: Path) -> Path:
-    """FILE.unreadable, or FILE.unreadable.N when an earlier one is kept there."""
-    aside, n = path.with_name(f"{path.name}.unreadable"), 1
-    while aside.exists():
-        aside, n = path.with_name(f"{path.name}.unreadable.{n}"), n + 1
-    return aside
-
-
-def cell_under_results(path) -> Path | None:
-    """``path`` as a cell file's path under results/cells/ (LABEL[/rR]/DATASET/CONTEXT/B_g.parquet), its folder
-    resolved ('..' and symbolic links followed; the file itself is not, so a link is what a step moves), or None when
-    it resolves elsewhere or names no cell."""
-    path = Path(path)
-    root = Path(cellfile.CELLS).resolve()
-    where = path.parent.resolve() / path.name
-    if not where.is_relative_to(root):
-        return None
-    inside = where.relative_to(root)
-    return Path(cellfile.CELLS) / inside if cellfile.path_key(inside) else None
-
-
-def thing_problem(path: Path) -> str | None:
-    """Why what is at a cell path cannot be used as that cell (None: nothing is there, or a whole cell): not a
-    regular file (a directory, a FIFO, which a reader would wait on for ever: never opened), a file the user cannot
-    read, or one a reader refuses (`cellfile.problem`)."""
+def thing_problem(path: Path, check) -> str | None:
+    """Why what is at ``path`` cannot be used (None: nothing is there, or a usable file): not a regular file (a
+    directory, a FIFO, which a reader would wait on for ever: never opened), a file the user cannot read, or one
+    ``check`` (a file's own reader check: a reason or None) refuses."""
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -68,72 +55,137 @@ def thing_problem(path: Path) -> str | None:
         return f"cannot be read: {e.strerror}"
     if not stat.S_ISREG(mode):
         kind = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
-        return f"{kind.get(stat.S_IFMT(mode), 'a device')}, not a cell file"
+        return f"{kind.get(stat.S_IFMT(mode), 'a device')}, not a file"
     try:
-        return cellfile.problem(path)
+        return check(path)
     except OSError as e:
         return f"cannot be read: {e.strerror}"
 
 
-def set_aside_unreadable(paths, dry_run: bool) -> list[str]:
-    """Move everything at a cell path of ``paths`` that a reader could not use (`thing_problem`) aside
-    (FILE.unreadable, never deleted), so that its cell is measured again; with ``dry_run`` move nothing. Only a path
-    that resolves inside results/cells/ is looked at (`cell_under_results`). One line per such path, saying what was
-    done (or what a run would do)."""
-    lines = []
-    for path in dict.fromkeys(filter(None, map(cell_under_results, paths))):
-        if (problem := thing_problem(path)) is None:
-            continue
-        aside = aside_name(path)
-        if dry_run:
-            lines.append(
-                f"unreadable cell file {path} ({problem}): a run will move it to {aside} "
-                "and measure the cell again (this dry run plans as if it were whole)"
-            )
-            continue
+def prefill_problem(path: Path) -> str | None:
+    try:
+        sealed.check_tensors(path)
+    except sealed.Damaged as e:
+        return e.reason
+    return None
+
+
+def stale_problem(planned: str):
+    """A check of a file written from the plan alone: the JSON ``planned`` is what it must hold."""
+
+    def check(path: Path) -> str | None:
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return "not JSON"
+        difference = first_difference(found, json.loads(planned))
+        return None if difference is None else f"not what the config plans: {difference}"
+
+    return check
+
+
+# what a file of each kind must be (its readers' check), and the name its set-aside copy takes
+KINDS = {  # path prefix under results/ -> (what it is, its check, the set-aside suffix)
+    "cells/": ("cell file", cellfile.problem, "unreadable"),
+    "profile/": ("profile file", profilefile.problem, "unreadable"),
+    "prefill/": ("verifier prefill file", prefill_problem, "unreadable"),
+}
+
+
+def kind_of(path: str, planned: dict[str, str]) -> tuple[str, object, str | None]:
+    """(what it is, its check, the suffix of its set-aside copy, None: removed) of a file the workflow guards: a file
+    written from the plan alone (``planned``: {path: JSON}) must hold that JSON."""
+    if path in planned:  # made from the config alone: nothing to keep, removed (its marker names the difference)
+        return "settings file", stale_problem(planned[path]), None
+    inside = path.removeprefix(f"{ROOT}/")
+    for prefix, kind in KINDS.items():
+        if inside.startswith(prefix):
+            return kind
+    raise ValueError(f"{path}: not a file the workflow sets aside")
+
+
+# ---------------------------------------------------------------------------------------------------- markers
+
+
+def markers(path: str) -> list[int]:
+    """The numbers N of the markers results/setaside/PATH.N of ``path``, oldest first (none: never set aside)."""
+    folder = Path(MARKERS) / Path(path).relative_to(ROOT).parent
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    head = f"{Path(path).name}."
+    return sorted(int(n[len(head) :]) for n in names if n.startswith(head) and n[len(head) :].isdigit())
+
+
+def damage_id(path: Path) -> int:
+    """The number of the marker a file with a problem gets: its modification time in ns. Another damage, or the same
+    file touched (``snakemake -t`` records the marker as its input without making it), is another marker, so
+    Snakemake sees a new input and plans the file again."""
+    return os.lstat(path).st_mtime_ns
+
+
+def marker_path(path: str, n: int) -> str:
+    return f"{MARKERS}/{Path(path).relative_to(ROOT)}.{n}"
+
+
+_said: set[str] = set()
+
+
+def guard(path: str, planned: dict[str, str], say=None) -> list[str]:
+    """The marker input of the job that makes ``path`` (in its rule's input function): the latest marker of a file
+    set aside before (its input ever since), a new one (`damage_id`) when the file has a problem now, else none.
+    Reads only; a problem is said once per process (``say``: where, default stderr)."""
+    what, check, suffix = kind_of(path, planned)
+    done = markers(path)
+    problem = thing_problem(Path(path), check)
+    if problem is None:
+        return [marker_path(path, done[-1])] if done else []
+    marker = marker_path(path, damage_id(Path(path)))
+    if path not in _said:
+        _said.add(path)
+        where = f"moves it to {aside_name(Path(path), suffix)}" if suffix else "removes it"
+        print(
+            f"{what} {path} ({problem}): job set_aside {where} ({marker}), and it is made again", file=say or sys.stderr
+        )
+    return [marker]
+
+
+def aside_name(path: Path, suffix: str) -> Path:
+    """FILE.SUFFIX, or FILE.SUFFIX.N when an earlier one is kept there."""
+    aside, n = path.with_name(f"{path.name}.{suffix}"), 1
+    while os.path.lexists(aside):
+        aside, n = path.with_name(f"{path.name}.{suffix}.{n}"), n + 1
+    return aside
+
+
+def guarded_path(marker: str) -> str:
+    """The file a marker results/setaside/PATH.N is of: results/PATH."""
+    inside = Path(marker).relative_to(MARKERS)
+    return str(Path(ROOT) / MARKER.sub("", str(inside)))
+
+
+def set_aside(marker: str, planned: dict[str, str]) -> str:
+    """Rule set_aside's job: check the file of ``marker`` again, move it aside when it still has a problem (never
+    delete it), and write the marker saying what was done; returns that line."""
+    path = guarded_path(marker)
+    what, check, suffix = kind_of(path, planned)
+    problem = thing_problem(Path(path), check)
+    if problem is None:
+        line = f"{what} {path}: found whole when this job ran; nothing moved"
+    elif suffix is None:
+        os.remove(path)
+        line = f"{what} {path} ({problem}): removed, writing it again"
+    else:
+        aside = aside_name(Path(path), suffix)
         try:
             os.replace(path, aside)
         except OSError as e:
             raise ValueError(
-                f"unreadable cell file {path} ({problem}) cannot be moved to {aside} ({e.strerror}): move or "
-                "remove it, and the cell is measured again"
+                f"{what} {path} ({problem}) cannot be moved to {aside} ({e.strerror}): move or remove it, and it is "
+                "made again"
             ) from None
-        lines.append(f"unreadable cell file {path} ({problem}): moved to {aside}, measuring the cell again")
-    return lines
-
-
-# ---------------------------------------------------------------------------------------------------- stale settings
-# A settings file (rule settings: results/settings/NAME.json) decides a table's column titles and each variant's λ;
-# the run record (rule run_record: results/report/run.json) the report's configuration page. Their rules have no
-# input, so Snakemake writes one again only when its params (the plan's JSON) change: a file edited by hand would be
-# read by the next job that reads it and published. So when Snakemake is about to run jobs, before it plans
-# them, each existing one is compared with the JSON the plan writes there; one that differs is removed, named with
-# its first difference, so rule settings writes it again and every artifact that reads it is built again.
-
-
-def drop_stale_settings(planned: dict[str, str], dry_run: bool) -> list[str]:
-    """Remove every existing file of ``planned`` ({path: the JSON the plan writes there}) whose JSON is not that
-    (`jsonio.first_difference`); with ``dry_run`` remove nothing. One line per such file, naming the difference and
-    what was done (or what a run would do)."""
-    lines = []
-    for path, text in planned.items():
-        try:
-            found = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            continue
-        except (OSError, UnicodeDecodeError) as e:
-            difference = f"not readable: {getattr(e, 'strerror', None) or e}"
-        else:
-            try:
-                difference = first_difference(json.loads(found), json.loads(text))
-            except json.JSONDecodeError:
-                difference = "not JSON"
-        if difference is None:
-            continue
-        said = f"{path} is not what the config plans ({difference})"
-        if dry_run:
-            lines.append(f"{said}: a run will write it again and rebuild what reads it (this dry run plans as it is)")
-            continue
-        os.remove(path)
-        lines.append(f"{said}: removed, writing it again and rebuilding what reads it")
-    return lines
+        line = f"{what} {path} ({problem}): moved to {aside}, making it again"
+    Path(marker).parent.mkdir(parents=True, exist_ok=True)
+    Path(marker).write_text(line + "\n", encoding="utf-8")
+    return line

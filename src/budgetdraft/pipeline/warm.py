@@ -79,6 +79,7 @@ SENT_ENV = (
 )
 SOCKET_NAME = "warm.sock"
 RENDEZVOUS_PREFIX = "budgetdraft-"  # the start of a rendezvous directory's name (tempfile.mkdtemp adds the rest)
+MAX_PID = 2**22  # Linux's largest pid_max: a --owner or BUDGETDRAFT_WARM_AUTOSTART past it names no process
 AUTOSTART_PATIENCE_S = 600  # how long a cell waits for the server it started to listen (it runs cold after)
 
 
@@ -195,6 +196,10 @@ def delegate(argv: list[str]) -> int | None:
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
     autostarts = bool(os.environ.get(AUTOSTART)) and argv[0] in RESIDENT_COMMANDS
+    owner = os.environ.get(AUTOSTART, "")
+    if autostarts and not (owner.isascii() and owner.isdigit() and 1 <= int(owner) <= MAX_PID):
+        print(f"budgetdraft: {AUTOSTART}={owner!r} is not a process id; running {argv[0]} here", file=sys.stderr)
+        return None
     if not autostarts and not os.path.lexists(folder):
         return None  # nothing there: no server to trust or distrust
     why = private_dir(folder, create=autostarts)
@@ -223,11 +228,11 @@ REQUEST_TIMEOUT_S = 10.0  # how long a connected client may take to send its req
 
 def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
     """The request on ``conn`` and the client's standard streams; None, its descriptors closed, when the client left
-    before it had sent them all (killed between connect and send), sent nothing for REQUEST_TIMEOUT_S (it would
-    stall every later job: the server reads one request at a time), or sent something that is no request."""
-    conn.settimeout(REQUEST_TIMEOUT_S)
+    before it had sent them all (killed between connect and send), had not sent it whole REQUEST_TIMEOUT_S after it
+    connected (it would stall every later job: the server reads one request at a time; a deadline for the whole
+    request, so a client dripping a byte at a time cannot hold it either), or sent something that is no request."""
     try:
-        received = _recv_whole(conn)
+        received = _recv_whole(conn, time.monotonic() + REQUEST_TIMEOUT_S)
     finally:
         conn.settimeout(None)
     if received is None:
@@ -241,9 +246,11 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
     return json.loads(body), fds
 
 
-def _recv_whole(conn: socket.socket) -> tuple[bytes, list[int]] | None:
-    """The framed body (4-byte length, then the JSON) and the three descriptors of one request, or None."""
+def _recv_whole(conn: socket.socket, deadline: float) -> tuple[bytes, list[int]] | None:
+    """The framed body (4-byte length, then the JSON) and the three descriptors of one request, all received before
+    ``deadline`` (time.monotonic()), or None."""
     try:
+        conn.settimeout(REQUEST_TIMEOUT_S)
         data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
     except TimeoutError:
         print(f"budgetdraft warm: dropped a client that sent no request in {REQUEST_TIMEOUT_S:g} s", flush=True)
@@ -253,9 +260,19 @@ def _recv_whole(conn: socket.socket) -> tuple[bytes, list[int]] | None:
     body = data[4:]
     size = struct.unpack("!I", data[:4])[0] if len(data) >= 4 else None
     while size is not None and len(body) < size:
+        left = deadline - time.monotonic()
         try:
+            if left <= 0:
+                raise TimeoutError
+            conn.settimeout(left)
             more = conn.recv(size - len(body))
-        except OSError:  # reset, or silent past the timeout
+        except TimeoutError:
+            print(
+                f"budgetdraft warm: dropped a client that had not sent its request in {REQUEST_TIMEOUT_S:g} s",
+                flush=True,
+            )
+            more = b""
+        except OSError:  # reset by a client killed as it sent
             more = b""
         if not more:
             break

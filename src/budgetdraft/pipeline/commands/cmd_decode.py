@@ -12,7 +12,13 @@ from budgetdraft.base.defaults import GAMMA
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.sparse_drafter import drafter_factory
 from budgetdraft.evaluation.measure import Stopwatch
-from budgetdraft.pipeline.commands.flags import add_decode_flags, refuse_partial_chunk, sampling_from_args
+from budgetdraft.pipeline.commands.flags import (
+    add_decode_flags,
+    count,
+    refuse_long_draft,
+    refuse_partial_chunk,
+    sampling_from_args,
+)
 
 DEFAULT_PROMPT = "Once upon a time"
 
@@ -32,20 +38,22 @@ def configure_parser(parser) -> None:
     src.add_argument("--prompt", type=prompt_text, default=DEFAULT_PROMPT, help=f"prompt text ({DEFAULT_PROMPT!r})")
     src.add_argument("--prompt-file", help="file holding the prompt text")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--gamma", type=int, default=GAMMA, help=f"draft length γ ({GAMMA})")
-    parser.add_argument("--budget", type=int, default=256, help="drafter KV budget B (tokens of the prompt kept)")
+    parser.add_argument("--max-new-tokens", type=count(1), default=64)
+    parser.add_argument("--gamma", type=count(1), default=GAMMA, help=f"draft length γ ({GAMMA})")
+    parser.add_argument("--budget", type=count(0), default=256, help="drafter KV budget B (tokens of the prompt kept)")
     add_decode_flags(parser)  # --policy --chunk-size --score-window --draft-vocab --device --*-dtype --threads
     #                           --engine and sampling's, each default from budgetdraft.base.defaults
 
 
 def run(args) -> None:
     from budgetdraft.base.text import read_text_file
-    from budgetdraft.decoding.loading import load_model, load_tokenizer
+    from budgetdraft.decoding.loading import check_device, load_model, load_tokenizer
 
     sampling = sampling_from_args(args)
+    check_device(args.device)
     if args.method == "sd":
         refuse_partial_chunk("--budget", args.budget, "--chunk-size", args.chunk_size)
+        refuse_long_draft("--gamma", args.gamma, "--max-new-tokens", args.max_new_tokens)
     torch.set_num_threads(args.threads)
     text = args.prompt
     if args.prompt_file:

@@ -12,7 +12,7 @@ from budgetdraft.base.names import SHARED
 from budgetdraft.decoding.loading import ModelStore
 from budgetdraft.evaluation.cellfile import write_cell
 from budgetdraft.evaluation.cells import cell_models, prefill_once, run_cell, warm_up_once
-from budgetdraft.pipeline.commands.flags import add_decode_flags
+from budgetdraft.pipeline.commands.flags import add_decode_flags, count, refuse_long_draft
 
 
 def configure_parser(parser) -> None:
@@ -23,12 +23,12 @@ def configure_parser(parser) -> None:
     parser.add_argument("--prompts", required=True, help="prompts parquet of one dataset x context")
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--context", required=True)
-    parser.add_argument("--budget", type=int, default=0, help="drafter KV budget B in tokens (0 for AR)")
-    parser.add_argument("--gamma", type=int, default=0, help="draft length γ (0 for AR)")
-    parser.add_argument("--max-new-tokens", type=int, required=True, help="tokens generated per prompt and run")
-    parser.add_argument("--warmup", type=int, default=1, help="discarded warm-up generations")
+    parser.add_argument("--budget", type=count(0), default=0, help="drafter KV budget B in tokens (0 for AR)")
+    parser.add_argument("--gamma", type=count(0), default=0, help="draft length γ (0 for AR)")
+    parser.add_argument("--max-new-tokens", type=count(1), required=True, help="tokens generated per prompt and run")
+    parser.add_argument("--warmup", type=count(0), default=1, help="discarded warm-up generations")
     parser.add_argument(
-        "--warmup-tokens", type=int, default=0, help="new tokens of a warm-up generation (0 = --max-new-tokens)"
+        "--warmup-tokens", type=count(0), default=0, help="new tokens of a warm-up generation (0 = --max-new-tokens)"
     )
     parser.add_argument(
         "--warmup-prompt-tokens",
@@ -36,7 +36,7 @@ def configure_parser(parser) -> None:
         default=0,
         help="warm up on the last N tokens of the first prompt (0 = the whole prompt)",
     )
-    parser.add_argument("--repeats", type=int, required=True, help="timed runs of every prompt")
+    parser.add_argument("--repeats", type=count(1), required=True, help="timed runs of every prompt")
     add_decode_flags(parser)  # --policy --chunk-size --score-window --draft-vocab --device --*-dtype --threads
     #                           --engine and sampling's, each default from budgetdraft.base.defaults
     parser.add_argument(
@@ -73,5 +73,6 @@ def preload_models(argv: list[str], models: ModelStore) -> list[str]:
 
 
 def run(args, models: ModelStore | None = None) -> None:
+    refuse_long_draft("--gamma", args.gamma, "--max-new-tokens", args.max_new_tokens)
     torch.set_num_threads(args.threads)
     write_cell(run_cell(args, models), args.out)

@@ -1,6 +1,7 @@
 """`python -m budgetdraft prepare prompts|train`: the tokenised prompts of one dataset x context, or the training
 sequences disjoint from them (``budgetdraft.training.data``)."""
 
+from budgetdraft.pipeline.commands.flags import count
 from budgetdraft.training.data import EVAL_SOURCES, TRAIN_SOURCES, prepare_prompts, prepare_train
 
 
@@ -10,13 +11,14 @@ def configure_parser(parser) -> None:
     p.add_argument("--dataset", required=True, help="config key of the dataset, e.g. gs")
     p.add_argument("--source", required=True, help=f"one of {', '.join(EVAL_SOURCES)}")
     p.add_argument("--context", required=True, help="context label, e.g. 4K")
-    p.add_argument("--length", type=int, required=True, help="prompt length in tokens")
+    p.add_argument("--length", type=count(1), required=True, help="prompt length in tokens")
     p.add_argument("--select-length", type=int, nargs="*", help="also require documents to fit these lengths")
-    p.add_argument("--samples", type=int, required=True)
+    p.add_argument("--samples", type=count(1), required=True)
+    p.add_argument("--path", default="", help="the authors' prompts file or data/ folder (sources authors_*)")
     t = sub.add_parser("train", help="training sequences, disjoint from the evaluation prompts")
     t.add_argument("--source", required=True, help=f"one of {', '.join(TRAIN_SOURCES)}")
-    t.add_argument("--length", type=int, required=True, help="P + C tokens per sequence")
-    t.add_argument("--sequences", type=int, required=True)
+    t.add_argument("--length", type=count(1), required=True, help="P + C tokens per sequence")
+    t.add_argument("--sequences", type=count(1), required=True)
     t.add_argument("--exclude", nargs="*", default=[], help="prompts parquet files whose documents must not be used")
     for q in (p, t):
         q.add_argument("--tokenizer", required=True, help="verifier directory or model spec")
@@ -35,6 +37,7 @@ def run(args) -> None:
             length=args.length,
             select_length=args.select_length,
             samples=args.samples,
+            path=args.path,
             **shared,
         )
     else:

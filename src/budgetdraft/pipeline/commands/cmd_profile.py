@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from budgetdraft.evaluation.profile import write_profile, write_verifier_targets
-from budgetdraft.pipeline.commands.flags import add_machine_flags
+from budgetdraft.pipeline.commands.flags import add_machine_flags, count
 
 
 def configure_parser(parser) -> None:
@@ -20,10 +20,10 @@ def configure_parser(parser) -> None:
     parser.add_argument("--drafter", action="append", default=[], metavar="LABEL=DIR", help="a drafter (repeatable)")
     parser.add_argument(
         "--bucket",
-        type=int,
+        type=count(1),
         help="positions per bucket (default: the first --drafter's native range, its max_position_embeddings)",
     )
-    parser.add_argument("--replicate", type=int, default=0, help="the training replicate the drafters belong to")
+    parser.add_argument("--replicate", type=count(0), default=0, help="the training replicate the drafters belong to")
     parser.add_argument("--out", required=True, help="output parquet")
     add_machine_flags(parser, ("--verifier-dtype", "--drafter-dtype"))
 
@@ -35,6 +35,8 @@ def drafter_dirs(specs: list[str]) -> dict[str, str]:
         label, sep, path = spec.partition("=")
         if not sep or not label or not path:
             raise ValueError(f"--drafter {spec!r}: expected LABEL=DIR")
+        if label in out:
+            raise ValueError(f"--drafter {spec!r}: label {label!r} is given twice ({out[label]} and {path}); one each")
         out[label] = path
     return out
 
@@ -42,8 +44,6 @@ def drafter_dirs(specs: list[str]) -> dict[str, str]:
 def run(args) -> None:
     if len(args.prompts) != len(args.datasets):
         raise ValueError(f"--prompts gives {len(args.prompts)} files but --datasets {len(args.datasets)} names")
-    if args.bucket is not None and args.bucket < 1:
-        raise ValueError(f"--bucket {args.bucket}: must be a positive number of positions")
     if bool(args.drafter) == bool(args.verifier) or bool(args.drafter) != bool(args.targets):
         raise ValueError("give --verifier (its next tokens) or --targets with --drafter (the drafters against them)")
     drafters = drafter_dirs(args.drafter)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from budgetdraft.pipeline.commands.flags import add_machine_flags
+from budgetdraft.pipeline.commands.flags import add_machine_flags, count
 from budgetdraft.training.targets import TEACHERS, write_targets
 
 
@@ -20,11 +20,13 @@ def configure_parser(parser) -> None:
     parser.add_argument("--sequences", required=True, help="training sequences parquet (column input_ids, P+C tokens)")
     parser.add_argument("--prefix-len", type=int, required=True, help="P: prefix tokens")
     parser.add_argument("--cont-len", type=int, required=True, help="C: continuation tokens (supervised)")
-    parser.add_argument("--num-seqs", type=int, default=None, help="use only the first N sequences")
+    parser.add_argument("--num-seqs", type=count(1), default=None, help="use only the first N sequences")
     parser.add_argument("--out", required=True, help="output .safetensors")
     add_machine_flags(parser)  # --device --dtype --threads (a positive count)
-    parser.add_argument("--prefill-chunk", type=int, default=2048, help="prefix tokens per prefill forward")
-    parser.add_argument("--save-every", type=int, default=16, help="rewrite OUT.partial every k sequences (resume)")
+    parser.add_argument("--prefill-chunk", type=count(1), default=2048, help="prefix tokens per prefill forward")
+    parser.add_argument(
+        "--save-every", type=count(1), default=16, help="rewrite OUT.partial every k sequences (resume)"
+    )
 
 
 def run(args) -> None:

@@ -13,6 +13,8 @@ Imports no torch at import time: the cost estimate (torch-free) and the config c
 from __future__ import annotations
 
 import argparse
+import math
+import re
 
 from budgetdraft.base.defaults import CHUNK_SIZE, DEVICE, DTYPE, ENGINE, ENGINES, POLICY, SCORE_WINDOW, THREADS
 
@@ -28,6 +30,35 @@ def positive_threads(text: str) -> int:
     if threads < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of threads")
     return threads
+
+
+def count(minimum: int = 0, maximum: int | None = None):
+    """An argparse ``type``: a whole number (ASCII digits) in [``minimum``, ``maximum``], refused when parsed in
+    argparse's one line naming the flag (``argument --save-every: 0: must be >= 1``), not mid-run."""
+
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"[+-]?[0-9]+", text.strip()):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text}: must be >= {minimum}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{text}: must be <= {maximum}")
+        return value
+
+    parse.__name__ = "whole number"  # what argparse calls it in its own "invalid ... value" line
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse ``type``: a finite, non-negative number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds >= 0")
+    return value
 
 
 def add_engine_flag(parser, default: str | None = ENGINE, help: str = ENGINE_HELP) -> None:
@@ -94,4 +125,14 @@ def refuse_partial_chunk(key: str, budget: int, chunk_key: str, chunk: int) -> N
         raise ValueError(
             f"{key} = {budget} is not a positive multiple of {chunk_key} = {chunk}: it would keep {kept} prompt "
             f"tokens, not {budget}; make the budget a multiple of {chunk_key}, or {chunk_key} a divisor of it"
+        )
+
+
+def refuse_long_draft(key: str, gamma: int, new_key: str, max_new_tokens: int) -> None:
+    """A ValueError naming ``key`` when a draft of ``gamma`` tokens is longer than the ``max_new_tokens`` (named
+    ``new_key``) a generation emits: every round would draft tokens no generation could use."""
+    if gamma > max_new_tokens:
+        raise ValueError(
+            f"{key} = {gamma} drafts more tokens a round than {new_key} = {max_new_tokens} generates: at most "
+            f"{max_new_tokens} of them could ever be used; lower {key} or raise {new_key}"
         )
