@@ -234,3 +234,29 @@ def test_a_memory_table_in_mb_is_compared_in_gb():
         "\n" r"3 & 512.00 & 1024.00 \\" "\n" r"\end{tabular}\end{table}"
     )  # fmt: skip
     assert [v.value for v in paperdiff.read_tex_tables(tex) if v.metric == "peak_gb"] == [0.5, 1.0]
+
+
+def test_the_papers_own_inconsistencies_are_listed_as_the_papers(tmp_path):
+    """At 8K the paper prints BudgetDraft's best-acceptance run (Table 1, panel B) and its γ = 5 run (Tables 3 and
+    C) at the same acceptance with speedups 1.35× apart; the authors' EXPECTED_RESULTS.md Figure 3 peaks at 8K
+    LongBench / LWM and 16K LWM fall below Table 1's best speedups where every budget has one acceptance. 4K and
+    16K agree across tables, and values that agree give nothing."""
+    found = paperdiff.inconsistencies(paperdiff.paper_values())
+    assert (
+        "8K / B=256 / GS: BudgetDraft at 74.78 % acceptance is 3.74× (main panel B) and 2.39× (ablation_lc, lambda)"
+        in found
+    )
+    assert any(line.startswith("8K / LWM: EXPECTED_RESULTS.md's Figure 3 peak is 2.90× (γ = 15)") for line in found)
+    assert sum("Figure 3" in line for line in found) == 3
+    assert not [line for line in found if line.startswith(("4K", "16K / B="))]
+
+    def ablation(metric, number):
+        return Value("ablation_lc", 0, 0, 2, "4K / 256", "GS / L_A + 0.5 L_C", metric, number)
+
+    (tmp_path / "peaks.csv").write_text("context,dataset,gamma,speedup\n")
+    main = [value("speedup", 2.0), value("acceptance", 50.0)]
+    agreeing = main + [ablation("speedup", 2.04), ablation("acceptance", 50.0)]
+    assert paperdiff.inconsistencies(agreeing, tmp_path / "peaks.csv") == []
+    two = main + [ablation("speedup", 3.0), ablation("acceptance", 50.0)]
+    (line,) = paperdiff.inconsistencies(two, tmp_path / "peaks.csv")
+    assert line == "4K / B=256 / GS: BudgetDraft at 50.00 % acceptance is 3.00× (ablation_lc) and 2.00× (main panel A)"

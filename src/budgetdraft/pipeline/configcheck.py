@@ -645,7 +645,7 @@ def trained_hparams(config: dict) -> list[tuple[str, dict]]:
     ]
 
 
-GIVEN_KEYS = ("checkpoint", "subfolder", "revision", "lambda_c", "budgets", "budget_weights")  # what it was, not how
+GIVEN_KEYS = ("checkpoint", "subfolder", "revision", "lambda_c", "budgets", "budget_weights", "not_run")  # not how
 
 
 def check_given(config: dict) -> None:
@@ -666,6 +666,11 @@ def check_given(config: dict) -> None:
                 )
         where = Path(os.path.expanduser(str(given["checkpoint"] or ""))) / given.get("subfolder", "")
         checkpoint = str(given["checkpoint"] or "")
+        if given.get("not_run") and checkpoint:
+            raise ValueError(
+                f"variants.{label}.not_run = {given['not_run']!r} says why it is not run, but it has a checkpoint: "
+                "remove one of them"
+            )
         if given.get("revision") and checkpoint and revisions.hub_model(checkpoint) is None:
             raise ValueError(
                 f"variants.{label}.revision = {given['revision']!r}: {checkpoint!r} is a local checkpoint, and a "

@@ -499,12 +499,32 @@ def report(cfg: dict, stages: dict[str, Cost], est: Estimator, gpu: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+HERE = "here"  # --gpu here: this machine, measured (budgetdraft.pipeline.machine)
+PROFILE_CORES = 2  # profiles/default's cores: the jobs a local run runs side by side
+
+
+def default_parallel(cfg: dict) -> int:
+    """Jobs a local run runs side by side on this machine: profiles/default's cores, at most the cores visible, each
+    job its config's threads."""
+    from budgetdraft.pipeline.machine import cores
+
+    return max(1, min(cores(), PROFILE_CORES) // max(1, int(cfg.get("threads", 1))))
+
+
 def cost_report(
-    configfile: str, gpu: str, alpha: float, engine: str | None, target: str, cells_per_process: int
+    configfile: str,
+    gpu: str,
+    alpha: float,
+    engine: str | None,
+    target: str,
+    cells_per_process: int,
+    parallel: int = 0,
+    remeasure: bool = False,
 ) -> str:
-    """The cost of the jobs of ``target`` under the config ``configfile`` on the device ``gpu`` (one of ``DEVICES``),
-    each stage's row and every assumption: speculative cells accept at rate ``alpha``, decode steps run on
-    ``engine`` (None: the config's), one resident process runs ``cells_per_process`` GPU cells (0: all)."""
+    """The cost of the jobs of ``target`` under the config ``configfile`` on the device ``gpu`` (one of ``DEVICES``,
+    or ``here``: this machine, measured, with ``parallel`` jobs side by side, 0: `default_parallel`), each stage's
+    row and every assumption: speculative cells accept at rate ``alpha``, decode steps run on ``engine`` (None: the
+    config's), one resident process runs ``cells_per_process`` GPU cells (0: all)."""
     cfg = yaml.safe_load(Path(configfile).read_text())
     if not 0 <= alpha <= 1:
         raise ValueError(f"--alpha {alpha}: an acceptance rate is between 0 and 1")
@@ -513,7 +533,13 @@ def cost_report(
     engine = engine or cfg.get("engine", ENGINE)  # --engine is checked when parsed, the config's here
     if engine not in ENGINES:
         raise ValueError(f"engine = {engine!r} in {configfile}: one of {', '.join(ENGINES)}")
-    est = Estimator(cfg, DEVICES[gpu], alpha, cells_per_process, engine)
+    if gpu == HERE:
+        from budgetdraft.pipeline.machine import here
+
+        device = here(cfg, parallel or default_parallel(cfg), remeasure, say=lambda line: print(line, file=sys.stderr))
+    else:
+        device = DEVICES[gpu]
+    est = Estimator(cfg, device, alpha, cells_per_process, engine)
     check_fits(cfg, est, gpu)
     stages = costs(cfg, planned_jobs(configfile, target), est)
     if math.isnan(sum(c.seconds for c in stages.values())):

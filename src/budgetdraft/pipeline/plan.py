@@ -87,7 +87,11 @@ class Labels:
         # Variants = cell labels: trained here (once per replicate) or given as a checkpoint (`checkpoint`: exported
         # once, one external draw); a given variant whose checkpoint is empty is left out, its rows "not run".
         given = {v: o for v, o in config["variants"].items() if "checkpoint" in o}
-        self.not_run = {v: f"variants.{v}.checkpoint is not given" for v, o in given.items() if not o["checkpoint"]}
+        self.not_run = {
+            v: o.get("not_run") or f"variants.{v}.checkpoint is not given"
+            for v, o in given.items()
+            if not o["checkpoint"]
+        }
         self.variants = [v for v in config["variants"] if v not in self.not_run]
         self.given = {v: o for v, o in given.items() if v not in self.not_run}
         self.trained = [v for v in self.variants if v not in self.given]

@@ -1,14 +1,25 @@
 """`python -m budgetdraft estimate`: what a configuration will cost on a device, before it runs
-(``budgetdraft.pipeline.estimate``). Torch-free, as the estimate is."""
+(``budgetdraft.pipeline.estimate``). Torch-free, as the estimate is, but for ``--gpu here``'s probe
+(``budgetdraft.pipeline.machine``)."""
 
 from budgetdraft.base.defaults import ENGINE
-from budgetdraft.pipeline.commands.flags import add_engine_flag
-from budgetdraft.pipeline.estimate import DEVICES, cost_report
+from budgetdraft.pipeline.commands.flags import add_engine_flag, count
+from budgetdraft.pipeline.estimate import DEVICES, HERE, cost_report
 
 
 def configure_parser(parser) -> None:
     parser.add_argument("--configfile", required=True, help="the pipeline config to estimate (config/*.yaml)")
-    parser.add_argument("--gpu", default="a100-80g", choices=DEVICES, help="device the run will use")
+    parser.add_argument(
+        "--gpu",
+        default=HERE,
+        choices=[HERE, *DEVICES],
+        help="the device the run will use: here (this machine, measured by a probe of seconds, cached) or a named one "
+        "(constants of that device, partly guessed)",
+    )
+    parser.add_argument(
+        "--parallel", type=count(1), default=None, help="jobs side by side here (default: cores ÷ threads, at most 2)"
+    )
+    parser.add_argument("--remeasure", action="store_true", help="probe this machine again (--gpu here)")
     parser.add_argument("--alpha", type=float, default=0.3, help="acceptance rate assumed in speculative cells")
     add_engine_flag(
         parser,
@@ -26,5 +37,14 @@ def configure_parser(parser) -> None:
 
 
 def run(args) -> None:
-    text = cost_report(args.configfile, args.gpu, args.alpha, args.engine, args.target, args.cells_per_process)
+    text = cost_report(
+        args.configfile,
+        args.gpu,
+        args.alpha,
+        args.engine,
+        args.target,
+        args.cells_per_process,
+        args.parallel or 0,
+        args.remeasure,
+    )
     print(text, end="")
