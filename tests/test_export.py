@@ -112,11 +112,13 @@ def test_cover_is_bounded_by_the_native_range_and_the_verifiers_positions(checkp
 
 
 def test_a_loaded_model_saves_as_transformers_own(tmp_path):
-    """load_model stores float32 CPU weights column-major (the decode layout); save_pretrained then still works,
+    """A model in the column layout (what load_model gives on a CPU that decodes fastest so); save_pretrained works,
     the tied embedding saved once, and the saved model computes what the loaded one does."""
+    from budgetdraft.decoding.layout import COLUMN, decode_layout
+
     source = tmp_path / "tied"
     tiny_llama(layers=1, tie_word_embeddings=True).save_pretrained(source)
-    model = load_model(str(source))
+    model = decode_layout(load_model(str(source), trainable=True), "cpu", "float32", COLUMN)
     assert not model.lm_head.weight.is_contiguous()
     model.save_pretrained(tmp_path / "saved")
     again = AutoModelForCausalLM.from_pretrained(tmp_path / "saved")

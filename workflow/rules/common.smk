@@ -132,3 +132,22 @@ def write_code_digest(paths, out):
     from budgetdraft.base.atomic import atomic_write_text, file_sha256
 
     atomic_write_text(out, "".join(f"{file_sha256(p)}  {p}\n" for p in paths))
+
+
+def print_prediction():
+    """Before the first job of `snakemake all` (or of the default target): its wall time from scratch on this
+    machine, predicted from this machine's own timings (budgetdraft.pipeline.estimate.prediction; config
+    `estimate_before_run`). A prediction that cannot be made says why and stops nothing.
+    """
+    from budgetdraft.pipeline.estimate import prediction
+
+    targets = set(workflow.dag_settings.targets or ["all"])
+    if not (
+        config["estimate_before_run"] and targets <= {"all"} and workflow.configfiles
+    ):
+        return
+    try:
+        line = prediction(str(workflow.configfiles[0]))
+    except Exception as err:  # the run goes on: a prediction is advice
+        line = f"budgetdraft: no prediction of this run's time ({type(err).__name__}: {err})"
+    print(line, file=sys.stderr, flush=True)

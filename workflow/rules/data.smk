@@ -19,7 +19,9 @@ rule prepare_prompts:
         samples=lambda wc: PLAN.settings.samples(wc.dataset),
         seed=config["seed"],
         revision=lambda wc: data_revision_flag(config["datasets"][wc.dataset]["source"]),
-        path=lambda wc, input: f"--path {shlex.quote(input.authors[0])}" if input.authors else "",
+        path=lambda wc, input: (
+            f"--path {shlex.quote(input.authors[0])}" if input.authors else ""
+        ),
     shell:
         "python -m budgetdraft prepare prompts --dataset {wildcards.dataset} --source {params.source}"
         " --context {wildcards.context} --length {params.length} --select-length {params.select}"

@@ -45,6 +45,7 @@ if workflow.remote_exec and warm_mode() == "resident":
 
 
 onstart:
+    print_prediction()
     if (
         warm_mode()
         and workflow.local_exec

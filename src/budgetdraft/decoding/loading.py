@@ -33,6 +33,7 @@ from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
 from budgetdraft.base.defaults import DEVICE, DTYPE
 from budgetdraft.base.revisions import hub_model
 from budgetdraft.decoding import positions
+from budgetdraft.decoding.layout import decode_layout
 
 DTYPES = ("float32", "float16", "bfloat16")
 positions.quiet_contraction_warning()  # a drafter with a short native range loads with a rope factor below 1
@@ -349,45 +350,10 @@ def torch_dtype(name: str):
 
 def load_model(spec: str, device: str = DEVICE, dtype: str = DTYPE, *, trainable: bool = False):
     """The causal LM named by ``spec``, in eval mode on ``device``; ``trust_remote_code`` stays off. (A warm process
-    hands out the models it holds through its ``ModelStore``.) Weights in the decoding layout (``decode_layout``)
-    unless ``trainable``: a model to train, and save, keeps transformers' own."""
+    hands out the models it holds through its ``ModelStore``.) Weights in this machine's decoding layout
+    (``budgetdraft.decoding.layout``) unless ``trainable``: a model to train keeps transformers' own."""
     check_device(device)
     return _load(spec, device, dtype, trainable=trainable)
-
-
-def decode_layout(model, device: str, dtype: str):
-    """On a CPU in float32, every linear layer's weight stored column-major (the same values, ``W.t().contiguous()
-    .t()``; the tied embedding shares the LM head's): the decode steps' matrix-vector products read it about twice as
-    fast on the 2-core machines this was measured on (MKL; bench/README.md, "Column-major weights on the CPU"):
-    an SD cell's decoding 18-26 % faster, an AR step 17 %, drafted and accepted tokens unchanged. Elsewhere (an
-    accelerator, half precision) the model is returned as loaded."""
-    import torch
-
-    if torch.device(device).type != "cpu" or dtype != "float32":
-        return model
-    moved: dict[int, torch.nn.Parameter] = {}
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear):
-            w = module.weight
-            if id(w) not in moved:
-                moved[id(w)] = torch.nn.Parameter(w.detach().t().contiguous().t(), requires_grad=w.requires_grad)
-            module.weight = moved[id(w)]
-    embedding = model.get_input_embeddings()
-    if embedding is not None and id(embedding.weight) in moved:
-        embedding.weight = moved[id(embedding.weight)]
-    model.register_state_dict_post_hook(_row_major_state)
-    return model
-
-
-def _row_major_state(module, state_dict, prefix, local_metadata) -> None:
-    """A decode-layout model's ``state_dict`` in transformers' own layout (row-major copies; a tensor tied to another
-    stays one tensor), so that ``save_pretrained`` and safetensors, which need contiguous tensors, save it as they
-    save a model they loaded."""
-    copies: dict[tuple, object] = {}
-    for key, tensor in state_dict.items():
-        if hasattr(tensor, "is_contiguous") and not tensor.is_contiguous():
-            where = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
-            state_dict[key] = copies.setdefault(where, tensor.contiguous())
 
 
 # full drafter prefills a forking warm process holds at most (ModelStore.keep_prefills)

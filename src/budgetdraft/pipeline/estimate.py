@@ -26,7 +26,7 @@ import math
 import subprocess
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -49,6 +49,9 @@ class Device:
     parallel: int  # jobs that run side by side
     basis: str  # where the numbers come from
     cuda: bool = True  # a CUDA device: what the graphs engine needs
+    # measured on this machine (budgetdraft.pipeline.machine): the models' decode steps and the training steps
+    measured: dict = field(default_factory=dict)
+    job_s: float = 0.0  # fixed seconds of every job beyond its model work (the workflow's own, Snakemake's)
 
 
 DEVICES = {
@@ -175,6 +178,9 @@ class Model:
     device: Device
     engine: str = ENGINE
     cache: str = "preallocated"
+    # measured on this machine (`budgetdraft.pipeline.machine`): a decode step's seconds, fixed + per layer, at the
+    # probe's context, and a verify of `verify_rows` tokens as a multiple of a step; None: the roofline's
+    measured: dict | None = None
 
     def forward(
         self, tokens: float, context: float, logits: float = 1, train: bool = False, overhead: bool = True
@@ -197,6 +203,12 @@ class Model:
         per-layer cost under eager, none under graphs (the step is one CUDA graph). DynamicCache: over ``cached``."""
         if self.cache == "dynamic":
             return self.forward(tokens, cached)
+        if self.measured:  # the measured step, its KV beyond the probe's context read at the measured bandwidth
+            m = self.measured
+            step = m["fixed_s"] + self.shape.layers * m["per_layer_s"]
+            extra_kv = self.shape.kv_bytes(max(rounded_capacity(capacity) - m["context"], 0), self.dtype_bytes)
+            rows = 1 + (tokens - 1) * (m["verify_factor"] - 1) / (m["verify_rows"] - 1)
+            return step * rows + extra_kv / self.device.bandwidth
         return self.forward(tokens, rounded_capacity(capacity), overhead=self.engine == EAGER)
 
     def prefill(self, tokens: float, logits: float = 1) -> float:
@@ -218,8 +230,8 @@ def tokens_per_round(alpha: float, gamma: int) -> float:
 
 def planned_jobs(configfile: str, target: str = "all") -> list[tuple[str, list[str]]]:
     """(rule, outputs) of every job of ``target`` as if nothing existed (`snakemake -n --forceall`)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--forceall", target, "--configfile", configfile],
+    proc = subprocess.run(  # --nolock: a run asks this from its onstart, while it holds the folder's lock
+        [sys.executable, "-m", "snakemake", "-n", "--forceall", "--nolock", target, "--configfile", configfile],
         capture_output=True, text=True,
     )  # fmt: skip
     if proc.returncode != 0:
@@ -266,8 +278,9 @@ class Estimator:
                 "engine: graphs off CUDA); estimate it with --engine eager"
             )
         self.cfg, self.device, self.alpha, self.engine = cfg, device, alpha, engine
-        self.verifier = Model(shape(cfg["verifier"]), BYTES[cfg["verifier_dtype"]], device, engine, cache)
-        self.drafter = Model(shape(cfg["drafter"]), BYTES[cfg["drafter_dtype"]], device, engine, cache)
+        v, d = device.measured.get("verifier"), device.measured.get("drafter")
+        self.verifier = Model(shape(cfg["verifier"]), BYTES[cfg["verifier_dtype"]], device, engine, cache, v)
+        self.drafter = Model(shape(cfg["drafter"]), BYTES[cfg["drafter_dtype"]], device, engine, cache, d)
         self.trainee = Model(self.drafter.shape, BYTES[cfg["training"].get("dtype", "float32")], device)
         # which process loads a cell's models (workflow/rules/warm.smk): on the CPU the forking warm process, once
         # for all cells; on a GPU the resident process, once per `cells_per_process` cells (0: all of them); with
@@ -349,7 +362,8 @@ class Estimator:
     def training(self, hparams: dict, data: dict) -> Cost:
         p, c = data["prefix_len"], data["cont_len"]
         branches = 1 + (float(hparams.get("lambda_c", TrainingHparams.lambda_c)) > 0)  # L_C's branch when λ > 0
-        step = self.trainee.prefill(p) + branches * self.trainee.forward(c, p, logits=c, train=True)
+        measured = self.device.measured.get("train_step_s", {}).get(json.dumps([p, c, branches]))
+        step = measured or self.trainee.prefill(p) + branches * self.trainee.forward(c, p, logits=c, train=True)
         steps = int(hparams["steps"])
         return Cost(1, 0, steps * (p + c), 0, 1, steps * step + self.trainee.load_s)
 
@@ -414,6 +428,8 @@ def costs(cfg: dict, jobs, est: Estimator) -> dict[str, Cost]:
         elif rule == "profile":
             drafters = 1 + len(cfg["variants"]) + ("pi" in cfg.get("controls", []))
             out["positional profiles"].add(est.profile(drafters))
+    for stage in out.values():  # every job's fixed cost beyond its model work (measured here; 0 for a named device)
+        stage.seconds += stage.jobs * est.device.job_s
     return dict(out)
 
 
@@ -467,7 +483,12 @@ def report(cfg: dict, stages: dict[str, Cost], est: Estimator, gpu: str) -> str:
         f"| **total** | {total.jobs:,} | {total.generations:,} | {total.prefilled:,.0f} | {total.decoded:,.0f} | "
         f"{total.loads:,} | {total.seconds / 3600:.2f} |",
         "",
-        f"Wall time: {wall / 3600:.2f} h ({dev.parallel} job(s) at a time; Snakemake's own time not included).",
+        f"Wall time: {wall / 3600:.2f} h ({dev.parallel} job(s) at a time; "
+        + (
+            f"each job's fixed {dev.job_s:.2f} s measured here, Snakemake's own 0.2 s included)."
+            if dev.job_s
+            else "Snakemake's own time not included)."
+        ),
         f"Peak memory of the largest cell ({largest}): {sum(peak.values()):.1f} GB = "
         + " + ".join(f"{k} {v:.1f}" for k, v in peak.items()),
         "",
@@ -511,6 +532,23 @@ def default_parallel(cfg: dict) -> int:
     return max(1, min(cores(), PROFILE_CORES) // max(1, int(cfg.get("threads", 1))))
 
 
+def prediction(configfile: str, target: str = "all") -> str:
+    """One line: the wall time of ``target`` from scratch under ``configfile`` on this machine, measured here (the
+    line `snakemake all` prints before its first job)."""
+    cfg = yaml.safe_load(Path(configfile).read_text())
+    from budgetdraft.pipeline.machine import here
+
+    parallel = default_parallel(cfg)
+    device = here(cfg, parallel, say=lambda line: print(f"budgetdraft: {line}", file=sys.stderr, flush=True))
+    est = Estimator(cfg, device, float(cfg.get("expected_acceptance", 0.3)), 0, cfg.get("engine", ENGINE))
+    seconds = sum(c.seconds for c in costs(cfg, planned_jobs(configfile, target), est).values()) / device.parallel
+    return (
+        f"budgetdraft: `snakemake {target}` of {configfile} from scratch on {device.name}, {parallel} job(s) at a "
+        f"time: about {seconds / 3600:.2f} h ({seconds / 60:.0f} min), predicted from this machine's own timings "
+        f"(python -m budgetdraft estimate --configfile {configfile}: the table and every assumption)"
+    )
+
+
 def cost_report(
     configfile: str,
     gpu: str,
@@ -526,6 +564,7 @@ def cost_report(
     row and every assumption: speculative cells accept at rate ``alpha``, decode steps run on ``engine`` (None: the
     config's), one resident process runs ``cells_per_process`` GPU cells (0: all)."""
     cfg = yaml.safe_load(Path(configfile).read_text())
+    alpha = float(cfg.get("expected_acceptance", 0.3)) if alpha is None else alpha
     if not 0 <= alpha <= 1:
         raise ValueError(f"--alpha {alpha}: an acceptance rate is between 0 and 1")
     if cells_per_process < 0:

@@ -32,6 +32,7 @@ from pathlib import Path
 PROBE_LAYERS = 4  # layers of the verifier's probe: its width, vocabulary and per-layer cost are the verifier's
 DECODE_TOKENS = 24  # steps timed per model (after 4 untimed)
 PREFILL_TOKENS = 256
+VERIFY_ROWS = 6
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class Probe:
     verifier_bytes: float  # weights + KV a verifier step reads
     drafter_bytes: float
     prefill_flops: float
+    verifier_step2_s: float = 0.0  # a step of the verifier's probe at half its layers: the head's share apart
+    verify_rows_s: float = 0.0  # a step of VERIFY_ROWS tokens (a γ = 5 verify) of the verifier's probe
+    train_steps_s: tuple = ()  # ((P, C, branches), seconds of one training step of the drafter), per recipe
 
 
 def cpu_name() -> str:
@@ -71,7 +75,8 @@ def llama(shape, layers: int, dtype: str, device: str):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from budgetdraft.decoding import attention
-    from budgetdraft.decoding.loading import decode_layout, torch_dtype
+    from budgetdraft.decoding.layout import decode_layout
+    from budgetdraft.decoding.loading import torch_dtype
 
     config = LlamaConfig(
         vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn, num_hidden_layers=layers,
@@ -101,9 +106,51 @@ def step_seconds(model, context: int) -> float:
     return max(runs[4 + DECODE_TOKENS] - runs[4], 1e-6) / DECODE_TOKENS
 
 
+def rows_seconds(model, context: int, rows: int, repeats: int = 5) -> float:
+    """Median seconds of one forward of ``rows`` tokens over a ``context``-token cache (a verify, or a step)."""
+    import torch
+    from transformers import DynamicCache
+
+    ids = torch.arange(3, 3 + context + rows, device=model.device)[None]
+    times = []
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        model(ids[:, :context], past_key_values=cache, logits_to_keep=1)
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            model(ids[:, context:], past_key_values=cache, logits_to_keep=rows)
+            times.append(time.perf_counter() - start)
+            cache.crop(-rows)
+    return statistics.median(times[1:])
+
+
+def train_step_seconds(drafter, hparams: dict, prefix: int, cont: int) -> float:
+    """Seconds of one training step (`budgetdraft.training.train.train_step`, both branches when λ > 0) of
+    ``drafter`` (trained in place: a probe) on random sequences of ``prefix`` + ``cont`` tokens, after one untimed."""
+    import torch
+
+    from budgetdraft.training.train import optimizer_and_schedule, resolve_hparams, train_step
+
+    hp = resolve_hparams({**hparams, "steps": 4, "warmup_steps": 1, "checkpoint_every": 4})
+    drafter.train()
+    vocab = drafter.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    data = {
+        "input_ids": torch.randint(3, vocab, (2, prefix + cont), generator=g),
+        "targets": torch.randint(3, vocab, (2, cont), generator=g),
+        "prefix_len": prefix,
+    }
+    optimizer, scheduler = optimizer_and_schedule(drafter, hp)
+    train_step(drafter, optimizer, scheduler, data, 0, hp, 2)
+    start = time.perf_counter()
+    train_step(drafter, optimizer, scheduler, data, 1, hp, 2)
+    return time.perf_counter() - start
+
+
 def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype: str, device: str, threads: int,
-               context: int) -> Probe:  # fmt: skip
-    """One probe process's timings (its own torch threads)."""
+               context: int, recipes: tuple = ()) -> Probe:  # fmt: skip
+    """One probe process's timings (its own torch threads); ``recipes``: ((hparams JSON, P, C), ...) of the training
+    steps to time on the drafter."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -115,6 +162,15 @@ def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype
     v = llama(verifier_shape, layers, verifier_dtype, device)
     d = llama(drafter_shape, drafter_shape.layers, drafter_dtype, device)
     verifier_step, drafter_step = step_seconds(v, context), step_seconds(d, context)
+    half = llama(verifier_shape, max(1, layers // 2), verifier_dtype, device)
+    verifier_step2 = step_seconds(half, context)
+    del half
+    verify = rows_seconds(v, context, VERIFY_ROWS) / rows_seconds(v, context, 1) * verifier_step
+    trained = tuple(
+        ((p, c, 1 + (float(json.loads(h).get("lambda_c", 0)) > 0)),
+         train_step_seconds(llama(drafter_shape, drafter_shape.layers, "float32", device), json.loads(h), p, c))
+        for h, p, c in recipes
+    )  # fmt: skip
     ids = torch.arange(3, 3 + PREFILL_TOKENS, device=device)[None]
     with torch.no_grad():
         v(ids, logits_to_keep=1)
@@ -133,13 +189,18 @@ def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype
         sv.read * bytes_of[verifier_dtype] + sv.kv_bytes(context, bytes_of[verifier_dtype]),
         drafter_shape.read * bytes_of[drafter_dtype] + drafter_shape.kv_bytes(context, bytes_of[drafter_dtype]),
         2 * sv.body * PREFILL_TOKENS + 2 * sv.vocab * sv.hidden + 4 * layers * sv.hidden * PREFILL_TOKENS**2 / 2,
+        verifier_step2, verify, trained,
     )  # fmt: skip
 
 
 def solve(probes: list[Probe]) -> dict:
     """The roofline constants of the median probe: bandwidth and per-layer cost from the two decode steps, matmul
     throughput from the prefill, disk from the load."""
-    p = {k: statistics.median(getattr(x, k) for x in probes) for k in asdict(probes[0])}
+    p = {k: statistics.median(getattr(x, k) for x in probes) for k in asdict(probes[0]) if k != "train_steps_s"}
+    trained = {}
+    for probe in probes:
+        for recipe, seconds in probe.train_steps_s:
+            trained.setdefault(tuple(recipe), []).append(seconds)
     lv, ld, tv, td, bv, bd = (p[k] for k in ("verifier_layers", "drafter_layers", "verifier_step_s",
                                              "drafter_step_s", "verifier_bytes", "drafter_bytes"))  # fmt: skip
     # tv = lv·o + bv / w, td = ld·o + bd / w: solved for 1 / w and o
@@ -149,13 +210,96 @@ def solve(probes: list[Probe]) -> dict:
     if inv_bw <= 0 or overhead < 0:  # the steps do not separate the two (one model's step is all fixed cost)
         overhead, inv_bw = 0.0, tv / bv
     flops = p["prefill_flops"] / max(p["prefill_s"] - lv * overhead, 1e-6)
+    # a decode step of the verifier as an affine function of its layers (its head and embedding once, then each
+    # layer): from the probe at its layers and at half of them
+    half = max(1, int(lv) // 2)
+    per_layer = (tv - p["verifier_step2_s"]) / (lv - half) if lv > half else 0.0
     return {
         "bandwidth": 1 / inv_bw,
         "layer_overhead_s": overhead,
         "flops": flops,
         "disk": p["load_bytes"] / max(p["load_s"], 1e-6),
+        "verifier_step": {"fixed_s": max(tv - lv * per_layer, 0.0), "per_layer_s": max(per_layer, 0.0)},
+        "drafter_step_s": td,
+        "verify_factor": p["verify_rows_s"] / tv if tv else 1.0,
+        "train_step_s": {json.dumps(list(k)): statistics.median(v) for k, v in trained.items()},
         "timings": p,
     }
+
+
+SNAKEMAKE_JOB_S = 0.2  # Snakemake's own time per job on these machines (shared/FACTS: 3,840 toy jobs), not probed
+
+
+def job_seconds(runs: int = 3) -> float:
+    """A cell job's fixed seconds beyond its model work: `budgetdraft eval-cell` of a tiny model (2 new tokens of
+    AR) started as a rule starts one (a shell, the Python client) and forked from a warm process that has imported
+    everything, as the workflow runs cells (the median of ``runs``), plus Snakemake's own time per job."""
+    import shutil
+    import subprocess
+    import sys
+
+    import pandas as pd
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from budgetdraft.pipeline.warm import ENV, rendezvous
+
+    socket = rendezvous("probe")
+    work = Path(os.path.dirname(socket))
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=128,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            bos_token_id=None,
+            eos_token_id=None,
+            pad_token_id=None,
+        )
+    ).save_pretrained(work / "v")
+    pd.DataFrame({"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["probe"],
+                  "input_ids": [list(range(3, 67))]}).to_parquet(work / "prompts.parquet")  # fmt: skip
+    server = subprocess.Popen([sys.executable, "-m", "budgetdraft", "warm", "--socket", socket],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    cell = ("eval-cell --label ar --method ar --verifier v --prompts prompts.parquet --dataset d --context c "
+            "--max-new-tokens 2 --warmup 0 --repeats 1 --out results/cells/ar/d/c/B0_g0.parquet")  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(socket) and time.monotonic() < deadline and server.poll() is None:
+            time.sleep(0.1)
+        env = {**os.environ, ENV: socket}
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            subprocess.run(["bash", "-c", f"{sys.executable} -m budgetdraft {cell} > /dev/null 2>&1"], env=env,
+                           cwd=work, check=True)  # fmt: skip
+            times.append(time.perf_counter() - start)
+    finally:
+        server.terminate()
+        server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    return statistics.median(times) + SNAKEMAKE_JOB_S
+
+
+def training_recipes(cfg: dict) -> tuple:
+    """((hparams JSON, P, C), ...): each distinct training step the config runs (the variants at the training data's
+    P and C, λ > 0 or not; the base drafter at its own), to time on the drafter's probe."""
+    recipes = {}
+    tr, data = cfg["training"], cfg["training_data"]
+    for overrides in cfg.get("variants", {}).values():
+        if "checkpoint" in overrides:
+            continue
+        hp = {**tr, **overrides, "device": cfg.get("device", "cpu")}
+        key = (float(hp.get("lambda_c", 0)) > 0, data["prefix_len"], data["cont_len"])
+        recipes.setdefault(key, (json.dumps(hp, sort_keys=True), data["prefix_len"], data["cont_len"]))
+    if base := cfg.get("base_drafter"):
+        hp = {**tr, **base["training"], "lambda_c": 0, "device": cfg.get("device", "cpu")}
+        d = base["data"]
+        recipes.setdefault((False, d["prefix_len"], d["cont_len"]), (json.dumps(hp, sort_keys=True), d["prefix_len"],
+                                                                      d["cont_len"]))  # fmt: skip
+    return tuple(recipes.values())
 
 
 def key_of(cfg: dict, device: str, parallel: int) -> dict:
@@ -167,6 +311,7 @@ def key_of(cfg: dict, device: str, parallel: int) -> dict:
         "cpu": cpu_name(), "cores": cores(), "torch": torch.__version__, "device": device,
         "threads": cfg.get("threads", 1), "parallel": parallel, "verifier": asdict(shape(cfg["verifier"])),
         "drafter": asdict(shape(cfg["drafter"])), "dtypes": [cfg["verifier_dtype"], cfg["drafter_dtype"]],
+        "recipes": [[json.loads(h).get("lambda_c", 0), p, c] for h, p, c in training_recipes(cfg)],
     }  # fmt: skip
 
 
@@ -186,7 +331,7 @@ def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dic
         return json.loads(cached.read_text())
     context = min(min(cfg["contexts"].values()), 512)
     args = (shape(cfg["verifier"]), shape(cfg["drafter"]), cfg["verifier_dtype"], cfg["drafter_dtype"], device,
-            cfg.get("threads", 1), context)  # fmt: skip
+            cfg.get("threads", 1), context, training_recipes(cfg))  # fmt: skip
     say(f"measuring this machine ({key['cpu']}, {key['cores']} cores, {parallel} probe(s) at once) ...")
     start = time.perf_counter()
     if device == "cpu" and parallel > 1:  # fresh processes (spawn): no fork of a process that runs torch
@@ -194,7 +339,8 @@ def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dic
             probes = list(pool.map(probe_once, *zip(*[args] * parallel)))
     else:
         probes = [probe_once(*args)]
-    result = {**solve(probes), "key": key, "probe_s": time.perf_counter() - start, "measured": time.strftime("%F %T")}
+    result = {**solve(probes), "context": context, "job_s": job_seconds(), "key": key}
+    result.update(probe_s=time.perf_counter() - start, measured=time.strftime("%F %T"))
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps(result, indent=1))
     return result
@@ -216,8 +362,15 @@ def here(cfg: dict, parallel: int, remeasure: bool = False, say=print):
         f"{t['load_s']:.2f} s (cached: --remeasure probes again)"
     )
     memory = psutil.virtual_memory().total / 2**30 if k["device"] == "cpu" else 80
+    step = {"context": m["context"], "verify_factor": m["verify_factor"], "verify_rows": VERIFY_ROWS}
+    measured = {
+        "verifier": {**step, **m["verifier_step"]},
+        "drafter": {**step, "fixed_s": m["drafter_step_s"], "per_layer_s": 0.0},
+        "train_step_s": m["train_step_s"],
+    }
     return Device(
         name=f"this machine ({k['cpu']}, {k['cores']} cores), measured", memory_gb=memory, flops=m["flops"],
         flops32=m["flops"], bandwidth=m["bandwidth"], layer_overhead_s=m["layer_overhead_s"], disk=m["disk"],
-        parallel=parallel, basis=basis, cuda=k["device"].startswith("cuda"),
+        parallel=parallel, basis=basis, cuda=k["device"].startswith("cuda"), measured=measured,
+        job_s=m["job_s"],
     )  # fmt: skip

@@ -20,7 +20,12 @@ def configure_parser(parser) -> None:
         "--parallel", type=count(1), default=None, help="jobs side by side here (default: cores ÷ threads, at most 2)"
     )
     parser.add_argument("--remeasure", action="store_true", help="probe this machine again (--gpu here)")
-    parser.add_argument("--alpha", type=float, default=0.3, help="acceptance rate assumed in speculative cells")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=None,
+        help="acceptance rate assumed in speculative cells (default: the config's expected_acceptance)",
+    )
     add_engine_flag(
         parser,
         default=None,

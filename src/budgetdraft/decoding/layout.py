@@ -1,0 +1,150 @@
+"""The memory layout a CPU decodes fastest with: a decode step is a matrix-vector product per weight, and which
+layout of the same weights the BLAS reads faster is the machine's, not the model's. Measured on two 2-core VMs
+(bench/README.md, "Column-major weights on the CPU"): on an AMD EPYC, MKL read SmolLM2's LM head column-major twice
+as fast as row-major (an SD cell's decoding 18-26 % faster); on an Intel Xeon, column-major was 3-4 % slower for AR.
+So it is decided per machine: measured once per model shape, a step's and a verify's forward in each layout, and
+cached.
+
+`decode_layout` stores every linear weight column-major (``W.t().contiguous().t()``, the same values; the tied
+embedding shares the LM head's) when a float32 model is loaded on a CPU whose measured choice is ``column``; a model
+to train keeps transformers' layout (``load_model(..., trainable=True)``), and an accelerator or half precision is
+left as loaded. A model in the column layout still saves as transformers' own (`_row_major_state`).
+
+The choice is measured by the first process that needs it and written under ``$BUDGETDRAFT_CACHE/machine/`` with a
+lock held, so every process of a run on the machine decodes with the same layout (the layout changes the order of
+float32 additions, so a cell and the AR cell it is checked against must share it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+
+COLUMN, ROW = "column", "row"
+LAYOUTS = (ROW, COLUMN)
+FASTER = 0.97  # column-major is taken only when it is at least 3 % faster: a tie keeps transformers' own layout
+
+
+def decode_layout(model, device: str, dtype: str, layout: str | None = None):
+    """``model`` in the layout it decodes fastest in on this machine (``layout``: force one of ``LAYOUTS``)."""
+    import torch
+
+    if torch.device(device).type != "cpu" or dtype != "float32":
+        return model
+    if (layout or machine_layout(model)) != COLUMN:
+        return model
+    return _columns(model)
+
+
+def _columns(model):
+    """``model`` with every linear weight stored column-major (the same values; a tied embedding shares its head's)."""
+    import torch
+
+    moved: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            w = module.weight
+            if id(w) not in moved:
+                moved[id(w)] = torch.nn.Parameter(w.detach().t().contiguous().t(), requires_grad=w.requires_grad)
+            module.weight = moved[id(w)]
+    embedding = model.get_input_embeddings()
+    if embedding is not None and id(embedding.weight) in moved:
+        embedding.weight = moved[id(embedding.weight)]
+    model.register_state_dict_post_hook(_row_major_state)
+    return model
+
+
+def _row_major_state(module, state_dict, prefix, local_metadata) -> None:
+    """A column-layout model's ``state_dict`` in transformers' own layout (row-major copies; a tensor tied to another
+    stays one tensor), so that ``save_pretrained`` and safetensors, which need contiguous tensors, save it as they
+    save a model they loaded."""
+    copies: dict[tuple, object] = {}
+    for key, tensor in state_dict.items():
+        if hasattr(tensor, "is_contiguous") and not tensor.is_contiguous():
+            where = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+            state_dict[key] = copies.setdefault(where, tensor.contiguous())
+
+
+MEASURED_UP_TO = 2e9  # parameters: a larger float32 model on a CPU keeps transformers' layout (no second copy)
+
+
+def step_seconds(model, rows: int, repeats: int = 5) -> float:
+    """Median seconds of a forward of ``model`` over ``rows`` tokens with no cache: a decode step's products (1 row)
+    or a γ = 5 verify's (6 rows)."""
+    import torch
+
+    ids = torch.arange(3, 3 + rows)[None]
+    times = []
+    with torch.no_grad():
+        model(ids, logits_to_keep=rows)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model(ids, logits_to_keep=rows)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure_layouts(model) -> dict:
+    """Seconds of a decode step's and a verify's products of ``model`` in each layout (a column-major copy of it
+    for the measure), and the choice."""
+    import copy
+
+    layouts = {ROW: model, COLUMN: _columns(copy.deepcopy(model))}
+    seconds = {name: {rows: step_seconds(m, rows) for rows in (1, 6)} for name, m in layouts.items()}
+    total = {name: sum(s.values()) for name, s in seconds.items()}
+    choice = COLUMN if total[COLUMN] < FASTER * total[ROW] else ROW
+    return {"choice": choice, "seconds": {k: {str(r): v for r, v in s.items()} for k, s in seconds.items()}}
+
+
+def linear_shapes(model) -> list:
+    """The distinct shapes of ``model``'s linear weights, each with how many it has: what a step's products are."""
+    import torch
+
+    shapes: dict[tuple, int] = {}
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            shapes[tuple(module.weight.shape)] = shapes.get(tuple(module.weight.shape), 0) + 1
+    return sorted([list(k), n] for k, n in shapes.items())
+
+
+def machine_key(model) -> dict:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "torch": torch.__version__, "threads": torch.get_num_threads(), "linears": linear_shapes(model)}
+
+
+def machine_layout(model) -> str:
+    """This machine's layout for ``model``'s weights (its linear shapes): cached, or measured now under a lock."""
+    import fcntl
+
+    from budgetdraft.decoding.loading import cache_root
+
+    if sum(p.numel() for p in model.parameters()) > MEASURED_UP_TO:
+        return ROW
+    key = machine_key(model)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_root() / "machine" / f"layout-{digest}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            found = json.loads(path.read_text())
+            if found.get("choice") in LAYOUTS:
+                return found["choice"]
+        except (OSError, ValueError):
+            pass
+        measured = {**measure_layouts(model), "key": key, "measured": time.strftime("%F %T")}
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(measured, indent=1))
+        os.replace(tmp, path)
+        return measured["choice"]
