@@ -147,7 +147,7 @@ def write_grid(root: Path, accept=paper_like, labels=LABELS, measured=True) -> d
 
 def by_id(paths, settings=SETTINGS, **kw) -> dict:
     ev = evidence.Evidence(evidence.load_claim_cells(list(paths)), parse_settings(settings), **kw)
-    return {f.id: f for f in findings.all_findings(ev)}
+    return {f.id: f for f in claims.all_findings(ev)}
 
 
 @pytest.fixture(scope="module")
@@ -384,7 +384,7 @@ def test_replicates_that_disagree_widen_the_interval_and_unresolve(tmp_path):
     alone = by_id(one)["F2/1K"]
     assert alone.verdict == "holds" and alone.replicates == 1 and alone.ci_low == pytest.approx(4.0)
     ev = evidence.Evidence(evidence.load_claim_cells(paths), parse_settings(SETTINGS))
-    found = {f.id: f for f in findings.all_findings(ev)}
+    found = {f.id: f for f in claims.all_findings(ev)}
     f = found["F2/1K"]
     assert f.replicates == 3 and f.value == pytest.approx(4.0)
     assert f.ci_low < 0 < f.ci_high and f.verdict == "not resolved"

@@ -61,7 +61,17 @@ def expected_cells(cfg: dict) -> set:
     for label in ["sd", "lambda0.5"]:
         cells |= {(label, cmp["dataset"], c, b, cmp["gamma"]) for c in cmp["contexts"] for b in budgets}
     for label in cfg["baselines"].get("enabled", []):  # TriForce / EAGLE-3 do not use B: the largest only
-        cells |= {(label, cmp["dataset"], c, max(budgets), cmp["gamma"]) for c in cmp["contexts"]}
+        if label != "lookup":
+            cells |= {(label, cmp["dataset"], c, max(budgets), cmp["gamma"]) for c in cmp["contexts"]}
+    if "lookup" in cfg["baselines"].get("enabled", []):  # the copier reads no cache (B0): the comparison's cells,
+        # and every dataset x context at γ fixed for the claims
+        cells |= {("lookup", cmp["dataset"], c, 0, cmp["gamma"]) for c in cmp["contexts"]}
+        cells |= {("lookup", d, c, 0, cfg["gamma_fixed"]) for d in ds for c in ctx}
+    if long := cfg.get("long_generation"):  # LABEL~N on one dataset, every context, one budget, γ fixed
+        for label in long["methods"]:
+            b = 0 if label in ("ar", "lookup") else long["budget"]
+            g = 0 if label == "ar" else cfg["gamma_fixed"]
+            cells |= {(f"{label}~{long['max_new_tokens']}", long["dataset"], c, b, g) for c in ctx}
     one = cfg["single_budget"]
     for label in ("single_budget", "lambda0.5"):
         cells |= {(label, one["dataset"], one["context"], b, one["gamma"]) for b in budgets}
@@ -76,6 +86,7 @@ def expected_cells(cfg: dict) -> set:
 def replicated(cfg: dict, label: str) -> bool:
     """A cell measured once per training replicate: a trained variant, or SD / TriForce / PI / SD's full cache on a
     trained base drafter."""
+    label = label.split("~")[0]  # a long generation's cells are its method's
     return label in cfg["variants"] or ("base_drafter" in cfg and label in ("sd", "triforce", "pi", "sd@full"))
 
 
@@ -107,9 +118,11 @@ def drafters(p: Plan, cells) -> set:
 
 # (config, its grid cells, its cell files): grid + controls; shared cells + replicated cells x replicates
 GRID_SIZES = [
-    ("config", 185 + 45, 11 + (174 + 45) * 3),
-    ("ci", 84 + 18, 8 + (76 + 18) * 2),
-    ("paper", 693 + 45, 693 + 45),
+    # the copier (lookup) at every dataset x context, and the long generations (config: 4 methods x 3 contexts; ci:
+    # 3 x 2), of which SD's and λ = 0.5's are per replicate
+    ("config", 185 + 45 + 9 + 12, 11 + 9 + 6 + (174 + 45 + 6) * 3),
+    ("ci", 84 + 18 + 6 + 6, 8 + 6 + 4 + (76 + 18 + 2) * 2),
+    ("paper", 693 + 45 + 9, 693 + 45 + 9),
 ]
 
 
@@ -181,6 +194,8 @@ def test_replicated_labels_and_their_drafters():
         "sd@full": "sd",
         **{v: names.SD for v in ci.labels.variants},
         **{f"{d}@{pol}": names.SD for d in (names.SD, names.BD) for pol in ("streaming", "snapkv", "verifier_guided")},
+        "lookup": "lookup",
+        **{f"{m}~24": m for m in ("ar", "sd", "lookup")},  # ci's long generations: 24 new tokens
     }
     assert ci.drafters.comparison_drafters() == {
         names.SD: ["results/models/drafter_base/r0"],
@@ -251,7 +266,7 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers():
     assert len(drafters(p, p.cells.all_cells())) == 6 * reps + reps and p.cells.in_all.count("variants") == 1  # + PI's
     places = [(d, c, b) for d in cfg["datasets"] for c in cfg["contexts"] for b in cfg["budgets"]]
     per_replicate = [c for c in p.cells.all_cells() if key(c)["replicate"] != names.SHARED]
-    assert len(per_replicate) == (76 + 18) * reps + 2 * len(places) * reps
+    assert len(per_replicate) == (76 + 18 + 2) * reps + 2 * len(places) * reps  # + SD's long generations
     for label in EXTRA_VARIANTS:
         assert all(f"results/drafters/r{r}/{label}" in drafters(p, p.cells.all_cells()) for r in range(reps))
         for r in range(reps):
@@ -316,7 +331,10 @@ def test_every_artifacts_settings_hold_their_contract(name):
         PaperSettings.from_json(settings)
         assert settings["replicates"] == cfg["replicates"] and settings["budgets"] == cfg["budgets"]
         assert settings["verifier_prefill_runs"] == (defaults.PREFILL_RUNS if cfg["share_verifier_prefill"] else 0)
-        assert settings["comparison"]["budgets"] == {b: max(cfg["budgets"]) for b in p.labels.baselines}
+        # TriForce and EAGLE-3 are run at the largest B (they use none of it); the copier reads no cache: B0
+        assert settings["comparison"]["budgets"] == {
+            b: 0 if b == names.LOOKUP else max(cfg["budgets"]) for b in p.labels.baselines
+        }
         assert ("policies" in settings) == (artifact == "fig_policies")
     policies = json.loads(p.settings.artifact_settings("fig_policies"))["policies"]
     assert policies == {**p.labels.policies, "default": cfg["policy"]}
@@ -325,8 +343,9 @@ def test_every_artifacts_settings_hold_their_contract(name):
 def test_the_flags_of_a_cell():
     """Sampling flags only when the temperature is above 0 (a greedy cell's command is what it always was); a
     baseline's `--extra` is its config section without its training."""
-    greedy, hot = plan("ci"), plan("ci", sampling={"temperature": 0.7, "top_p": 0.9}, baselines={"enabled": []})
-    explicit = plan("ci", sampling={"temperature": 0, "top_k": 5}, baselines={"enabled": ["triforce"]})
+    hot = plan("ci", sampling={"temperature": 0.7, "top_p": 0.9}, baselines={"enabled": []}, long_generation=None)
+    greedy = plan("ci")
+    explicit = plan("ci", sampling={"temperature": 0, "top_k": 5}, baselines={"enabled": ["triforce"]}, long_generation=None)
     assert greedy.jobs.sampling_flags() == explicit.jobs.sampling_flags() == ""
     assert greedy.jobs.extra_flag(names.SD) == explicit.jobs.extra_flag(names.SD) == ""
     assert hot.jobs.sampling_flags() == " --temperature 0.7 --top-p 0.9 --top-k 0 --seed 0"
@@ -349,7 +368,7 @@ def test_the_stale_export_of_another_config_is_not_read(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     cfg = raw_config("paper")
     check_config(cfg, schema=SCHEMA)  # no refusal
-    assert len(Plan(cfg).cells.all_cells()) == 693 + 45  # the grid and its controls (PI, SD with a full cache)
+    assert len(Plan(cfg).cells.all_cells()) == 693 + 45 + 9  # the grid, its controls (PI, SD's full cache), the copier
     assert "positions" not in capsys.readouterr().err
 
 
@@ -404,7 +423,8 @@ def test_each_stage_runs_the_code_its_command_imports():
         assert methods.get(method).factory == f"budgetdraft.decoding.baselines.{method}"
         assert p.code.cell_code(method) == f"results/code/cell-{method}.sha256"
         assert f"src/budgetdraft/decoding/baselines/{method}.py" in p.code.files(f"cell-{method}")
-        assert set(code_files("eval-cell")) < set(p.code.files(f"cell-{method}"))
+        # eval-cell imports the copier itself (every row records what it would have predicted)
+        assert set(code_files("eval-cell")) <= set(p.code.files(f"cell-{method}"))
     for label in (names.AR, names.SD, names.BD, "sd@snapkv"):
         assert p.code.cell_code(p.labels.method[label]) in (
             "results/code/cell-ar.sha256",

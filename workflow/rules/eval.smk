@@ -59,7 +59,7 @@ rule eval_cell:
         policy=lambda wc: PLAN.labels.policy_of(wc.label),
         chunk_size=config["chunk_size"],
         score_window=config["score_window"],
-        max_new_tokens=config["max_new_tokens"],
+        max_new_tokens=lambda wc: PLAN.labels.new_tokens_of(wc.label),
         warmup=config["warmup"],
         warmup_tokens=config["warmup_tokens"],
         warmup_prompt_tokens=config["warmup_prompt_tokens"],

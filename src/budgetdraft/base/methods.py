@@ -114,6 +114,20 @@ EAGLE3 = declare(
         what="a draft head on the verifier's hidden states, trained once (train-eagle3)",
     )
 )
+LOOKUP = declare(
+    Method(
+        "lookup",
+        "Prompt lookup (copier)",
+        "lookup",
+        NONE,
+        NO_BUDGET,
+        factory="budgetdraft.decoding.baselines.lookup",
+        enabled_by="baselines",
+        claims=True,
+        what="a drafter with no parameters: it copies what followed the last n-gram earlier in the text (transformers' "
+        "prompt lookup); how much of any acceptance is copying",
+    )
+)
 PI = declare(
     Method(
         "pi",

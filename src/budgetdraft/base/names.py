@@ -11,11 +11,12 @@ from budgetdraft.base.defaults import EAGER as EAGER  # re-exported: names.EAGER
 
 # Cell labels: the declared methods (budgetdraft.base.methods: AR, SD, the baselines, the controls) and the trained
 # variants the tables read.
-AR, SD, TRIFORCE, EAGLE3, PI, SD_FULL = (
+AR, SD, TRIFORCE, EAGLE3, LOOKUP, PI, SD_FULL = (
     methods.AR,
     methods.SD,
     methods.TRIFORCE,
     methods.EAGLE3,
+    methods.LOOKUP,
     methods.PI,
     methods.SD_FULL,
 )
@@ -66,9 +67,28 @@ def split_engine_label(label: str, default: str) -> tuple[str, str]:
 
 
 def ar_label(label: str) -> str:
-    """The AR cell label a cell of ``label`` divides by: AR on the same engine."""
+    """The AR cell label a cell of ``label`` divides by (and whose tokens it must equal): AR on the same engine,
+    generating as many tokens (LABEL~N: AR~N)."""
+    label, tokens = split_length_label(label)
     _, sep, engine = label.partition(ENGINE_SEP)
-    return AR + sep + engine
+    return AR + sep + engine if tokens is None else length_label(AR + sep + engine, tokens)
+
+
+# The long-generation control (config `long_generation`): a few cells that generate more tokens than the grid's, so
+# that a continuation reaches the part where a greedy base model repeats itself, under labels LABEL~N (N new
+# tokens: results/cells/sd~128/...).
+LENGTH_SEP = "~"
+
+
+def length_label(label: str, tokens: int) -> str:
+    """The cell label of ``label`` generating ``tokens`` new tokens (the long-generation control)."""
+    return f"{label}{LENGTH_SEP}{tokens}"
+
+
+def split_length_label(label: str) -> tuple[str, int | None]:
+    """(label, its new tokens; None: the config's max_new_tokens) of a cell label: the inverse of ``length_label``."""
+    base, sep, tokens = label.partition(LENGTH_SEP)
+    return (base, int(tokens)) if sep and tokens.isdigit() else (label, None)
 
 
 # Variants beyond the paper's four (REQUIRED_VARIANTS): a config may add any trained variant (an override of

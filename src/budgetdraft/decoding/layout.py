@@ -72,29 +72,34 @@ def _row_major_state(module, state_dict, prefix, local_metadata) -> None:
 MEASURED_UP_TO = 2e9  # parameters: a larger float32 model on a CPU keeps transformers' layout (no second copy)
 
 
-def step_seconds(model, rows: int, repeats: int = 5) -> float:
-    """Median seconds of a forward of ``model`` over ``rows`` tokens with no cache: a decode step's products (1 row)
-    or a γ = 5 verify's (6 rows)."""
+def step_seconds(model, rows: int) -> float:
+    """Seconds of one forward of ``model`` over ``rows`` tokens with no cache: a decode step's products (1 row) or a
+    γ = 5 verify's (6 rows)."""
     import torch
 
     ids = torch.arange(3, 3 + rows)[None]
-    times = []
     with torch.no_grad():
+        start = time.perf_counter()
         model(ids, logits_to_keep=rows)
-        for _ in range(repeats):
-            start = time.perf_counter()
-            model(ids, logits_to_keep=rows)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        return time.perf_counter() - start
 
 
-def measure_layouts(model) -> dict:
-    """Seconds of a decode step's and a verify's products of ``model`` in each layout (a column-major copy of it
-    for the measure), and the choice."""
+def measure_layouts(model, repeats: int = 7) -> dict:
+    """Seconds (median of ``repeats``) of a decode step's and a verify's products of ``model`` in each layout (a
+    column-major copy of it for the measure), and the choice. The layouts alternate, run by run, so that another
+    job's load on the machine weighs on both alike (measured one after the other under a second job, the choice
+    flipped on an Intel Xeon)."""
     import copy
 
     layouts = {ROW: model, COLUMN: _columns(copy.deepcopy(model))}
-    seconds = {name: {rows: step_seconds(m, rows) for rows in (1, 6)} for name, m in layouts.items()}
+    times: dict[str, dict[int, list[float]]] = {name: {1: [], 6: []} for name in layouts}
+    for run in range(repeats + 1):
+        for rows in (1, 6):
+            for name, m in layouts.items():
+                took = step_seconds(m, rows)
+                if run:  # the first run of each warms up
+                    times[name][rows].append(took)
+    seconds = {name: {rows: statistics.median(t) for rows, t in s.items()} for name, s in times.items()}
     total = {name: sum(s.values()) for name, s in seconds.items()}
     choice = COLUMN if total[COLUMN] < FASTER * total[ROW] else ROW
     return {"choice": choice, "seconds": {k: {str(r): v for r, v in s.items()} for k, s in seconds.items()}}

@@ -112,7 +112,7 @@ class Emission:
                 break
         if len(tokens) <= accepted:  # cut inside the accepted drafts: the round ends at its last emitted token
             drafted = accepted = len(tokens)
-        self.counts.record_round(drafted, accepted)
+        self.counts.record_round(drafted, accepted, len(tokens))
         self.out += tokens
         self.done |= len(self.out) >= self.max_new_tokens
         if self.observer is not None and self.observer(Round(drafted, accepted, tokens)):
@@ -205,7 +205,10 @@ def speculative(
             drafts = drafter.draft(pending, g)
         elif g:
             drafts, q = drafter.draft_sampled(pending, g, sampler)
-        vout, drafts, k, bonus = verifier.check(emitted.out[-1], drafts, gamma, q, sampler, drafter.reads)
+        # a drafter may propose fewer than g tokens, or none (prompt lookup finds nothing to copy): then the
+        # verifier takes one step alone, as AR's
+        width = gamma if len(drafts) else 0
+        vout, drafts, k, bonus = verifier.check(emitted.out[-1], drafts, width, q, sampler, drafter.reads)
         if g:  # the last round drafted nothing: the drafter has no round to hear about
             drafter.after_verify(vout, k, bonus)
             if k < g:
@@ -213,5 +216,5 @@ def speculative(
                 pending = [bonus]
             else:  # every draft accepted: the drafter has not yet seen the last draft
                 pending = [drafts[-1], bonus]
-        emitted(g, k, drafts[:k] + [bonus])
+        emitted(len(drafts), k, drafts[:k] + [bonus])
     return _finish(emitted, verifier)

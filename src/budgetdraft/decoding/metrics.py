@@ -41,6 +41,9 @@ def cache_bytes(cache) -> int:
     return storage_bytes(t for layer in cache.layers for t in (layer.keys, layer.values))
 
 
+ACCEPTED, REJECTED, UNDRAFTED = 1, 0, -1  # what became of the draft made for an emitted token (DecodeCounts.outcomes)
+
+
 @dataclass
 class DecodeCounts:
     """What one generation decided, counted by the loop as it emits each round (``budgetdraft.evaluation.measure``
@@ -55,9 +58,16 @@ class DecodeCounts:
     accepted_by_position: list[int] = field(default_factory=list)  # ... and accepted
     draft_steps: int = 0  # drafter steps run: the tokens drafted (one forward each for SparseDrafter)
     engine: str = ENGINE  # how the decode steps ran (budgetdraft.decoding.engine)
+    # per emitted token, what became of the draft made for it: ACCEPTED, REJECTED (the verifier's bonus replaced
+    # it) or UNDRAFTED (no draft was judged for that position: the first token, a bonus after every draft held, AR)
+    outcomes: list[int] = field(default_factory=list)
 
-    def record_round(self, drafted: int, accepted: int) -> None:
-        """One round of ``drafted`` draft tokens of which the first ``accepted`` matched (0 / 0: an AR step)."""
+    def record_round(self, drafted: int, accepted: int, emitted: int | None = None) -> None:
+        """One round of ``drafted`` draft tokens of which the first ``accepted`` matched (0 / 0: an AR step), of
+        which ``emitted`` tokens were emitted (default: the accepted drafts and the bonus)."""
+        emitted = accepted + 1 if emitted is None else emitted
+        judged = [ACCEPTED] * accepted + [REJECTED if drafted > accepted else UNDRAFTED]
+        self.outcomes += judged[:emitted]
         self.drafted += drafted
         self.accepted += accepted
         grow = drafted - len(self.reached_by_position)

@@ -24,12 +24,17 @@ from budgetdraft.base.defaults import EAGER
 from budgetdraft.base.jsonio import json_object
 from budgetdraft.base.names import EAGLE3, SHARED_DRAFTER_PREFILL
 from budgetdraft.decoding import sparse_drafter
+from budgetdraft.decoding.baselines import lookup
 from budgetdraft.decoding.loading import ModelStore, load_model
 from budgetdraft.decoding.sampling import sampling_from_flags
 from budgetdraft.decoding.verifier import prompt_key
 from budgetdraft.evaluation.measure import timed_autoregressive, timed_speculative
 from budgetdraft.evaluation.prefill import check_covers, load_prefills
 
+COPY_NGRAMS = (
+    2,
+    3,
+)  # the copier's n-gram sizes whose copy share every row records (budgetdraft.decoding.baselines.lookup)
 CELL_COLUMNS = [
     "label",
     "method",
@@ -71,6 +76,9 @@ CELL_COLUMNS = [
     "output_ids",
     "runner_up_ids",  # greedy AR rows: the verifier's second choice at each token (empty in other rows)
     "top2_margins",  # greedy AR rows: its top-1 − top-2 logit margin there (the lossless check's near-ties)
+    "draft_outcomes",  # per token: 1 its draft was accepted, 0 rejected (the verifier's replaced it), -1 undrafted
+    *(f"copied_{n}" for n in COPY_NGRAMS),  # per token: the prompt-lookup copier (n-grams up to n) predicted it
+    *(f"copy_share_{n}" for n in COPY_NGRAMS),  # ... the share of the generated tokens it predicted
     "config",
 ]
 SAMPLING_METHODS = ("ar", "sd")  # the baselines draft greedily only
@@ -95,11 +103,12 @@ def make_decoder(args, verifier, prefilled=None, load=load_model, drafter_prefil
         )
     if args.gamma < 1:
         raise ValueError(f"--gamma must be >= 1 for method {args.method!r}, got {args.gamma}")
-    if not args.drafter:
+    method = next(m for m in methods.REGISTRY.values() if m.decodes == args.method)
+    if not args.drafter and method.drafter != methods.NONE:
         raise ValueError(f"method {args.method!r} needs --drafter")
     extra = json_object(args.extra, "--extra")
     # the paper's drafter or a baseline's module: drafter_factory(verifier, args, extra, load) -> () -> a fresh drafter
-    factory = next(m.factory for m in methods.REGISTRY.values() if m.decodes == args.method)
+    factory = method.factory
     if factory:
         new_drafter = importlib.import_module(factory).drafter_factory(verifier, args, extra, load)
     else:
@@ -249,6 +258,7 @@ def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
         for repeat in range(args.repeats):
             gen = decode(ids, args.max_new_tokens)
             stats = gen.stats.as_dict()
+            copies = {n: lookup.copied(ids, gen.tokens, n) for n in COPY_NGRAMS}
             print(
                 f"sample {sample.sample} repeat {repeat}: {stats['tok_per_s']:.2f} tok/s, "
                 f"acceptance {stats['acceptance']:.3f}, tau {stats['tau']:.2f}",
@@ -272,6 +282,12 @@ def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
                     "output_ids": gen.tokens,
                     "runner_up_ids": gen.runner_up,
                     "top2_margins": gen.margins,
+                    "draft_outcomes": stats["outcomes"],
+                    **{f"copied_{n}": flags for n, flags in copies.items()},
+                    **{
+                        f"copy_share_{n}": sum(flags) / len(flags) if flags else float("nan")
+                        for n, flags in copies.items()
+                    },
                     "config": config,
                     **{k: stats[k] for k in CELL_COLUMNS if k in stats},
                 }

@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from budgetdraft.base.defaults import EAGER, ENGINE, ENGINES, GRAPHS, PREFILL_RUNS, SLOT_ROUNDING, rounded_capacity
+from budgetdraft.base.names import AR, LOOKUP, split_length_label
 from budgetdraft.decoding.loading import parse_spec
 from budgetdraft.evaluation.cellfile import path_key
 from budgetdraft.training.hparams import TrainingHparams
@@ -299,13 +300,15 @@ class Estimator:
         (``shared``: the verifier's prefill copied in; ``drafter_shared``: the drafter's full prefill too)."""
         v, d = self.verifier, self.drafter
         prefill = 0.0 if shared else v.prefill(context)
-        if label == "ar":  # the verifier's cache holds prompt + new tokens (decoding.autoregressive)
+        if label == AR:  # the verifier's cache holds prompt + new tokens (decoding.autoregressive)
             return prefill + new * v.step(1, context + new / 2, context + new), context
         rounds = new / tokens_per_round(self.alpha, gamma)
+        verify = v.step(gamma + 1, context + new / 2, context + new + gamma + 1)
+        if label == LOOKUP:  # the copier: no model of its own, its lookups cost next to nothing
+            return prefill + rounds * verify, context
         kept = min(budget, context) if budget else context  # the drafter's sparse prefix (B), or all of it
         # each cache holds its prefix + new tokens + γ + 1 (decoding.speculative, drafters.SparseDrafter)
         draft = gamma * d.step(1, kept + new / 2, kept + new + gamma + 1)
-        verify = v.step(gamma + 1, context + new / 2, context + new + gamma + 1)
         own = 0.0 if drafter_shared else d.prefill(context)
         return prefill + own + rounds * (draft + verify), (1 if drafter_shared else 2) * context
 
@@ -316,11 +319,13 @@ class Estimator:
         """One cell; ``first``: the first of its drafter's cells of these prompts (forked: it pays their full
         prefills in the warm process, the others cut them)."""
         c = self.cfg
+        label, tokens = split_length_label(label)  # LABEL~N: the long-generation control, N new tokens
+        new = tokens or c["max_new_tokens"]
         shared = bool(c.get("share_verifier_prefill"))
         runs = self.samples(dataset) * c.get("repeats", 1)
         ours = label not in self.cfg.get("baselines", {}).get("enabled", [])  # AR or the paper's drafter
-        drafter_shared = self.forked and ours and label != "ar"
-        timed, prefilled = self.generation(label, context, budget, gamma, c["max_new_tokens"], shared, drafter_shared)
+        drafter_shared = self.forked and ours and label != AR
+        timed, prefilled = self.generation(label, context, budget, gamma, new, shared, drafter_shared)
         if drafter_shared and first:
             timed += self.drafter.prefill(context)
             prefilled += context
@@ -333,7 +338,7 @@ class Estimator:
             jobs=1,
             generations=runs + warmups,
             prefilled=runs * prefilled,
-            decoded=runs * c["max_new_tokens"],
+            decoded=runs * new,
             loads=loads,
             seconds=runs * timed + warmups * warm + load_s,
         )

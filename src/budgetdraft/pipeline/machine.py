@@ -29,7 +29,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-PROBE_LAYERS = 4  # layers of the verifier's probe: its width, vocabulary and per-layer cost are the verifier's
+PROBE_LAYERS = 16  # layers of the verifier's probe at most (its width, vocabulary and per-layer cost are the
+# verifier's); a second probe at a quarter of them separates the per-layer cost from the head's, and the wider the
+# gap the less a timing's noise grows when the step is extrapolated to the verifier's own layers
 DECODE_TOKENS = 24  # steps timed per model (after 4 untimed)
 PREFILL_TOKENS = 256
 VERIFY_ROWS = 6
@@ -49,7 +51,7 @@ class Probe:
     verifier_bytes: float  # weights + KV a verifier step reads
     drafter_bytes: float
     prefill_flops: float
-    verifier_step2_s: float = 0.0  # a step of the verifier's probe at half its layers: the head's share apart
+    verifier_step2_s: float = 0.0  # a step of the verifier's probe at a quarter of its layers: the head's share apart
     verify_rows_s: float = 0.0  # a step of VERIFY_ROWS tokens (a γ = 5 verify) of the verifier's probe
     train_steps_s: tuple = ()  # ((P, C, branches), seconds of one training step of the drafter), per recipe
 
@@ -162,9 +164,9 @@ def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype
     v = llama(verifier_shape, layers, verifier_dtype, device)
     d = llama(drafter_shape, drafter_shape.layers, drafter_dtype, device)
     verifier_step, drafter_step = step_seconds(v, context), step_seconds(d, context)
-    half = llama(verifier_shape, max(1, layers // 2), verifier_dtype, device)
-    verifier_step2 = step_seconds(half, context)
-    del half
+    quarter = llama(verifier_shape, max(1, layers // 4), verifier_dtype, device)
+    verifier_step2 = step_seconds(quarter, context)
+    del quarter
     verify = rows_seconds(v, context, VERIFY_ROWS) / rows_seconds(v, context, 1) * verifier_step
     trained = tuple(
         ((p, c, 1 + (float(json.loads(h).get("lambda_c", 0)) > 0)),
@@ -211,9 +213,9 @@ def solve(probes: list[Probe]) -> dict:
         overhead, inv_bw = 0.0, tv / bv
     flops = p["prefill_flops"] / max(p["prefill_s"] - lv * overhead, 1e-6)
     # a decode step of the verifier as an affine function of its layers (its head and embedding once, then each
-    # layer): from the probe at its layers and at half of them
-    half = max(1, int(lv) // 2)
-    per_layer = (tv - p["verifier_step2_s"]) / (lv - half) if lv > half else 0.0
+    # layer): from the probe at its layers and at a quarter of them
+    quarter = max(1, int(lv) // 4)
+    per_layer = (tv - p["verifier_step2_s"]) / (lv - quarter) if lv > quarter else 0.0
     return {
         "bandwidth": 1 / inv_bw,
         "layer_overhead_s": overhead,
@@ -315,6 +317,26 @@ def key_of(cfg: dict, device: str, parallel: int) -> dict:
     }  # fmt: skip
 
 
+def check_device(device: str) -> None:
+    """A config's ``device`` this machine has, or an error that says how to estimate for another machine."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(
+            f"device: {device} in the config, and this machine has no CUDA device to measure: run the estimate on "
+            "the machine the run will use, or name one (--gpu a100-80g, h100-80g)"
+        )
+
+
+def device_memory_gb(device: str) -> float:
+    import psutil
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_properties(torch.device(device)).total_memory / 2**30
+    return psutil.virtual_memory().total / 2**30
+
+
 def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dict:
     """This machine's constants for ``cfg`` (its models' shapes, dtypes, device and threads) with ``parallel``
     jobs side by side: from the cache, or probed now (``parallel`` processes at once) and cached."""
@@ -324,6 +346,7 @@ def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dic
     from budgetdraft.pipeline.estimate import shape
 
     device = cfg.get("device", "cpu")
+    check_device(device)
     key = key_of(cfg, device, parallel)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     cached = cache_root() / "machine" / f"{digest}.json"
@@ -348,8 +371,6 @@ def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dic
 
 def here(cfg: dict, parallel: int, remeasure: bool = False, say=print):
     """This machine as an estimate `Device`, measured (`measure`) for ``cfg`` with ``parallel`` jobs at a time."""
-    import psutil
-
     from budgetdraft.pipeline.estimate import Device
 
     m = measure(cfg, parallel, remeasure, say)
@@ -361,7 +382,7 @@ def here(cfg: dict, parallel: int, remeasure: bool = False, say=print):
         f"{PREFILL_TOKENS}-token prefill {t['prefill_s']:.2f} s, a {t['load_bytes'] / 1e6:.0f} MB load "
         f"{t['load_s']:.2f} s (cached: --remeasure probes again)"
     )
-    memory = psutil.virtual_memory().total / 2**30 if k["device"] == "cpu" else 80
+    memory = device_memory_gb(k["device"])
     step = {"context": m["context"], "verify_factor": m["verify_factor"], "verify_rows": VERIFY_ROWS}
     measured = {
         "verifier": {**step, **m["verifier_step"]},

@@ -139,10 +139,28 @@ class Labels:
             else []
         )
         self.method.update({label: self.method[self.drafter_label(label)] for label in self.engine_labels})
+        # `long_generation`: AR, SD, BudgetDraft and the copier generating more tokens (LABEL~N, names.length_label)
+        self.long = config.get("long_generation") or None
+        self.long_labels = (
+            [
+                names.length_label(label, self.long["max_new_tokens"])
+                for label in self.long["methods"]
+                if label not in self.not_run and (label in self.methods or label in self.variants)
+            ]
+            if self.long
+            else []
+        )
+        self.method.update({label: self.method[self.drafter_label(label)] for label in self.long_labels})
+        self.max_new_tokens = config["max_new_tokens"]
 
     def drafter_label(self, label: str) -> str:
-        """The drafter a cell label decodes with: LABEL@POLICY and LABEL+ENGINE are LABEL's."""
+        """The drafter a cell label decodes with: LABEL@POLICY, LABEL+ENGINE and LABEL~N are LABEL's."""
+        label = names.split_length_label(label)[0]
         return names.split_policy_label(names.split_engine_label(label, self.engine)[0], self.policy)[0]
+
+    def new_tokens_of(self, label: str) -> int:
+        """The new tokens a cell label generates: its own (LABEL~N), else the config's max_new_tokens."""
+        return names.split_length_label(label)[1] or self.max_new_tokens
 
     def engine_of(self, label: str) -> str:
         """The engine a cell label decodes on: its own (LABEL+eager), else the config's."""
@@ -402,9 +420,9 @@ class CellGrid:
         return list(dict.fromkeys(f for cells in self.artifacts[artifact].cells for f in self.selected(cells)))
 
     def control_cells(self) -> list[str]:
-        """The cells of the controls the claims read (methods declared with `claims`): every dataset × context × the
-        budgets each takes, at γ_fixed."""
-        labels = tuple(label for label in self.labels.controls if self.labels.methods[label].claims)
+        """The cells of the controls and baselines the claims read (methods declared with `claims`: PI, SD with a full
+        cache, the prompt-lookup copier): every dataset × context × the budgets each takes, at γ_fixed."""
+        labels = tuple(label for label, m in self.labels.methods.items() if m.claims)
         return self.selected(artifacts.Cells(labels)) if labels else []
 
     def engine_cells(self) -> list[str]:
@@ -422,17 +440,35 @@ class CellGrid:
             for f in self.cell_files(label, dataset, c, b, gamma)
         ]
 
+    def long_cells(self) -> list[str]:
+        """The long-generation control's cells (`long_generation`): each of its labels (LABEL~N) on its dataset at
+        every context, at its budget (AR and the copier: none) and γ_fixed (AR: 0)."""
+        ls, long = self.labels, self.labels.long
+        if not long:
+            return []
+        out = []
+        for label in ls.long_labels:
+            ar = ls.method[label] == methods.AR
+            budgets = [long["budget"]] if self.budgets_of(label) == self.plan.budgets else self.budgets_of(label)
+            for c in self.plan.contexts:
+                for b in budgets:
+                    out += self.cell_files(
+                        label, long["dataset"], c, 0 if ar else b, 0 if ar else self.config["gamma_fixed"]
+                    )
+        return out
+
     def all_cells(self) -> list[str]:
-        """Every cell the claims read: the artifacts' of `all`, the controls' and, on graphs, the eager companions."""
+        """Every cell the claims read: the artifacts' of `all`, the controls', the long generations' and, on graphs,
+        the eager companions."""
         cells = [c for a in self.in_all for c in self.artifact_cells(a)]
-        return list(dict.fromkeys(cells + self.control_cells() + self.engine_cells()))
+        return list(dict.fromkeys(cells + self.control_cells() + self.long_cells() + self.engine_cells()))
 
     def every_cell(self) -> list[str]:
         """Every cell file any target of the workflow can ask for: every table's and figure's (the `policies` and
         `variants` ones too), the controls' and the eager companions (the cell files a damaged one is set aside
         from: budgetdraft.pipeline.setaside)."""
         cells = [c for a in self.artifacts for c in self.artifact_cells(a)]
-        return list(dict.fromkeys(cells + self.control_cells() + self.engine_cells()))
+        return list(dict.fromkeys(cells + self.control_cells() + self.long_cells() + self.engine_cells()))
 
     def paper_diff_cells(self) -> list[str]:
         """The cells the paper diff's sanity checks read: AR's, and SD's and BudgetDraft's at the shortest context
@@ -507,7 +543,7 @@ class SettingsFiles:
                 "contexts": cmp["contexts"],
                 "gamma": cmp["gamma"],
                 "baselines": ls.baselines,
-                "budgets": {label: plan.baseline_budget for label in ls.baselines},
+                "budgets": {label: plan.cells.budgets_of(label)[0] for label in ls.baselines},
             },
             "single_budget": config["single_budget"],
             "lossless_check": config["lossless_check"],

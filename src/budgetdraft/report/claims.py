@@ -19,11 +19,11 @@ import pandas as pd
 
 from budgetdraft.base.atomic import atomic_write_text
 from budgetdraft.base.jsonio import plain
-from budgetdraft.base.names import AR, BD, SD, SHARED, ar_label, extra_variants
+from budgetdraft.base.names import AR, BD, LOOKUP, SD, SHARED, ar_label, extra_variants, split_length_label
 from budgetdraft.evaluation.grid import KEY, acceptance_by_replicate
+from budgetdraft.report import copying, findings, memoryuse, speedups
 from budgetdraft.report.bootstrap import RESAMPLES, SEED
 from budgetdraft.report.evidence import Evidence, load_claim_cells
-from budgetdraft.report.findings import all_findings
 from budgetdraft.report.profiles import TEXT as POSITIONS_TEXT
 from budgetdraft.report.profiles import draw as draw_profile
 from budgetdraft.report.profiles import load_profile, profile_summary, section
@@ -171,8 +171,10 @@ def speedup_model(ev: Evidence) -> list[dict]:
     return out
 
 
-def speedup_model_rows(model: list[dict], labels=(SD, BD)) -> list[str]:
-    """Markdown: per label × context × γ, means over its cells (datasets × budgets) of `speedup_model`."""
+def speedup_model_rows(model: list[dict], labels=(SD, BD, LOOKUP)) -> list[str]:
+    """Markdown: per label × context × γ, means over its cells (datasets × budgets) of `speedup_model`; the labels'
+    long generations (LABEL~N) too. The copier's c is its lookups' cost: near 0, so where it accepts at all it is
+    the one drafter whose speedup is not eaten by drafting."""
     df = pd.DataFrame(model)
     lines = [
         "| drafter | context | γ | cells | α | c | measured | predicted | measured ÷ predicted |",
@@ -180,7 +182,8 @@ def speedup_model_rows(model: list[dict], labels=(SD, BD)) -> list[str]:
     ]
     if df.empty:
         return lines
-    for (label, context, gamma), g in df[df["label"].isin(labels)].groupby(["label", "context", "gamma"], sort=False):
+    shown = df["label"].map(lambda label: split_length_label(label)[0] in labels)
+    for (label, context, gamma), g in df[shown].groupby(["label", "context", "gamma"], sort=False):
         m = g[["alpha", "c", "measured", "predicted", "measured_over_predicted"]].mean()
         lines.append(
             f"| {label} | {context} | {gamma} | {len(g)} | {m['alpha']:.3f} | {m['c']:.3f} | {m['measured']:.2f}× | "
@@ -319,6 +322,7 @@ def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict], 
         for f in found
         if f.why or f.note
     ]
+    lines += ["", "## Copying", ""] + copying.section(ev, found)
     lines += ["", "## Positional profile", "", POSITIONS_TEXT, ""] + section(profile or {})
     lines += ["", "## Decode engine and clock", "", CLOCK_TEXT, ""] + clock_rows(ev)
     lines += ["", "## Analytical speedup model", "", SPEEDUP_MODEL_TEXT, ""] + speedup_model_rows(model)
@@ -327,6 +331,27 @@ def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict], 
     lines += extra_variant_rows(extra_variant_acceptance(ev))
     lines += ["", "## Evidence behind each number", ""] + evidence_rows(ev)
     return "\n".join(lines) + "\n"
+
+
+def all_findings(ev: Evidence) -> list[Finding]:
+    """Every finding, in the report's order: the paper's (`findings`, `speedups`, `memoryuse`) and ours on copying
+    (`copying`)."""
+    gap = findings.sd_budget_gap(ev)
+    return (
+        findings.collapse(ev)
+        + findings.collapse_causes(ev)
+        + findings.recovery(ev)
+        + findings.interpolation(ev)
+        + [gap]
+        + findings.budget_robustness(ev, gap)
+        + findings.consistency_loss(ev, gap)
+        + findings.multi_budget(ev)
+        + findings.lambda_one(ev)
+        + speedups.speedup(ev)
+        + speedups.fast_baseline(ev)
+        + memoryuse.memory(ev)
+        + copying.copying(ev)
+    )
 
 
 def replicates_line(head: dict) -> str:
@@ -379,7 +404,8 @@ def build(
     ``profile_figure`` when given); return the paths written."""
     s = settings if isinstance(settings, Settings) else parse_settings(settings)
     ev = Evidence(load_claim_cells(cells), s, resamples, seed)
-    found, head, model = given_notes(all_findings(ev), s), header(ev, len(cells), seed), speedup_model(ev)
+    found = given_notes(all_findings(ev), s)
+    head, model = header(ev, len(cells), seed), speedup_model(ev)
     positions = profile_summary(ev, load_profile(profile))
     out = Path(out)
     json_path = out.with_suffix(".json")

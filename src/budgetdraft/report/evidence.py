@@ -24,6 +24,12 @@ MEASURED_COLUMNS = [
     "verifier_kv_mb",
     "mem_kind",
     *COST_COLUMNS,
+    # what each generated token was to the prompt-lookup copier and to its draft (budgetdraft.report.copying)
+    "draft_outcomes",
+    "copied_2",
+    "copied_3",
+    "copy_share_2",
+    "copy_share_3",
 ]  # read when a cell has them
 
 

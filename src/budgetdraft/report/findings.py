@@ -33,8 +33,11 @@ verdicts: `budgetdraft.report.bootstrap`, `budgetdraft.report.verdicts`; the pap
   F8b-B drafter cache m(SD+BD at the largest B, drafter_kv_mb) / m(SD+BD at the smallest B, ...) at γ_f; paper: > 1
   F8b-ctx             max over B of [max over contexts / min over contexts of m(SD+BD at context, B, drafter_kv_mb)]
                       at γ_f; equivalence margin [0.9, 1.1]
+  CP (ours)           per context: acc(BD) / acc(lookup), the prompt-lookup copier with no parameters, pooled at γ_f;
+                      judged > 1 (CP-long: the same on the `long_generation` cells); `budgetdraft.report.copying`
 
-Memory figures barely vary across prompts, so their interval is close to the point value; the same rule applies.
+F1-F6 live here, F7 and E1 in `budgetdraft.report.speedups`, F8 in `budgetdraft.report.memoryuse`; `claims.all_findings`
+lists them in the report's order. Memory figures barely vary across prompts, so their interval is close to the point value; the same rule applies.
 """
 
 from __future__ import annotations
@@ -44,18 +47,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from budgetdraft.base.names import AR, BD, EAGER, LA_ONLY, LAMBDA1, PI, SD, SD_FULL, SINGLE, engine_label
-from budgetdraft.evaluation.grid import draft_cost, predicted_speedup
+from budgetdraft.base.names import BD, LA_ONLY, LAMBDA1, PI, SD, SD_FULL, SINGLE
 from budgetdraft.report.bootstrap import estimate, ratio
 from budgetdraft.report.evidence import Evidence
 from budgetdraft.report.verdicts import (
     DIAGNOSTIC,
     FAILS,
-    HOLDS,
-    NOT_MEASURED,
     OPEN,
-    TIMING,
-    TIMING_FACTOR,
     UNMET,
     Finding,
 )
@@ -477,228 +475,3 @@ def lambda_one(ev: Evidence) -> list[Finding]:
     if f.verdict in UNMET:
         f.why = f"λ = {one_c:g} accepts {one[0]:.2f} % vs {half[0]:.2f} % for λ = {half_c:g}"
     return [f]
-
-
-def paper_speedup(ev: Evidence, context) -> str:
-    if context in PAPER_BEST_SPEEDUP:
-        return f"{PAPER_BEST_SPEEDUP[context]:.2f}× best at {context}"
-    listed = ", ".join(f"{v:.2f}× ({c})" for c, v in PAPER_BEST_SPEEDUP.items())
-    if len(ev.contexts) == len(PAPER_BEST_SPEEDUP):
-        paper_context = list(PAPER_BEST_SPEEDUP)[ev.contexts.index(context)]
-        return f"{PAPER_BEST_SPEEDUP[paper_context]:.2f}× best at {paper_context} (same place in the context list)"
-    return "best " + listed
-
-
-def speedup(ev: Evidence) -> list[Finding]:
-    out = []
-    for context in ev.contexts:
-        f = Finding(
-            f"F7/{context}",
-            "BudgetDraft decodes faster than AR (best speedup over B × γ)",
-            paper_speedup(ev, context),
-            unit="x",
-        )
-        datasets = [d for d in ev.datasets if ev.grid.has((AR, d, context, 0, 0))]
-        candidates = sorted(
-            {
-                k[3:]
-                for k in ev.keys(BD, contexts=[context], datasets=datasets)
-                if all(ev.grid.has((BD, d, context) + k[3:]) for d in datasets)
-            }
-        )
-        if not datasets or not candidates:
-            out.append(f.absent(no_cells([AR, BD], f"at {context} for the same datasets")))
-            continue
-        cells = {bg: [(BD, d, context) + bg for d in datasets] for bg in candidates}
-        best = max(candidates, key=lambda bg: ev.speedup(cells[bg])[0])
-        arms = {BD: cells[best], AR: [(AR, d, context, 0, 0) for d in datasets]}
-        f.measure(ev, ev.speedup(arms[BD]), arms).judge(">", 1.0)
-        budget, gamma = best
-        alpha = ev.acceptance(arms[BD])[0] / 100.0
-        c = draft_cost(ev.rows(arms[BD]), ev.rows(arms[AR]))
-        c = None if math.isnan(c) else c
-        predicted = None if c is None or math.isnan(alpha) else predicted_speedup(alpha, gamma, c)
-        f.extra = {
-            "budget": budget,
-            "gamma": gamma,
-            "alpha": alpha,
-            "c": c,
-            "predicted": predicted,
-            "measured_over_predicted": None if predicted is None else f.value / predicted,
-        }
-        f.detail = f"B={budget}, γ={gamma}, α={alpha:.3f}; predicted " + (
-            "not measured"
-            if predicted is None
-            else f"{predicted:.2f}× (c={c:.3f}), measured ÷ predicted {f.value / predicted:.2f}"
-        )
-        f.note = "cell chosen once on the point estimate; the interval does not include that choice"
-        if f.verdict in UNMET:
-            f.why = slow_reason(ev, arms[AR], f.value, alpha, gamma, c, predicted)
-        out.append(check_clock(f, ev.accepted(arms[BD]), predicted))
-    return out
-
-
-def check_clock(f: Finding, accepted: int, predicted: float | None) -> Finding:
-    """A speedup that would hold but that the cells' own acceptance cannot produce reads "timing inconsistent":
-    with no draft accepted every round emits one token for γ drafter steps and a verify, slower than an AR step
-    on an honest clock; and a measured speedup far above (1 − α^(γ+1)) / ((1 − α)(γc + 1)) is the AR baseline's
-    clock, not the method (prefill, equal on both sides, only pulls a speedup toward 1)."""
-    if f.verdict != HOLDS:
-        return f
-    if accepted == 0:
-        f.verdict = TIMING
-        f.why = (
-            f"{f.value:.2f}× with no draft accepted: no round can beat an AR step, so the AR baseline's step is slow "
-            "(compare its share of the bandwidth bound, Decode engine and clock)"
-        )
-    elif predicted is not None and f.value > TIMING_FACTOR * predicted:
-        f.verdict = TIMING
-        f.why = (
-            f"measured {f.value:.2f}× is {f.value / predicted:.2f}× the {predicted:.2f}× that this cell's α, γ "
-            f"and c allow (more than {TIMING_FACTOR}×): the AR baseline's clock, not the method"
-        )
-    return f
-
-
-def fast_baseline(ev: Evidence) -> list[Finding]:
-    """E1 per context, where the run holds eager companions of its graphs cells (``names.engine_label``)."""
-    eager = {label: engine_label(label, EAGER, "") for label in (BD, SD)}
-    out = []
-    for context in ev.contexts:
-        keys = {label: ev.keys(label, ev.gamma, contexts=[context]) for label in (BD, SD, *eager.values())}
-        paired = {label: [k for k in keys[label] if (eager[label],) + k[1:] in ev.grid.rows] for label in (BD, SD)}
-        if not paired[BD]:
-            continue
-        f = Finding(
-            f"E1/{context}",
-            "(ours) BudgetDraft's speedup over a graphs-engine AR ÷ its speedup over an eager AR",
-            "not in the paper: its AR ran at ~25 % of the A100's bandwidth bound",
-            unit="ratio",
-        )
-        fast, slow = ev.speedup(paired[BD]), ev.speedup([(eager[BD],) + k[1:] for k in paired[BD]])
-        f.measure(ev, fast / slow, {BD: paired[BD], eager[BD]: [(eager[BD],) + k[1:] for k in paired[BD]]})
-        f.verdict = DIAGNOSTIC
-        sd = paired[SD]
-        sd_text = (
-            f"; SD {ev.speedup(sd)[0]:.2f}× vs {ev.speedup([(eager[SD],) + k[1:] for k in sd])[0]:.2f}×" if sd else ""
-        )
-        f.detail = f"BudgetDraft {fast[0]:.2f}× over the graphs AR vs {slow[0]:.2f}× over the eager AR{sd_text}"
-        f.note = f"γ = {ev.gamma}, pooled over budgets {sorted({k[3] for k in paired[BD]})} and datasets"
-        out.append(f)
-    return out
-
-
-def slow_reason(ev: Evidence, ar_keys, measured, alpha, gamma, c, predicted) -> str:
-    parts = []
-    if predicted is not None:
-        parts.append(
-            f"α={alpha:.3f}, γ={gamma}, c={c:.3f} predict {predicted:.2f}×"
-            + (
-                ": a drafted token costs more than acceptance saves"
-                if predicted < 1
-                else f"; measured is {measured / predicted:.2f} of that, the rest going to time outside the "
-                "drafter and verifier forwards"
-            )
-        )
-    if ev.measured(ar_keys, "decode_s"):
-        ar = ev.rows(ar_keys)
-        share = float((ar["total_s"] - ar["decode_s"]).sum() / ar["total_s"].sum())
-        parts.append(
-            f"prefill is {100 * share:.1f} % of AR's total time, so a method with the same prefill can be at "
-            f"most {1 / share:.2f}× faster"
-            if share > 0
-            else "AR spends no time outside decoding"
-        )
-    return "; ".join(parts) or "speedup below 1"
-
-
-def mem_kinds(ev: Evidence, keys) -> str:
-    kinds = sorted(ev.rows(keys)["mem_kind"].dropna().astype(str).unique())
-    return ", ".join(kinds) if kinds else "mem_kind not recorded"
-
-
-def memory(ev: Evidence) -> list[Finding]:
-    fa = Finding(
-        "F8a",
-        "BudgetDraft's peak memory ≈ SD's (ratio of mean peak_mem_mb in [0.95, 1.05])",
-        PAPER["F8a"].text(),
-        unit="ratio",
-    )
-    fb = Finding(
-        "F8b-B",
-        "the drafter cache grows with B (mean drafter_kv_mb at the largest B ÷ at the smallest)",
-        PAPER["F8b-B"].text(),
-        unit="ratio",
-    )
-    fc = Finding(
-        "F8b-ctx",
-        "at fixed B the drafter cache does not grow with context (max ÷ min over contexts, worst B, in [0.9, 1.1])",
-        PAPER["F8b-ctx"].text(),
-        unit="ratio",
-    )
-    places = ev.places([SD, BD], ev.gamma)
-    if not places:
-        return [f.absent(no_cells([SD, BD], f"at γ={ev.gamma}")) for f in (fa, fb, fc)]
-    arms = {SD: at(SD, places, ev.gamma), BD: at(BD, places, ev.gamma)}
-    bd, sd = ev.mean(arms[BD], "peak_mem_mb"), ev.mean(arms[SD], "peak_mem_mb")
-    fa.measure(ev, ratio(bd, sd), arms).judge_within((0.95, 1.05))
-    fa.detail = f"BD {bd[0]:.1f} MB vs SD {sd[0]:.1f} MB (peak_mem_mb: {mem_kinds(ev, arms[SD] + arms[BD])})"
-    if fa.verdict in UNMET:
-        fa.why = f"BudgetDraft's peak is {bd[0]:.1f} MB vs SD's {sd[0]:.1f} MB"
-    keys = arms[SD] + arms[BD]
-    if not ev.measured(keys, "drafter_kv_mb"):
-        return [fa] + [f.absent("cells have no drafter_kv_mb", NOT_MEASURED) for f in (fb, fc)]
-    return [fa, cache_growth(ev, fb, keys), cache_flatness(ev, fc, keys)]
-
-
-def cache_growth(ev: Evidence, f: Finding, keys) -> Finding:
-    small, large = min(k[3] for k in keys), max(k[3] for k in keys)
-    if small == large:
-        return f.absent("drafter_kv_mb measured at one budget only")
-    arms = {f"sd+{BD} B={b}": [k for k in keys if k[3] == b] for b in (large, small)}
-    big, little = (ev.mean(arms[f"sd+{BD} B={b}"], "drafter_kv_mb") for b in (large, small))
-    f.measure(ev, ratio(big, little), arms).judge(">", 1.0)
-    f.detail = f"{big[0]:.2f} MB at B={large} vs {little[0]:.2f} MB at B={small}"
-    if f.verdict in UNMET:
-        f.why = f"the drafter cache is {big[0]:.2f} MB at B={large} and {little[0]:.2f} MB at B={small}"
-    return f
-
-
-def cache_flatness(ev: Evidence, f: Finding, keys) -> Finding:
-    per_budget = {}
-    for budget in sorted({k[3] for k in keys}):
-        contexts = [c for c in ev.contexts if any(k[2] == c and k[3] == budget for k in keys)]
-        if len(contexts) > 1:
-            mb = np.column_stack(
-                [ev.mean([k for k in keys if k[2] == c and k[3] == budget], "drafter_kv_mb") for c in contexts]
-            )
-            per_budget[budget] = (contexts, mb)
-    if not per_budget:
-        return f.absent("drafter_kv_mb not measured at two contexts of one budget")
-    worst = np.max([ratio(mb.max(axis=1), mb.min(axis=1)) for _, mb in per_budget.values()], axis=0)
-    f.measure(ev, worst, {f"sd+{BD}": [k for k in keys if k[3] in per_budget]}).judge_within((0.9, 1.1))
-    budget = max(per_budget, key=lambda b: ratio(per_budget[b][1][0].max(), per_budget[b][1][0].min()))
-    contexts, mb = per_budget[budget]
-    f.detail = f"worst B={budget}: " + ", ".join(f"{c} {v:.2f} MB" for c, v in zip(contexts, mb[0]))
-    if f.verdict in UNMET:
-        f.why = f"at B={budget} the drafter cache goes from {mb[0].min():.2f} to {mb[0].max():.2f} MB across contexts"
-    return f
-
-
-def all_findings(ev: Evidence) -> list[Finding]:
-    """Every finding, in the report's order."""
-    gap = sd_budget_gap(ev)
-    return (
-        collapse(ev)
-        + collapse_causes(ev)
-        + recovery(ev)
-        + interpolation(ev)
-        + [gap]
-        + budget_robustness(ev, gap)
-        + consistency_loss(ev, gap)
-        + multi_budget(ev)
-        + lambda_one(ev)
-        + speedup(ev)
-        + fast_baseline(ev)
-        + memory(ev)
-    )

@@ -29,7 +29,9 @@ from budgetdraft.report.artifacts import OTHER_VARIANTS, REGISTRY, SWEEP, Cells,
 from budgetdraft.report.settings import Settings, with_dataset_names
 
 SD_NAME, BD_NAME = METHOD_NAMES[SD], METHOD_NAMES[BD]
-COMPARED = [label for label, m in methods.REGISTRY.items() if m.comparison]  # the comparison table's method rows
+COMPARED = [  # the comparison table's method rows: SD and the baselines (the copier has no drafter to count)
+    label for label, m in methods.REGISTRY.items() if m.comparison or m.enabled_by == "baselines"
+]
 X = r"$\times$"
 
 
