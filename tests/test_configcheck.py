@@ -27,8 +27,24 @@ def test_shipped_configs_pass(name):
     [
         (lambda c: c.update(verifier="embedded:nope"), "verifier = 'embedded:nope': unknown embedded model 'nope'"),
         (lambda c: c.update(drafter="embedded:smollm2:layers=x"), "drafter = 'embedded:smollm2:layers=x': model spec"),
-        (lambda c: c["contexts"].update({"256": 9000}), "contexts.256 = 9000: prompt + max_new_tokens (8) exceeds"),
-        (lambda c: c.update(verifier_max_positions=200), "contexts.256 = 256: prompt + max_new_tokens (8) exceeds"),
+        (
+            lambda c: c.update(long_generation=None) or c["contexts"].update({"256": 9000}),
+            "contexts.256 = 9000: prompt + max_new_tokens (8) exceeds",
+        ),
+        (  # ci's long generations: 24 new tokens
+            lambda c: c.update(verifier_max_positions=270),
+            "contexts.256 = 256: prompt + long_generation.max_new_tokens (24) exceeds the verifier's 270",
+        ),
+        (lambda c: c["long_generation"].update(dataset="pg19"), "long_generation.dataset = 'pg19' is not a key of"),
+        (lambda c: c["long_generation"].update(budget=7), "long_generation.budget = 7 is not in budgets"),
+        (
+            lambda c: c["long_generation"].update(methods=["ar", "nope"]),
+            "long_generation.methods[1] = 'nope': not a method or variant this config runs",
+        ),
+        (
+            lambda c: c["long_generation"].update(methods=["ar", "sd@full"]),
+            "long_generation.methods[1] = 'sd@full': a policy's control runs at its own budget",
+        ),
         (lambda c: c["training_data"].update(prefix_len=9000), "training_data.prefix_len + cont_len = 9032 exceeds"),
         (lambda c: c["gammas"].pop("128"), "gammas has keys ['256']; it needs one γ list per context: ['128', '256']"),
         (lambda c: c["collapse"].update(dataset="pg19"), "collapse.dataset = 'pg19' is not a key of datasets"),
@@ -51,7 +67,7 @@ def test_shipped_configs_pass(name):
         (lambda c: c["variants"].pop("la_only"), "variants must define 'la_only' (the L_C ablation table"),
         (
             lambda c: c.update(sampling={"temperature": 0.7}),
-            "sampling.temperature = 0.7 but baselines.enabled = ['triforce', 'eagle3']",
+            "sampling.temperature = 0.7 but baselines.enabled = ['triforce', 'eagle3', 'lookup']",
         ),
         (lambda c: c.update(engine="graphs"), "engine = 'graphs' needs a CUDA device, but device = 'cpu'"),
     ],
@@ -60,6 +76,10 @@ def test_shipped_configs_pass(name):
         "bad-layer-count",
         "context-too-long",
         "position-limit",
+        "long-dataset",
+        "long-budget",
+        "long-method",
+        "long-policy-label",
         "training-too-long",
         "gammas-per-context",
         "collapse-dataset",
@@ -103,6 +123,7 @@ def test_defaults_the_schema_fills_are_not_needed():
     check_config(cfg)
     cfg["sampling"] = {"temperature": 0.7}
     cfg["baselines"]["enabled"] = []
+    cfg["long_generation"]["methods"] = ["ar", "sd"]  # not the copier, a baseline
     check_config(cfg)  # sampling without baselines is fine
 
 
@@ -551,12 +572,12 @@ def eagle3(**settings):
     [
         (
             lambda c: c.update(replicates=300000),
-            "replicates = 300000: the plan would measure 35,400,008 cell files (118 per replicate + 8 shared), more "
+            "replicates = 300000: the plan would measure 36,000,018 cell files (120 per replicate + 18 shared), more "
             "than the 20,000 one config may plan; lower replicates",
         ),
         (
             lambda c: c.update(repeats=100000),
-            "repeats = 100000, warmup = 1, samples = 1: the plan's 244 cell files would decode 24,400,244 runs (each "
+            "repeats = 100000, warmup = 1, samples = 1: the plan's 258 cell files would decode 25,800,258 runs (each "
             "prompt warmup + repeats times), more than the 2,000,000 one config may plan",
         ),
         (

@@ -55,6 +55,7 @@ def tiny_sizes(cfg: dict) -> dict:
             variant.update(budgets=[budgets[-1]], budget_weights=[1.0])
     cfg["baselines"]["triforce"].update(retrieval_budget=1024)
     cfg["baselines"]["eagle3"]["training"].update(steps=1, warmup_steps=1, device="cpu", threads=1)
+    cfg["long_generation"].update(budget=budgets[0], max_new_tokens=16)
     return cfg
 
 
@@ -66,7 +67,7 @@ def test_tiny_sizes_keep_the_papers_models_datasets_and_settings():
     changed = {k for k in paper_cfg if cfg[k] != paper_cfg[k]}
     assert changed == {
         "samples", "contexts", "budgets", "gammas", "max_new_tokens", "repeats", "device", "threads",
-        "training_data", "comparison", "single_budget", "training", "baselines",
+        "training_data", "comparison", "single_budget", "training", "baselines", "long_generation",
     }, changed  # fmt: skip
     for key in ("verifier", "drafter", "datasets", "verifier_dtype", "drafter_dtype", "lossless_check", "policy"):
         assert cfg[key] == paper_cfg[key], key

@@ -119,10 +119,10 @@ def drafters(p: Plan, cells) -> set:
 # (config, its grid cells, its cell files): grid + controls; shared cells + replicated cells x replicates
 GRID_SIZES = [
     # the copier (lookup) at every dataset x context, and the long generations (config: 4 methods x 3 contexts; ci:
-    # 3 x 2), of which SD's and λ = 0.5's are per replicate
+    # 3 x 2; paper: 4 x 3), of which SD's and λ = 0.5's are per replicate
     ("config", 185 + 45 + 9 + 12, 11 + 9 + 6 + (174 + 45 + 6) * 3),
     ("ci", 84 + 18 + 6 + 6, 8 + 6 + 4 + (76 + 18 + 2) * 2),
-    ("paper", 693 + 45 + 9, 693 + 45 + 9),
+    ("paper", 693 + 45 + 9 + 12, 693 + 45 + 9 + 12),
 ]
 
 
@@ -368,7 +368,8 @@ def test_the_stale_export_of_another_config_is_not_read(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     cfg = raw_config("paper")
     check_config(cfg, schema=SCHEMA)  # no refusal
-    assert len(Plan(cfg).cells.all_cells()) == 693 + 45 + 9  # the grid, its controls (PI, SD's full cache), the copier
+    # the grid, its controls (PI, SD's full cache), the copier, the long generations
+    assert len(Plan(cfg).cells.all_cells()) == 693 + 45 + 9 + 12
     assert "positions" not in capsys.readouterr().err
 
 

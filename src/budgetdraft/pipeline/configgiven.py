@@ -47,6 +47,13 @@ def check_given(config: dict) -> None:
                 f"variants.{label}.checkpoint = {str(where)!r}: no such directory (a local checkpoint; a hub "
                 "repository is written owner/name)"
             )
+        if checkpoint and where.is_dir() and not (where / "config.json").is_file():
+            subfolders = sorted(p.parent.name for p in where.glob("*/config.json"))
+            hint = f": it holds the models {subfolders}, name one as subfolder" if subfolders else ""
+            raise ValueError(
+                f"variants.{label}.checkpoint = {str(where)!r}: no config.json there, so not a Hugging Face model "
+                f"directory{hint}"
+            )
         verifier = verifier_directory(config)
         if given["checkpoint"] and where.is_dir() and verifier is not None:
             name = f"variants.{label}.checkpoint = {str(where)!r}"

@@ -136,11 +136,14 @@ def check_models(config: dict) -> None:
     limit = config["verifier_max_positions"]
     own = max_positions(config["verifier"])  # the configured verifier's own limit, where its config.json is readable
     limit = min(limit, own or limit)
-    new = config["max_new_tokens"]
+    long = config.get("long_generation") or {}
+    new, key = max(
+        (config["max_new_tokens"], "max_new_tokens"), (long.get("max_new_tokens", 0), "long_generation.max_new_tokens")
+    )
     for label, length in config["contexts"].items():
         if length + new > limit:
             raise ValueError(
-                f"contexts.{label} = {length}: prompt + max_new_tokens ({new}) exceeds the verifier's {limit} "
+                f"contexts.{label} = {length}: prompt + {key} ({new}) exceeds the verifier's {limit} "
                 f"positions (verifier_max_positions / the config.json of {config['verifier']})"
             )
     data = config["training_data"]
@@ -209,6 +212,11 @@ def check_references(config: dict) -> None:
         for i, label in enumerate(long["methods"]):
             if label not in run:
                 raise ValueError(f"long_generation.methods[{i}] = {label!r}: not a method or variant this config runs")
+            if "@" in label:
+                raise ValueError(
+                    f"long_generation.methods[{i}] = {label!r}: a policy's control runs at its own budget; name its "
+                    "method (sd) or a variant"
+                )
         if long["max_new_tokens"] < config["gamma_fixed"]:
             raise ValueError(
                 f"long_generation.max_new_tokens = {long['max_new_tokens']} is less than gamma_fixed = "
@@ -283,5 +291,3 @@ def check_gammas(config: dict) -> None:
                 f"{key} = {gamma} is more than max_new_tokens = {new}: a run generates {new} tokens, so no longer "
                 "draft can be accepted whole; lower it, or raise max_new_tokens"
             )
-
-
