@@ -188,20 +188,20 @@ def test_a_preloaded_model_is_handed_out_once_and_never_after_its_files_change(t
     from conftest import tiny_llama
 
     from budgetdraft.decoding.loading import ModelStore
-    from budgetdraft.pipeline.commands.cmd_eval_cell import preload_models
+    from budgetdraft.pipeline.commands.cmd_eval_cell import preload
 
     models_and_prompts(tmp_path)
     store = ModelStore()  # a forking server's
     argv = tiny_cell_args(tmp_path, tmp_path / "out.parquet")
     v, d = tmp_path / "v", tmp_path / "d"
     prompts = tmp_path / "p.parquet"
-    assert preload_models(argv, store) == [
+    assert preload(argv, store) == [
         f"preloaded {v}",
         f"preloaded {d}",
         f"warmed up sd with {v} + {d}",
         f"prefilled {len(pd.read_parquet(prompts))} prompts of {prompts} with {d}",
     ]
-    assert preload_models(argv, store) == []  # already there, already warmed up with
+    assert preload(argv, store) == []  # already there, already warmed up with
     verifier, drafter = store.models.values()
     assert store.load(str(tmp_path / "v")) is verifier
     assert store.load(str(tmp_path / "v")) is not verifier  # once: a second load is the command's own

@@ -1,7 +1,8 @@
 """The one home of the names the library and the workflow share: cell labels and their separators, variant names.
 (The methods are declared in `budgetdraft.base.methods`, the artifacts on their builders: `budgetdraft.report.artifacts`.)
 
-No imports beyond the standard library and `budgetdraft.base.defaults` (which has none): the workflow
+No imports beyond the standard library, `budgetdraft.base.defaults` and `budgetdraft.base.methods` (standard library
+only): the workflow
 (`workflow/rules/common.smk` and `budgetdraft.pipeline.plan`) read this module too, before any job runs and without the heavy dependencies of the
 other modules.
 """

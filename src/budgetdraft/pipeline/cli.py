@@ -1,5 +1,6 @@
 """`python -m budgetdraft <command> ...`: the registry of the commands (``COMMANDS``, one module each with
-`configure_parser(parser)` + `run(args)`), offered first to the warm process of a pipeline run
+`configure_parser(parser)` + `run(args)`, and optionally `preload(argv, models)`, what a forking warm process loads
+for it before it forks the command), offered first to the warm process of a pipeline run
 (`budgetdraft.pipeline.warm`), else run in this process (``run``). Modules are imported only when their command
 runs, so `--help` and light commands start fast; the warm process runs a command it takes with ``run`` too.
 """
@@ -7,6 +8,8 @@ runs, so `--help` and light commands start fast; the warm process runs a command
 import argparse
 import importlib
 import sys
+
+from budgetdraft.pipeline.warm import RESIDENT_COMMANDS
 
 COMMANDS = {
     "export-model": (
@@ -71,8 +74,8 @@ COMMANDS = {
 }
 # every pipeline stage: the warm process saves each job its start-up (1-6 s of imports; budgetdraft.pipeline.warm)
 WARM_COMMANDS = tuple(name for name in COMMANDS if name not in ("warm", "estimate", "pin", "export-hf-generate"))
-# commands whose run(args, models) takes a warm process's models (budgetdraft.decoding.loading.ModelStore)
-MODEL_COMMANDS = ("eval-cell", "prefill")
+# commands whose run(args, models) takes a warm process's models (budgetdraft.decoding.loading.ModelStore): the
+# ones a resident server runs itself (budgetdraft.pipeline.warm.RESIDENT_COMMANDS, torch-free to import)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -108,7 +111,7 @@ def run(argv: list[str], models=None) -> None:
     module.configure_parser(parser)
     args = parser.parse_args(rest)
     try:
-        module.run(args, models) if models is not None and name in MODEL_COMMANDS else module.run(args)
+        module.run(args, models) if models is not None and name in RESIDENT_COMMANDS else module.run(args)
     except (ValueError, OSError) as err:
         sys.exit(f"budgetdraft {name}: error: {error_text(err)}")
 

@@ -376,16 +376,23 @@ def _keep(conn: socket.socket, request: dict, fds: list[int], models, run_comman
 
 
 def _preload(request: dict, models) -> None:
-    """Preload into ``models`` (this server's ``ModelStore``) the models of an ``eval-cell`` request before forking
-    it. A failure is left to the command, which meets it again when it loads the model itself and reports it in its
-    own log."""
-    if request["argv"][:1] != ["eval-cell"]:
-        return
-    from budgetdraft.pipeline.commands.cmd_eval_cell import preload_models
+    """Preload into ``models`` (this server's ``ModelStore``) what the request's command declares before it is forked:
+    its module's ``preload(argv, models)`` hook, if it has one (eval-cell's: its models, warm-up and drafter
+    prefills). A failure is left to the command, which meets it again when it loads the model itself and reports it
+    in its own log."""
+    import importlib
 
+    from budgetdraft.pipeline.cli import COMMANDS
+
+    name = request["argv"][0] if request["argv"] else None
+    if name not in COMMANDS:
+        return
+    hook = getattr(importlib.import_module(COMMANDS[name][0]), "preload", None)
+    if hook is None:
+        return
     try:
         with contextlib.chdir(request["cwd"]):
-            for done in preload_models(request["argv"][1:], models):
+            for done in hook(request["argv"][1:], models):
                 print(f"budgetdraft warm: {done}", flush=True)
     except (Exception, SystemExit) as err:
         print(f"budgetdraft warm: nothing preloaded for {request['argv']}: {err!r}", flush=True)

@@ -1,5 +1,5 @@
 """`python -m budgetdraft eval-cell`: one evaluation grid cell (``budgetdraft.evaluation.cells``) written to its
-sealed parquet file; and what a forking warm process preloads for one (``preload_models``)."""
+sealed parquet file; and what a forking warm process preloads for one (``preload``)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--out", required=True)
 
 
-def preload_models(argv: list[str], models: ModelStore) -> list[str]:
+def preload(argv: list[str], models: ModelStore) -> list[str]:
     """Preload into ``models`` the verifier and drafter an ``eval-cell`` command line names (``ModelStore.preload``)
     and run the cell's warm-up with them once (``cells.warm_up_once``) and its drafter's full prefills
     (``cells.prefill_once``): the forking warm process calls this before it forks the cell, so the cells of one
