@@ -418,15 +418,15 @@ def test_a_cell_and_replicate_in_two_files_is_refused(tmp_path):
 
 def test_captions_and_figures_show_the_replicates_spread(tmp_path):
     """Two replicates whose BudgetDraft differs by 10 pp: the caption pools 2 replicates and names their spread."""
-    from budgetdraft.report import tables
+    from budgetdraft.report import captions
 
     grid = Grid(load_cells(write_replicated(tmp_path, [0.0, 0.1])))
-    text = tables.replicate_text(grid)
+    text = captions.replicate_text(grid)
     assert "pool 2 training replicates" in text and "largest 7.1 pp" in text  # sd of {x, x + 10} = 7.07 pp
     key = ("lambda0.5", "d1", "1K", 32, 2)
     assert grid.replicate_acceptance(key).diff().iloc[-1] == pytest.approx(10.0)
     assert grid.acceptance(key) == pytest.approx(grid.replicate_acceptance(key).mean())  # equal drafted counts
-    assert "one training run each" in tables.replicate_text(Grid(load_cells(write_replicated(tmp_path / "1", [0.0]))))
+    assert "one training run each" in captions.replicate_text(Grid(load_cells(write_replicated(tmp_path / "1", [0.0]))))
 
 
 def test_gamma_figure_has_no_lone_point_panel(grid):

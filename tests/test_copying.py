@@ -18,9 +18,10 @@ from budgetdraft.report.settings import parse_settings
 BUDGETS, GAMMA = SETTINGS["budgets"], SETTINGS["gamma_fixed"]
 
 
-def with_copy_columns(path, on_copied: float, off_copied: float):
-    """The cell at ``path`` rewritten with per-token columns: the first half of every row's tokens copied, its
-    drafts accepted at rate ``on_copied`` there and ``off_copied`` elsewhere (exactly, by position)."""
+def with_copy_columns(path, on_copied: float, off_copied: float, copied_half: str = "first"):
+    """The cell at ``path`` rewritten with per-token columns: the ``copied_half`` ("first" or "second") of every
+    row's tokens copied, its drafts accepted at rate ``on_copied`` there and ``off_copied`` elsewhere (exactly, by
+    position)."""
     frame = cellfile.read_frame(path)
     half = NEW_TOKENS // 2
     copied = [True] * half + [False] * (NEW_TOKENS - half)
@@ -30,7 +31,9 @@ def with_copy_columns(path, on_copied: float, off_copied: float):
         return [1] * kept + [0] * (n - kept)
 
     drafts = outcomes(on_copied, half) + outcomes(off_copied, NEW_TOKENS - half)
-    frame["draft_outcomes"] = [np.array(drafts if label != "ar" else [-1] * NEW_TOKENS, dtype=np.int8)
+    if copied_half == "second":
+        copied, drafts = copied[half:] + copied[:half], drafts[half:] + drafts[:half]
+    frame["draft_outcomes"] = [np.array(drafts if label.split("~")[0] != "ar" else [-1] * NEW_TOKENS, dtype=np.int8)
                                for label in frame["label"]]  # fmt: skip
     for n in (2, 3):
         frame[f"copied_{n}"] = [np.array(copied)] * len(frame)
@@ -84,7 +87,64 @@ def test_the_report_shows_the_copy_share_and_the_split_by_what_the_copier_predic
     off = copying.pooled(ev, keys, lambda rows: copying.per_row(rows, "copied_2", lambda copied, pos: ~copied))
     assert on[0] == pytest.approx(90.6, abs=0.1) and off[0] == pytest.approx(9.4, abs=0.1)  # 29 of 32, 3 of 32
     assert copying.share(ev, copying.keys_at(ev, "ar", "1K"))[0] == pytest.approx(50.0)
+    by_copier = copying.pooled(ev, keys, lambda rows: copying.copied_accepts(rows, "copied_2"))
+    assert by_copier[0] == pytest.approx(100 * 29 / 32)  # of its 32 accepted drafts per row, 29 were copied tokens
     out = claims.build(paths, SETTINGS, tmp_path / "claims.md")
     text = out[0].read_text()
     assert "## Copying" in text and "| 1K | grid | lambda0.5 | 90.6 [" in text and "| 1K | 50.0 [50.0, 50.0] |" in text
+    assert "| 1K | grid | lookup | 50.0 [50.0, 50.0] | 1.10× [1.10, 1.10] |" in text  # its speedup over AR
     assert {f["id"] for f in json.loads(out[1].read_text())["findings"]} >= {"CP/0.5K", "CP/1K"}
+
+
+def test_long_generations_show_acceptance_by_position_and_where_copying_begins(tmp_path, monkeypatch):
+    """Long-generation cells (LABEL~64) whose second half is copied: the copy share is 0 in buckets 0-15 and 16-31 and
+    100 % after, BudgetDraft's acceptance by bucket follows its drafts, the onset is said at 32-47, and CP-long is
+    judged."""
+    import test_claims
+
+    for label, speed in (("ar~64", 1.0), ("lambda0.5~64", 2.0), ("lookup~64", 1.1)):
+        monkeypatch.setitem(test_claims.SPEED, label, speed)
+    paths = write(tmp_path, 0.5, 0.5)
+    d = next(iter(SETTINGS["datasets"]))
+    for c in SETTINGS["contexts"]:
+        paths.append(with_copy_columns(write_cell(tmp_path, lambda *a: 0, "ar~64", d, c, 0, 0), 0, 0, "second"))
+        bd = write_cell(tmp_path, lambda *a: 0.5, "lambda0.5~64", d, c, BUDGETS[0], GAMMA)
+        paths.append(with_copy_columns(bd, 0.9, 0.1, "second"))
+        copier = write_cell(tmp_path, lambda *a: 0.5, "lookup~64", d, c, 0, GAMMA)
+        paths.append(with_copy_columns(copier, 1.0, 0.0, "second"))
+    ev = evidence.Evidence(evidence.load_claim_cells(paths), parse_settings(SETTINGS))
+    assert copying.long_tokens(ev) == NEW_TOKENS
+    assert "from tokens 32-47 on, the copier predicts half of the verifier's tokens or more" in copying.onset(ev, 64)
+    rows = copying.position_rows(ev, NEW_TOKENS)
+    c = SETTINGS["contexts"][-1]
+    share = next(r for r in rows if r.startswith(f"| {c} | copy share"))
+    assert share.split(" | ")[2:6] == [
+        "0.0 [0.0, 0.0]",
+        "0.0 [0.0, 0.0]",
+        "100.0 [100.0, 100.0]",
+        "100.0 [100.0, 100.0] |",
+    ]
+    bd_row = next(r for r in rows if r.startswith(f"| {c} | acceptance, lambda0.5~64"))
+    # each row's drafts: 3 of its first 32 accepted (tokens 0-2), 29 of its last 32 (tokens 32-60)
+    assert [cell.split(" [")[0] for cell in bd_row.split(" | ")[2:6]] == ["18.8", "0.0", "100.0", "81.2"]
+    found = {f.id for f in copying.copying(ev)}
+    assert found == {f"CP/{x}" for x in SETTINGS["contexts"]} | {f"CP-long/{x}" for x in SETTINGS["contexts"]}
+
+
+def test_a_long_generation_is_checked_against_ar_at_its_own_length():
+    """The lossless check compares LABEL~N with ar~N (their outputs are N tokens), never with the grid's AR, and
+    still fails a long generation that leaves its AR."""
+    import pandas as pd
+
+    from budgetdraft.evaluation import grid
+
+    def rows(label, ids):
+        return {"label": label, "dataset": "d", "context": "1K", "budget": 0, "gamma": 0, "sample": 0, "repeat": 0,
+                "output_ids": ids, "config": "{}"}  # fmt: skip
+
+    short, long = list(range(8)), list(range(16))
+    cells = [rows("ar", short), rows("sd", short), rows("ar~16", long), rows("sd~16", long)]
+    assert grid.check_lossless(pd.DataFrame(cells)) == []
+    cells[-1] = rows("sd~16", long[:10] + [99] * 6)
+    with pytest.raises(ValueError, match=r"label=sd~16.* than \(label=ar~16.*first difference at token 10"):
+        grid.check_lossless(pd.DataFrame(cells))

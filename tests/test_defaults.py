@@ -16,7 +16,7 @@ from budgetdraft.decoding import engine, hf_generate
 from budgetdraft.decoding.baselines import triforce
 from budgetdraft.decoding.sampling import GREEDY, Sampling
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
-from budgetdraft.pipeline import estimate
+from budgetdraft.pipeline import estimate, roofline
 from budgetdraft.pipeline.commands import cmd_decode, cmd_estimate, cmd_eval_cell, cmd_prefill, cmd_targets
 from budgetdraft.training import train
 from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
@@ -139,8 +139,8 @@ def test_the_librarys_entries_read_the_one_home():
 
 
 def test_the_estimate_and_the_engine_share_one_capacity_rounding(monkeypatch):
-    """The cost estimate (torch-free) imports the engine's rounding and names, never a copy of them."""
-    assert estimate.rounded_capacity is engine.rounded_capacity is base_defaults.rounded_capacity
+    """The cost estimate (torch-free, its roofline too) imports the engine's rounding and names, never a copy of them."""
+    assert roofline.rounded_capacity is engine.rounded_capacity is base_defaults.rounded_capacity
     assert estimate.SLOT_ROUNDING == base_defaults.SLOT_ROUNDING
     assert estimate.ENGINES is engine.ENGINES is base_defaults.ENGINES
     assert [base_defaults.rounded_capacity(t) for t in (1, 16, 17, 16.5, 4061.5)] == [16, 16, 32, 32, 4064]

@@ -219,3 +219,35 @@ def test_the_documented_drafter_protocol_is_the_librarys():
         documented, library = scope[name], getattr(drafter, name)
         members = {m for m in vars(documented) if not m.startswith("_")} | set(documented.__annotations__)
         assert members == {m for m in vars(library) if not m.startswith("_")} | set(library.__annotations__), name
+
+
+def test_the_cell_counts_the_docs_state_are_the_plans():
+    """The default's cell counts in README.md and docs/pipeline.md are its plan's (`budgetdraft.pipeline.plan`), not
+    numbers typed once and left behind."""
+    import yaml
+
+    from budgetdraft.base import names
+    from budgetdraft.evaluation import cellfile
+    from budgetdraft.pipeline.configcheck import check_config
+    from budgetdraft.pipeline.plan import Plan
+
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    check_config(cfg, schema=str(ROOT / "workflow" / "schemas" / "config.schema.yaml"))
+    files = Plan(cfg).cells.all_cells()
+    shared = [f for f in files if cellfile.path_key(f)["replicate"] == names.SHARED]
+    cells = {re.sub(r"/r\d+/", "/", f) for f in files}
+    stated = re.search(r"one file per measured cell \(([\d,]+) in the default\)", README.read_text())
+    assert stated and int(stated[1].replace(",", "")) == len(files)
+    pipeline = (ROOT / "docs" / "pipeline.md").read_text()
+    m = re.search(
+        r"([\d,]+) grid cells \(([\d,]+) cell files: (\d+) cells × (\d+) training replicates \+ (\d+) shared", pipeline
+    )
+    assert m, "docs/pipeline.md no longer states the default's cell counts"
+    grid, total, per, reps, one = (int(x.replace(",", "")) for x in m.groups())
+    assert (grid, total, per, reps, one) == (
+        len(cells),
+        len(files),
+        len(cells) - len(shared),
+        cfg["replicates"],
+        len(shared),
+    )

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from budgetdraft.pipeline import machine
-from budgetdraft.pipeline.estimate import Shape
+from budgetdraft.pipeline.roofline import Shape
 
 TINY_VERIFIER = Shape(layers=8, hidden=64, ffn=128, heads=4, kv_heads=2, vocab=1024, tied=True)
 TINY_DRAFTER = Shape(layers=2, hidden=32, ffn=64, heads=4, kv_heads=2, vocab=1024, tied=True)
@@ -64,10 +64,21 @@ def test_the_machine_is_probed_once_then_read_from_the_cache(monkeypatch, tmp_pa
     machine.measure({**cfg, "threads": 2}, 1, say=lambda line: None)  # another key: measured anew
     assert len(calls) == 3
     device = machine.here(cfg, 1, say=lambda line: None)
-    assert device.bandwidth == pytest.approx(20e9) and device.job_s == 0.5 and "measured on this machine" in device.basis
+    assert (
+        device.bandwidth == pytest.approx(20e9) and device.job_s == 0.5 and "measured on this machine" in device.basis
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
 def test_a_cuda_config_on_a_machine_without_one_is_refused_saying_what_to_do():
     with pytest.raises(ValueError, match=r"device: cuda in the config.*--gpu a100-80g"):
         machine.measure(yaml.safe_load(open("config/paper.yaml")), 1)
+
+
+def test_the_prediction_runs_as_many_jobs_as_the_cores_it_is_given(monkeypatch):
+    from budgetdraft.pipeline import estimate
+
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+    assert estimate.default_parallel({"threads": 1}) == 2  # profiles/default: 2 cores
+    assert estimate.default_parallel({"threads": 1}, 1) == 1  # snakemake --cores 1
+    assert estimate.default_parallel({"threads": 2}, 8) == 1  # at most the cores visible, each job 2 threads

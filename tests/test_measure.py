@@ -13,12 +13,14 @@ from conftest import tiny_llama
 from budgetdraft.decoding import loop
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.evaluation import measure
-from budgetdraft.evaluation.cells import CELL_COLUMNS
+from budgetdraft.evaluation.cells import CELL_COLUMNS, COPY_NGRAMS
 
 NEW, GAMMA = 24, 4
 ROW_ONLY = {  # a cell row's columns that run_cell writes itself, not the generation's stats
     "label", "method", "dataset", "context", "budget", "gamma", "policy", "replicate", "sample", "doc_id", "repeat",
     "device", "output_ids", "runner_up_ids", "top2_margins", "config",
+    "draft_outcomes",  # the stats' `outcomes`, renamed
+    *(f"{c}_{n}" for c in ("copied", "copy_share") for n in COPY_NGRAMS),  # the copier's, from the output
 }  # fmt: skip
 
 
@@ -49,6 +51,7 @@ def test_a_measured_generation_fills_every_column_with_sane_values(pair, method)
     s = gen.stats
     row = s.as_dict()
     assert set(CELL_COLUMNS) - ROW_ONLY <= set(row), set(CELL_COLUMNS) - ROW_ONLY - set(row)
+    assert len(row["outcomes"]) == s.new_tokens and row["outcomes"].count(1) == s.accepted  # one per token
     # the measured run decides what the plain loop decides, and counts it the same
     assert gen.tokens == plain.tokens and gen.runner_up == plain.runner_up
     assert {k: row[k] for k in asdict(plain.stats)} == asdict(plain.stats)

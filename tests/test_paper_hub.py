@@ -176,7 +176,8 @@ def test_the_paper_config_runs_through_the_hub(hub, tmp_path, monkeypatch):
     )
     cells = sorted((work / "results/cells").rglob("*.parquet"))
     assert {c.relative_to(work / "results/cells").parts[0] for c in cells} == {
-        "ar", "sd", "la_only", "lambda0.5", "lambda1.0", "single_budget", "triforce", "eagle3", "pi", "sd@full",
+        "ar", "sd", "la_only", "lambda0.5", "lambda1.0", "single_budget", "triforce", "eagle3", "pi", "sd@full", "lookup",
+        "ar~16", "sd~16", "lambda0.5~16", "lookup~16",  # the copying control (long_generation)
     }  # fmt: skip
     for path in cells:  # every cell decoded at positions 2,304 and beyond, with the paper's fp16 verifier
         for row in pq.read_table(path).to_pylist():

@@ -345,7 +345,9 @@ def test_the_flags_of_a_cell():
     baseline's `--extra` is its config section without its training."""
     hot = plan("ci", sampling={"temperature": 0.7, "top_p": 0.9}, baselines={"enabled": []}, long_generation=None)
     greedy = plan("ci")
-    explicit = plan("ci", sampling={"temperature": 0, "top_k": 5}, baselines={"enabled": ["triforce"]}, long_generation=None)
+    explicit = plan(
+        "ci", sampling={"temperature": 0, "top_k": 5}, baselines={"enabled": ["triforce"]}, long_generation=None
+    )
     assert greedy.jobs.sampling_flags() == explicit.jobs.sampling_flags() == ""
     assert greedy.jobs.extra_flag(names.SD) == explicit.jobs.extra_flag(names.SD) == ""
     assert hot.jobs.sampling_flags() == " --temperature 0.7 --top-p 0.9 --top-k 0 --seed 0"

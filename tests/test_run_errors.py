@@ -18,7 +18,7 @@ from transformers import LlamaConfig
 from budgetdraft.base.text import decode_text, read_text_file
 from budgetdraft.decoding import loading as models
 from budgetdraft.evaluation import cellfile
-from budgetdraft.pipeline import cli, warm
+from budgetdraft.pipeline import cli, rendezvous, warm
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -246,7 +246,7 @@ def test_user_errors_that_were_tracebacks_are_one_line_naming_the_flag_or_the_pa
     [
         (
             ["--temperature", "inf"],
-            "--temperature: sampling temperature must be finite, got inf: it would draw every token alike (random text)",
+            "--temperature: sampling temperature must be at most 100, got inf: it would draw every token alike (random text)",
         ),
         (["--seed", str(10**30)], f"--seed: sampling seed must be in [0, 4294967295], got {10**30}"),
         (
@@ -384,7 +384,7 @@ def test_each_attempt_of_round_four_gets_one_line_before_any_work(attempt, tmp_p
 
 
 def test_a_warm_autostart_that_names_no_process_runs_the_command_here(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(warm.ENV, str(tmp_path / "private" / warm.SOCKET_NAME))
+    monkeypatch.setenv(warm.ENV, str(tmp_path / "private" / rendezvous.SOCKET_NAME))
     monkeypatch.setenv(warm.AUTOSTART, "abc")
     assert warm.delegate(["eval-cell", "--help"]) is None
     assert (

@@ -185,7 +185,7 @@ def test_temperature_top_k_and_top_p():
         ("top_k", 2.5, "top_k must be an integer >= 0, got 2.5"),
         ("seed", 0.5, "seed must be an integer, got 0.5"),
         ("temperature", float("inf"), "temperature must be at most 100, got inf"),
-        ("temperature", 1e308, "temperature must be at most 100, got 1e+308"),
+        ("temperature", 1e308, r"temperature must be at most 100, got 1e\+308"),
         ("seed", 2**32, r"seed must be in \[0, 4294967295\], got 4294967296"),
         ("seed", -1, r"seed must be in \[0, 4294967295\], got -1"),
     ],

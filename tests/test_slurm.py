@@ -144,8 +144,9 @@ def test_cells_decode_what_the_local_run_decodes(slurm_run, request):
     work, _ = slurm_run
     local = request.getfixturevalue("pipeline_run")
     cells = lwm_cells(work)  # every lwm cell was taken: these are the SLURM run's
-    # at lwm x 2 contexts: AR, EAGLE-3 (shared) and, in each of the 2 replicates, TriForce, SD and BudgetDraft (x 2 B)
-    assert len(cells) == 2 + 2 + 2 * (2 + 2 * 2 + 2 * 2)
+    # at lwm x 2 contexts: AR, EAGLE-3, the copier (shared) and, in each of the 2 replicates, TriForce, SD and
+    # BudgetDraft (x 2 B)
+    assert len(cells) == 2 + 2 + 2 + 2 * (2 + 2 * 2 + 2 * 2)
     different = [str(c) for c in cells if decoded(local / c) != decoded(work / c)]
     assert not different, different
 

@@ -40,6 +40,7 @@ def test_import_cycle_finder_finds_one():
 def test_no_import_cycle_among_modules():
     graph = import_graph()
     assert "budgetdraft.decoding.loop" in graph["budgetdraft.evaluation.measure"]  # the walk sees imports
+    assert "budgetdraft.pipeline.plan" not in graph["budgetdraft.pipeline.settingsfiles"]  # under TYPE_CHECKING
     cycle = import_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -72,6 +73,9 @@ SAME_MEANING = {
     "draw": "a report module draws its figure to files (figures, profiles)",
     "resolve_hparams": "the typed hyper-parameters of a JSON dict (the drafter's, the EAGLE-3 head's)",
     "generate": "transformers' custom_generate entry (hf_generate, and the file template it publishes)",
+    "section": "a claims report section's lines (profiles, copying)",
+    "check_rows": "a sealed results file's rows hold what its command writes (cellfile, profilefile)",
+    "problem": "why a sealed results file cannot be used, or None (cellfile, profilefile)",
 }
 
 

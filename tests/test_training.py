@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from budgetdraft.decoding.loading import weights_digest
 from budgetdraft.pipeline.cli import main as cli
+from budgetdraft.training import checkpoints
 from budgetdraft.training import train as training
 from budgetdraft.training.targets import IGNORE, load_targets, save_targets, teacher_targets, text_targets
 
@@ -334,18 +335,18 @@ def assert_same_weights(a: Path, b: Path) -> None:
 def test_run_identity_follows_contents_not_paths(pair, tmp_path, monkeypatch):
     _, drafter_dir, targets = pair
     hp = training.resolve_hparams(HP)
-    identity = training._run_identity(hp, targets, str(drafter_dir))
+    identity = checkpoints.run_identity(hp, targets, str(drafter_dir))
     shutil.copy(targets, tmp_path / "targets.safetensors")
     shutil.copytree(drafter_dir, tmp_path / "drafter")
-    assert training._run_identity(hp, tmp_path / "targets.safetensors", str(tmp_path / "drafter")) == identity
-    assert training._run_identity({**hp, "threads": 2, "checkpoint_every": 1}, targets, str(drafter_dir)) == identity
+    assert checkpoints.run_identity(hp, tmp_path / "targets.safetensors", str(tmp_path / "drafter")) == identity
+    assert checkpoints.run_identity({**hp, "threads": 2, "checkpoint_every": 1}, targets, str(drafter_dir)) == identity
     # an edit to a module the training step runs (here kvcache.py) changes the identity's code
     src = tmp_path / "src"
     shutil.copytree(Path(training.__file__).parents[1], src)
     kvcache = src / "decoding" / "kvcache.py"
     kvcache.write_text(kvcache.read_text() + "# edited\n")
-    monkeypatch.setattr(training, "__file__", str(src / "training" / "train.py"))
-    edited = training._run_identity(hp, targets, str(drafter_dir))
+    monkeypatch.setattr(checkpoints, "__file__", str(src / "training" / "checkpoints.py"))
+    edited = checkpoints.run_identity(hp, targets, str(drafter_dir))
     assert [k for k in identity if edited[k] != identity[k]] == ["code"]
 
 

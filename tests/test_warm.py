@@ -351,7 +351,7 @@ def _inode(path) -> tuple[int, int] | None:
 def test_a_second_server_on_a_live_servers_path_refuses_to_start(tmp_path, server):
     """A second server started on the path of a live one took it (unlinked its socket, bound its own): the first
     went on unreachable, a resident one holding its models until its owner exited. Now it says so and leaves."""
-    from budgetdraft.pipeline.warm import peer_credentials
+    from budgetdraft.pipeline.rendezvous import peer_credentials
 
     process, env = server
     sock = Path(env["BUDGETDRAFT_WARM"])
@@ -404,7 +404,7 @@ def test_a_snakemake_killed_with_sigkill_leaves_nothing_in_the_temporary_directo
     # the owner's and the server's $TMPDIR, what the test inspects: short, as a socket path must be (108 bytes)
     tmp = Path(tempfile.mkdtemp(prefix="bd-", dir="/tmp"))
     starter = (
-        "import os, subprocess, sys; from budgetdraft.pipeline.warm import rendezvous; path = rendezvous('test'); "
+        "import os, subprocess, sys; from budgetdraft.pipeline.rendezvous import rendezvous; path = rendezvous('test'); "
         "argv = [sys.executable, '-m', 'budgetdraft', 'warm', '--socket', path, '--owner', str(os.getpid())]; "
         "log = open(sys.argv[1], 'w'); p = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True); "
         "print(path, p.pid, flush=True); sys.stdin.readline()"

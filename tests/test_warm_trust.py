@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from budgetdraft.pipeline import cli, warm
+from budgetdraft.pipeline import cli, rendezvous, warm
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 SECRET = "hf_secret123"
@@ -223,7 +223,7 @@ def test_the_server_refuses_a_client_of_another_uid(passable):
             pid = _connect_as(uid, path)
             conn, _ = server.accept()
             with conn:
-                why = warm.foreign_peer(conn, "client")
+                why = rendezvous.foreign_peer(conn, "client")
             os.waitpid(pid, 0)
             assert why == (expected and f"the client (pid {pid}) " + expected.format(uid=uid))
 
@@ -235,14 +235,14 @@ def test_a_server_will_not_serve_from_a_directory_others_can_enter(tmp_path):
     with pytest.raises(SystemExit, match=r"not serving on .*has mode 0755, not 0700"):
         warm.serve(str(folder / "warm.sock"), cli.run)
     created = tmp_path / "new" / "warm.sock"  # a missing directory is made private
-    assert warm.private_dir(str(created.parent), create=True) is None
+    assert rendezvous.private_dir(str(created.parent), create=True) is None
     assert (created.parent.stat().st_mode & 0o777) == 0o700
 
 
 def test_a_rendezvous_is_private_and_unpredictable():
-    a, b = warm.rendezvous("job1"), warm.rendezvous("job1")
+    a, b = rendezvous.rendezvous("job1"), rendezvous.rendezvous("job1")
     try:
-        assert a != b and warm.private_dir(os.path.dirname(a)) is None
+        assert a != b and rendezvous.private_dir(os.path.dirname(a)) is None
     finally:
         os.rmdir(os.path.dirname(a))
         os.rmdir(os.path.dirname(b))
@@ -253,7 +253,7 @@ def test_a_server_replaces_a_stale_socket_refuses_a_live_one_and_removes_only_it
     left with one line naming the path, and at exit the server removes its socket and an empty rendezvous directory
     (never a directory with something else in it, nor one ``rendezvous`` did not make)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    path = warm.rendezvous("t")
+    path = rendezvous.rendezvous("t")
     folder = os.path.dirname(path)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as live:
         live.bind(path)
@@ -264,7 +264,9 @@ def test_a_server_replaces_a_stale_socket_refuses_a_live_one_and_removes_only_it
         assert str(refused.value) == line
     server, own = warm._listen(path)  # the listener above closed without unlinking: a stale file
     server.close()
-    assert warm._made_by_rendezvous(folder) and not warm._made_by_rendezvous(str(private(tmp_path / "mine")))
+    assert rendezvous._made_by_rendezvous(folder) and not rendezvous._made_by_rendezvous(
+        str(private(tmp_path / "mine"))
+    )
     Path(folder, "note").write_text("not the server's")
     warm._clean_up(path, own, folder)
     assert os.listdir(folder) == ["note"]

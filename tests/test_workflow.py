@@ -20,6 +20,7 @@ import yaml
 from snakemake.cli import parse_config
 from test_plan import EXTRA_VARIANTS, GRID_SIZES, SCHEMA, expected_cells, replicated
 
+from budgetdraft.base import methods as methods_registry
 from budgetdraft.pipeline.configcheck import check_config
 from budgetdraft.pipeline.plan import Plan
 
@@ -313,7 +314,7 @@ def test_every_schema_problem_is_one_plain_line():
         "budgets[0] = 0: must be >= 1 (drafter KV budget B in tokens), at config['budgets'][0]",
         "collapse: Additional properties are not allowed ('gama' was unexpected), at config['collapse']",
         "sampling: Additional properties are not allowed ('topp' was unexpected), at config['sampling']",
-        "sampling.temperature = -1: must be >= 0 (0 = greedy), at config['sampling']['temperature']",
+        "sampling.temperature = -1: must be >= 0 (0 = greedy; at most 100), at config['sampling']['temperature']",
     ]
     assert (
         schema_problems(
@@ -333,11 +334,14 @@ def test_the_size_of_a_run_has_one_source_the_config(key):
 
 
 def sampled_config(sampling, baselines=()) -> dict:
-    """config/ci.yaml with `sampling:` set (None: left out) and `baselines.enabled` = ``baselines``."""
+    """config/ci.yaml with `sampling:` set (None: left out) and `baselines.enabled` = ``baselines`` (the copying
+    control's long generations keep the baselines still enabled)."""
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     if sampling is not None:
         cfg["sampling"] = sampling
     cfg["baselines"]["enabled"] = list(baselines)
+    methods = cfg["long_generation"]["methods"]
+    cfg["long_generation"]["methods"] = [m for m in methods if m not in methods_registry.BASELINES or m in baselines]
     return cfg
 
 
@@ -447,7 +451,9 @@ def test_a_settings_file_edited_by_hand_is_named_and_written_again(workdir):
     }
     forged["lambda"]["datasets"]["lwm"] = "FORGED-NAME"
     forged["claims"]["variants"]["lambda1.0"]["lambda_c"] = 0.1
-    (workdir / "results" / "settings").mkdir(parents=True)
+    settings = ["results/settings/lambda.json", "results/settings/claims.json"]
+    run = ("--cores", "1", *settings, "--configfile", "config/ci.yaml", "--config", "warm_start=false")
+    snakemake(workdir, *run)  # made by the workflow (Snakemake records them), then edited
     for name, settings in forged.items():
         (workdir / f"results/settings/{name}.json").write_text(json.dumps(settings))
     _, out = snakemake(
@@ -458,15 +464,14 @@ def test_a_settings_file_edited_by_hand_is_named_and_written_again(workdir):
         ("claims", "variants.lambda1.0.lambda_c = 0.1, not 1.0"),
     ):
         assert (
-            f"results/settings/{name}.json is not what the config plans ({difference}): a run will write it again"
-            in out
+            f"settings file results/settings/{name}.json (not what the config plans: {difference}): job set_aside "
+            "removes it" in out
         ), out[-2000:]
         assert json.loads((workdir / f"results/settings/{name}.json").read_text()) == forged[name]  # only said
-    _, out = snakemake(workdir, "--cores", "1", "results/settings/lambda.json", "results/settings/claims.json",
-                       "--configfile", "config/ci.yaml", "--config", "warm_start=false")  # fmt: skip
+    _, out = snakemake(workdir, *run)
     assert (
-        "results/settings/lambda.json is not what the config plans (datasets.lwm = 'FORGED-NAME', not 'LWM'): removed"
-        in out
-    )
+        "results/settings/lambda.json (not what the config plans: datasets.lwm = 'FORGED-NAME', not 'LWM'): removed, "
+        "writing it again" in out
+    ), out[-2000:]
     for name in forged:
         assert (workdir / f"results/settings/{name}.json").read_text() == plan.settings.artifact_settings(name)

@@ -147,7 +147,11 @@ def print_prediction():
     ):
         return
     try:
-        line = prediction(str(workflow.configfiles[0]))
+        cores = workflow.cores  # --cores (the profile's, or the command line's)
+    except Exception:  # none given (a cluster run): the profile's default
+        cores = None
+    try:
+        line = prediction(str(workflow.configfiles[0]), cores=cores)
     except Exception as err:  # the run goes on: a prediction is advice
         line = f"budgetdraft: no prediction of this run's time ({type(err).__name__}: {err})"
     print(line, file=sys.stderr, flush=True)

@@ -20,13 +20,13 @@ rule prepare_prompts:
         seed=config["seed"],
         revision=lambda wc: data_revision_flag(config["datasets"][wc.dataset]["source"]),
         path=lambda wc, input: (
-            f"--path {shlex.quote(input.authors[0])}" if input.authors else ""
+            f" --path {shlex.quote(input.authors[0])}" if input.authors else ""
         ),
     shell:
         "python -m budgetdraft prepare prompts --dataset {wildcards.dataset} --source {params.source}"
         " --context {wildcards.context} --length {params.length} --select-length {params.select}"
         " --samples {params.samples} --seed {params.seed} --tokenizer {input.verifier}"
-        " {params.revision} {params.path} --out {output} > {log} 2>&1"
+        " {params.revision}{params.path} --out {output} > {log} 2>&1"
 
 
 rule prepare_train:

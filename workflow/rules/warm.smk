@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from budgetdraft.pipeline.warm import rendezvous
+from budgetdraft.pipeline.rendezvous import rendezvous
 
 WARM = {}
 

@@ -32,11 +32,27 @@ def module_files(package: str | Path = HERE) -> dict[str, Path]:
     return files
 
 
+def type_checking_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks: imports for annotations, never run."""
+    blocks = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If)
+        and "TYPE_CHECKING" in (getattr(node.test, "id", ""), getattr(node.test, "attr", ""))
+    ]
+    return {id(inner) for block in blocks for stmt in block.body for inner in ast.walk(stmt)}
+
+
 def imported_modules(path: Path, modules) -> set[str]:
-    """The budgetdraft modules ``path`` imports, at any depth of the file (lazy imports inside functions too):
-    ``from budgetdraft.x import y`` counts as x, or as x.y when that is a module."""
+    """The budgetdraft modules ``path`` imports, at any depth of the file (lazy imports inside functions too), except
+    under ``if TYPE_CHECKING:`` (annotations only): ``from budgetdraft.x import y`` counts as x, or as x.y when that
+    is a module."""
     found = set()
-    for node in ast.walk(ast.parse(Path(path).read_text())):
+    tree = ast.parse(Path(path).read_text())
+    skipped = type_checking_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

@@ -137,5 +137,5 @@ def lambda_variants(hparams: dict) -> list[str]:
 
 
 # a cell row's `config` key, true where its drafter cut a full prefill made once for all its cells
-# (budgetdraft.evaluation.cells.prefill_once); the captions say so (report.tables.shared_drafter_text)
+# (budgetdraft.evaluation.cells.prefill_once); the captions say so (report.captions.shared_drafter_text)
 SHARED_DRAFTER_PREFILL = "drafter_prefill_shared"

@@ -30,7 +30,15 @@ from budgetdraft.base.atomic import atomic_path, check_out
 from budgetdraft.base.defaults import DTYPE
 from budgetdraft.base.revisions import hub_model
 from budgetdraft.decoding import positions
-from budgetdraft.decoding.loading import load_error, load_tokenizer, max_positions, resolve, torch_dtype
+from budgetdraft.decoding.loading import (
+    load_error,
+    load_tokenizer,
+    max_positions,
+    offline_text,
+    resolve,
+    torch_dtype,
+    unreachable,
+)
 
 # what a model's folder in a hub repository holds besides its weights: config, generation config, tokenizer files
 MODEL_FILES = ("*.json", "*.model", "*.txt", "*.tiktoken")
@@ -78,6 +86,8 @@ def hub_snapshot(repo: str, revision: str, subfolder: str) -> Path:
 
 
 def hub_error(repo: str, revision: str, err: Exception) -> str:
+    if unreachable(err):
+        return offline_text(repo)
     at = f" at revision {revision}" if revision else ""
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"cannot read the hub repository {repo}{at}: {first}"

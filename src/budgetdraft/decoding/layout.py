@@ -10,9 +10,10 @@ embedding shares the LM head's) when a float32 model is loaded on a CPU whose me
 to train keeps transformers' layout (``load_model(..., trainable=True)``), and an accelerator or half precision is
 left as loaded. A model in the column layout still saves as transformers' own (`_row_major_state`).
 
-The choice is measured by the first process that needs it and written under ``$BUDGETDRAFT_CACHE/machine/`` with a
-lock held, so every process of a run on the machine decodes with the same layout (the layout changes the order of
-float32 additions, so a cell and the AR cell it is checked against must share it).
+The choice is measured by the first process that needs it, per distinct shapes of the linear weights (a verifier and
+the drafter cut from its first layers share one), and written under ``$BUDGETDRAFT_CACHE/machine/`` with a lock
+held, so every process of a run on the machine decodes with the same layout (the layout changes the order of float32
+additions, so a cell and the AR cell it is checked against must share it).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def _row_major_state(module, state_dict, prefix, local_metadata) -> None:
 MEASURED_UP_TO = 2e9  # parameters: a larger float32 model on a CPU keeps transformers' layout (no second copy)
 
 
-def step_seconds(model, rows: int) -> float:
+def forward_seconds(model, rows: int) -> float:
     """Seconds of one forward of ``model`` over ``rows`` tokens with no cache: a decode step's products (1 row) or a
     γ = 5 verify's (6 rows)."""
     import torch
@@ -96,7 +97,7 @@ def measure_layouts(model, repeats: int = 7) -> dict:
     for run in range(repeats + 1):
         for rows in (1, 6):
             for name, m in layouts.items():
-                took = step_seconds(m, rows)
+                took = forward_seconds(m, rows)
                 if run:  # the first run of each warms up
                     times[name][rows].append(took)
     seconds = {name: {rows: statistics.median(t) for rows, t in s.items()} for name, s in times.items()}
@@ -106,14 +107,12 @@ def measure_layouts(model, repeats: int = 7) -> dict:
 
 
 def linear_shapes(model) -> list:
-    """The distinct shapes of ``model``'s linear weights, each with how many it has: what a step's products are."""
+    """The distinct shapes of ``model``'s linear weights: what a step's products are. Not how many of each: a model
+    cut to fewer layers (the drafter, `estimate`'s probe of the verifier) reads its layers in the same layout as the
+    whole model, measured once for all of them."""
     import torch
 
-    shapes: dict[tuple, int] = {}
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear):
-            shapes[tuple(module.weight.shape)] = shapes.get(tuple(module.weight.shape), 0) + 1
-    return sorted([list(k), n] for k, n in shapes.items())
+    return sorted({tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)})
 
 
 def machine_key(model) -> dict:
@@ -132,7 +131,7 @@ def machine_layout(model) -> str:
     """This machine's layout for ``model``'s weights (its linear shapes): cached, or measured now under a lock."""
     import fcntl
 
-    from budgetdraft.decoding.loading import cache_root
+    from budgetdraft.base.cache import cache_root
 
     if sum(p.numel() for p in model.parameters()) > MEASURED_UP_TO:
         return ROW

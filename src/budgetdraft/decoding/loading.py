@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
+from budgetdraft.base.cache import cache_root
 from budgetdraft.base.defaults import DEVICE, DTYPE
 from budgetdraft.base.revisions import hub_model
 from budgetdraft.decoding import positions
@@ -72,23 +73,6 @@ EMBEDDED = {
 
 
 CACHE_RECORD = "budgetdraft-cache.json"  # in each converted model directory: the sha256 of every other file in it
-
-
-def cache_root() -> Path:
-    """``$BUDGETDRAFT_CACHE``, default ``~/.cache/budgetdraft``. A setting that is empty or relative is refused: the
-    cache would be the working directory (or move with it), and whoever writes there would decide what
-    ``embedded:smollm2`` is."""
-    value = os.environ.get("BUDGETDRAFT_CACHE")
-    if value is None:
-        return Path.home() / ".cache" / "budgetdraft"
-    fix = "unset it (the cache is then ~/.cache/budgetdraft) or set it to an absolute path"
-    if not value.strip():
-        raise ValueError(f"BUDGETDRAFT_CACHE is set but empty, which would make the working directory the cache: {fix}")
-    if not os.path.isabs(os.path.expanduser(value)):
-        raise ValueError(
-            f"BUDGETDRAFT_CACHE={value} is a relative path (the cache would move with the working directory): {fix}"
-        )
-    return Path(os.path.expanduser(value))
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -498,15 +482,24 @@ def load_error(spec: str, path: str, err: OSError) -> str:
     weights = [*local.glob("*.safetensors"), *local.glob("*.bin")] if local.is_dir() else []
     if (local / "config.json").is_file() and not weights:
         return f"cannot load model {spec!r}: {local / 'model.safetensors'} is missing: " + remake_text(local)
-    unreachable = ("couldn't connect", "offline", "cannot reach", "connection")
-    if hub_model(spec) and not local.exists() and any(w in text.lower() for w in unreachable):
-        return (
-            f"model {spec!r} cannot be reached offline (no network here, or HF_HUB_OFFLINE=1) and is not in the local "
-            f"hub cache: fetch it where the hub is reachable (`huggingface-cli download {spec}`, pinned by `python -m "
-            "budgetdraft pin`) and run with HF_HUB_OFFLINE=1, or export it there (snakemake results/models/verifier) "
-            "and set verifier / drafter to that local directory"
-        )
+    if hub_model(spec) and not local.exists() and unreachable(err):
+        return offline_text(spec)
     return f"cannot load model {spec!r}: {text.strip().splitlines()[0] if text.strip() else type(err).__name__}"
+
+
+def unreachable(err: Exception) -> bool:
+    """Whether ``err`` (transformers' or the hub client's) says the hub cannot be reached: offline or no network."""
+    return any(w in str(err).lower() for w in ("couldn't connect", "offline", "cannot reach", "connection"))
+
+
+def offline_text(spec: str) -> str:
+    """The line for a hub model that cannot be reached here, and how to bring it."""
+    return (
+        f"model {spec!r} cannot be reached offline (no network here, or HF_HUB_OFFLINE=1) and is not in the local "
+        f"hub cache: fetch it where the hub is reachable (`huggingface-cli download {spec}`, pinned by `python -m "
+        "budgetdraft pin`) and run with HF_HUB_OFFLINE=1, or export it there (snakemake results/models/verifier) "
+        "and set verifier / drafter to that local directory"
+    )
 
 
 def remake_text(directory: Path) -> str:

@@ -205,9 +205,9 @@ def speculative(
             drafts = drafter.draft(pending, g)
         elif g:
             drafts, q = drafter.draft_sampled(pending, g, sampler)
-        # a drafter may propose fewer than g tokens, or none (prompt lookup finds nothing to copy): then the
-        # verifier takes one step alone, as AR's
-        width = gamma if len(drafts) else 0
+        # a drafter that proposes nothing when asked for g > 0 tokens (prompt lookup finds nothing to copy) leaves
+        # the verifier one step alone, as AR's; the last round (g = 0) keeps the verify's one shape, padded
+        width = gamma if len(drafts) or not g else 0
         vout, drafts, k, bonus = verifier.check(emitted.out[-1], drafts, width, q, sampler, drafter.reads)
         if g:  # the last round drafted nothing: the drafter has no round to hear about
             drafter.after_verify(vout, k, bonus)

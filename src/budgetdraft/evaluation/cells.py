@@ -230,6 +230,36 @@ def device_name(device: str) -> str:
     return f"cuda:{torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else "cpu"
 
 
+def cell_row(args, sample, repeat: int, ids: list[int], gen, config: str) -> dict:
+    """One measured decode as a row of the cell file (``CELL_COLUMNS``), with how much of its output the
+    prompt-lookup copier predicts (``copied_N`` / ``copy_share_N``, budgetdraft.decoding.baselines.lookup)."""
+    stats = gen.stats.as_dict()
+    copies = {n: lookup.copied(ids, gen.tokens, n) for n in COPY_NGRAMS}
+    return {
+        "label": args.label,
+        "method": args.method,
+        "dataset": args.dataset,
+        "context": args.context,
+        "budget": args.budget,
+        "gamma": args.gamma,
+        "policy": args.policy,
+        "replicate": args.replicate,
+        "sample": int(sample.sample),
+        "doc_id": str(sample.doc_id),
+        "repeat": repeat,
+        "device": device_name(args.device),
+        "engine": args.engine,
+        "output_ids": gen.tokens,
+        "runner_up_ids": gen.runner_up,
+        "top2_margins": gen.margins,
+        "draft_outcomes": stats["outcomes"],
+        **{f"copied_{n}": flags for n, flags in copies.items()},
+        **{f"copy_share_{n}": sum(flags) / len(flags) if flags else float("nan") for n, flags in copies.items()},
+        "config": config,
+        **{k: stats[k] for k in CELL_COLUMNS if k in stats},
+    }
+
+
 def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
     """The cell's rows: every prompt decoded ``repeats`` times after ``warmup`` discarded runs, measured. ``models``:
     the warm process's models (budgetdraft.pipeline.warm), else each is read from its files."""
@@ -258,38 +288,10 @@ def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
         for repeat in range(args.repeats):
             gen = decode(ids, args.max_new_tokens)
             stats = gen.stats.as_dict()
-            copies = {n: lookup.copied(ids, gen.tokens, n) for n in COPY_NGRAMS}
             print(
                 f"sample {sample.sample} repeat {repeat}: {stats['tok_per_s']:.2f} tok/s, "
                 f"acceptance {stats['acceptance']:.3f}, tau {stats['tau']:.2f}",
                 file=sys.stderr,
             )
-            rows.append(
-                {
-                    "label": args.label,
-                    "method": args.method,
-                    "dataset": args.dataset,
-                    "context": args.context,
-                    "budget": args.budget,
-                    "gamma": args.gamma,
-                    "policy": args.policy,
-                    "replicate": args.replicate,
-                    "sample": int(sample.sample),
-                    "doc_id": str(sample.doc_id),
-                    "repeat": repeat,
-                    "device": device_name(args.device),
-                    "engine": args.engine,
-                    "output_ids": gen.tokens,
-                    "runner_up_ids": gen.runner_up,
-                    "top2_margins": gen.margins,
-                    "draft_outcomes": stats["outcomes"],
-                    **{f"copied_{n}": flags for n, flags in copies.items()},
-                    **{
-                        f"copy_share_{n}": sum(flags) / len(flags) if flags else float("nan")
-                        for n, flags in copies.items()
-                    },
-                    "config": config,
-                    **{k: stats[k] for k in CELL_COLUMNS if k in stats},
-                }
-            )
+            rows.append(cell_row(args, sample, repeat, ids, gen, config))
     return pd.DataFrame(rows, columns=CELL_COLUMNS)

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from budgetdraft.base.names import AR, SHARED, ar_label
+from budgetdraft.base.names import AR, SHARED, ar_label, length_label, split_length_label
 from budgetdraft.evaluation import cellfile
 
 KEY = ["label", "dataset", "context", "budget", "gamma"]
@@ -140,8 +140,8 @@ def sampled_groups(df: pd.DataFrame) -> set[tuple[str, str]]:
 
 
 def check_lossless(df: pd.DataFrame, mode: str = "error", near_tie_margin: float = 0.0) -> list[dict]:
-    """Every row's output_ids must equal the AR output of its (dataset, context, sample); returns the rows that
-    differ (``divergence``), each marked ``near_tie`` or not.
+    """Every row's output_ids must equal the AR output of its (dataset, context, sample) at its length (a long
+    generation's, ``LABEL~N``: ``ar~N``'s); returns the rows that differ (``divergence``), each marked ``near_tie`` or not.
 
     Without an AR cell for that (dataset, context), the first cell (sorted by key) is the reference.
     ``mode="error"``: any difference fails. ``mode="near_tie"`` (fp16 verifiers, whose batched verify and
@@ -150,9 +150,10 @@ def check_lossless(df: pd.DataFrame, mode: str = "error", near_tie_margin: float
     differing position; any other difference fails. Sampling mode: see ``sampled_groups``."""
     sampled = sampled_groups(df)
     divergences = []
-    for (dataset, context), group in df.groupby(["dataset", "context"], sort=True):
+    tokens = df["label"].map(lambda label: split_length_label(label)[1] or 0)  # a long generation: its own AR~N
+    for (dataset, context, length), group in df.groupby([df["dataset"], df["context"], tokens], sort=True):
         if (dataset, context) not in sampled:
-            divergences += group_divergences(group, near_tie_margin)
+            divergences += group_divergences(group, near_tie_margin, length_label(AR, length) if length else AR)
     fatal = [d for d in divergences if mode == "error" or not d["near_tie"]]
     if fatal:
         d = fatal[0]
@@ -169,10 +170,11 @@ def check_lossless(df: pd.DataFrame, mode: str = "error", near_tie_margin: float
     return divergences
 
 
-def group_divergences(group: pd.DataFrame, near_tie_margin: float) -> list[dict]:
-    """The rows of one (dataset, context) whose output_ids differ from the reference cell's."""
+def group_divergences(group: pd.DataFrame, near_tie_margin: float, ar: str = AR) -> list[dict]:
+    """The rows of one (dataset, context, generation length) whose output_ids differ from the reference cell's:
+    ``ar``'s (AR's cell label at that length), else the first cell's."""
     keys = sorted({tuple(k) for k in group[KEY].itertuples(index=False)})
-    ref_key = (AR, *keys[0][1:3], 0, 0)
+    ref_key = (ar, *keys[0][1:3], 0, 0)
     if ref_key not in keys:
         ref_key = keys[0]
     is_ref = np.ones(len(group), dtype=bool)

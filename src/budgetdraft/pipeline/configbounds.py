@@ -190,7 +190,7 @@ def check_eagle3(config: dict) -> None:
     """EAGLE-3's head reads the outputs of verifier layers ``layer_ids`` (an IndexError in training past the
     verifier's last layer: its layer count read from its config.json, or the shapes the estimate knows) and unrolls
     ``ttt_steps`` steps over the last ``ttt_window`` positions (a step past the window scores nothing)."""
-    from budgetdraft.pipeline.estimate import shape
+    from budgetdraft.pipeline.roofline import shape
 
     key = "baselines.eagle3.training"
     hp = Eagle3Hparams.from_json(

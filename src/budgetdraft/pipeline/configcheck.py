@@ -394,5 +394,3 @@ def check_consistency(config: dict) -> None:
     check_sizes(config)
     check_seeds(config)
     check_baselines(config)
-
-

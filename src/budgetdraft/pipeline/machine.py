@@ -5,7 +5,7 @@ A probe of a few seconds times what the jobs do, on the run's own device and dty
 the configured shapes (the verifier's width and vocabulary at up to ``PROBE_LAYERS`` layers, the drafter whole): our
 decode loop's steps on each model, a prefill, and a model's load from disk. ``parallel`` copies run at once, as the
 workflow runs that many jobs side by side on the machine, so memory bandwidth is shared as in the run. The roofline
-constants the estimate uses (`budgetdraft.pipeline.estimate.Device`) are solved from the timings:
+constants the estimate uses (`budgetdraft.pipeline.roofline.Device`) are solved from the timings:
 
 - bandwidth and the fixed cost per layer: a decode step takes ``layers × overhead + bytes / bandwidth`` (its weights
   and KV cache read once); the verifier's and the drafter's steps give two equations for the two unknowns;
@@ -71,7 +71,7 @@ def cores() -> int:
 
 
 def llama(shape, layers: int, dtype: str, device: str):
-    """A random-weight Llama of ``shape`` (budgetdraft.pipeline.estimate.Shape) at ``layers`` layers, as the
+    """A random-weight Llama of ``shape`` (budgetdraft.pipeline.roofline.Shape) at ``layers`` layers, as the
     pipeline loads a model (our attention, the decoding layout)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -243,7 +243,8 @@ def job_seconds(runs: int = 3) -> float:
     import pandas as pd
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from budgetdraft.pipeline.warm import ENV, rendezvous
+    from budgetdraft.pipeline.rendezvous import rendezvous
+    from budgetdraft.pipeline.warm import ENV
 
     socket = rendezvous("probe")
     work = Path(os.path.dirname(socket))
@@ -307,7 +308,7 @@ def training_recipes(cfg: dict) -> tuple:
 def key_of(cfg: dict, device: str, parallel: int) -> dict:
     import torch
 
-    from budgetdraft.pipeline.estimate import shape
+    from budgetdraft.pipeline.roofline import shape
 
     return {
         "cpu": cpu_name(), "cores": cores(), "torch": torch.__version__, "device": device,
@@ -317,7 +318,7 @@ def key_of(cfg: dict, device: str, parallel: int) -> dict:
     }  # fmt: skip
 
 
-def check_device(device: str) -> None:
+def check_measurable(device: str) -> None:
     """A config's ``device`` this machine has, or an error that says how to estimate for another machine."""
     import torch
 
@@ -342,11 +343,11 @@ def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dic
     jobs side by side: from the cache, or probed now (``parallel`` processes at once) and cached."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from budgetdraft.decoding.loading import cache_root
-    from budgetdraft.pipeline.estimate import shape
+    from budgetdraft.base.cache import cache_root
+    from budgetdraft.pipeline.roofline import shape
 
     device = cfg.get("device", "cpu")
-    check_device(device)
+    check_measurable(device)
     key = key_of(cfg, device, parallel)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     cached = cache_root() / "machine" / f"{digest}.json"
@@ -371,7 +372,7 @@ def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dic
 
 def here(cfg: dict, parallel: int, remeasure: bool = False, say=print):
     """This machine as an estimate `Device`, measured (`measure`) for ``cfg`` with ``parallel`` jobs at a time."""
-    from budgetdraft.pipeline.estimate import Device
+    from budgetdraft.pipeline.roofline import Device
 
     m = measure(cfg, parallel, remeasure, say)
     k, t = m["key"], m["timings"]

@@ -5,8 +5,10 @@ no Snakemake, no file written, so tests/test_plan.py checks it in process and wo
 
 - `Labels`: which methods and variants this config measures, and what each cell label decodes with;
 - `CellGrid`: which cell files each table, figure, control and target reads;
-- `TrainingChain`: where each drafter lives and what its training job is handed;
-- `SettingsFiles`: what each artifact (and the claims) lays out where, the files rule settings writes;
+- `TrainingChain` (`budgetdraft.pipeline.trainingchain`): where each drafter lives and what its training job is
+  handed;
+- `SettingsFiles` (`budgetdraft.pipeline.settingsfiles`): what each artifact (and the claims) lays out where, the
+  files rule settings writes;
 - `CellJobs`: a cell's inputs and flags, and the flags other jobs share;
 - `CodeInputs`: the digest of the modules each stage runs, its jobs' code input.
 
@@ -16,7 +18,6 @@ plan's: `budgetdraft.pipeline.setaside`.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -25,13 +26,12 @@ from functools import cached_property
 from pathlib import Path
 
 from budgetdraft.base import defaults, methods, names, revisions
-from budgetdraft.base.atomic import files_sha256
 from budgetdraft.base.importgraph import code_files
 from budgetdraft.evaluation import cellfile
+from budgetdraft.pipeline.settingsfiles import SettingsFiles
+from budgetdraft.pipeline.trainingchain import VERIFIER, TrainingChain
 from budgetdraft.report import artifacts, paper
-from budgetdraft.report.settings import PaperSettings, Variant
 from budgetdraft.training.data import AUTHORS_FILES
-from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
 
 # stage -> the `budgetdraft` command its rule runs (the stage's code input: `CodeInputs.code`)
 STAGE_COMMANDS = {
@@ -46,9 +46,6 @@ STAGE_COMMANDS = {
     "claims": "claims",
     "paper_diff": "paper-diff",
 }
-VERIFIER = "results/models/verifier"
-SETTINGS_FILE = "results/settings/{name}.json"  # rule settings' output: what `paper` and `claims` lay out where
-PAPER_DIFF = "paper_diff"  # the settings file of the paper diff: the claims' settings and the run's `measurement`
 CODE_DIGEST = "results/code/{code}.sha256"  # rule code's output: the sha256 of the modules a stage runs
 
 
@@ -184,157 +181,6 @@ class Labels:
         shared by every replicate."""
         method = self.method_of(label)
         return method.drafter == methods.TRAINED or (bool(self.base) and method.replicated_drafter)
-
-
-class TrainingChain:
-    """Where each drafter lives (the training chain base drafter -> variants, per replicate, and the drafters made or
-    given beside it), and what each training job is handed."""
-
-    def __init__(self, plan: Plan):
-        self.plan, self.labels, self.config = plan, plan.labels, plan.config
-        self.base, self.replicates = plan.base, plan.replicates
-        # Training stages, each with its own sequences and teacher targets: the base drafter (short full-cache
-        # windows) and BudgetDraft's variants (long prefix + supervised continuation).
-        self.training_stages = (["base"] if self.base else []) + ["budgetdraft"]
-        # The device each kind of job runs on: model jobs on `device`; the training chain (targets, train_base,
-        # train) on `training.device`, else `device`; EAGLE-3's head on `baselines.eagle3.training.device`.
-        config = self.config
-        self.training_device = config["training"].get("device", config["device"])
-        self.eagle3_training = {
-            "device": config["device"],
-            **config["baselines"].get(names.EAGLE3, {}).get("training", {}),
-        }
-        Eagle3Hparams.from_json(self.eagle3_training)  # the contract of train-eagle3 --hparams, at plan time
-
-    def training_data(self, stage: str) -> dict:
-        """Sequences of a training stage: `base_drafter.data` for the base drafter, `training_data` for the variants."""
-        return self.base["data"] if stage == "base" else self.config["training_data"]
-
-    def base_drafter_dir(self, replicate) -> str:
-        """The drafter every other drafter of a replicate starts from: its base drafter when config `base_drafter`
-        trains one (a directory() output of rule train_base), else the exported drafter untouched (the paper's
-        llama-68m)."""
-        if self.base:
-            return f"results/models/drafter_base/r{replicate}"
-        return "results/models/drafter_untrained"
-
-    def drafter_dir(self, label, replicate=None) -> str | None:
-        """The directory a cell label's drafter is read from (a directory() output; None for AR); ``replicate`` for
-        the labels that are `replicated`."""
-        method = self.labels.method_of(label)
-        return {
-            methods.NONE: lambda: None,
-            methods.BASE: lambda: self.base_drafter_dir(replicate),
-            methods.INTERPOLATED: lambda: self.interpolated_dir(replicate),
-            methods.HEAD: lambda: f"results/drafters/{method.label}",
-            methods.TRAINED: lambda: f"results/drafters/r{replicate}/{method.label}",
-            methods.GIVEN: lambda: f"results/drafters/given/{method.label}",
-        }[method.drafter]()
-
-    def interpolated_dir(self, replicate) -> str:
-        """PI's drafter: the base drafter of a replicate (or the untrained one, shared) with its positions interpolated
-        to cover the longest context (rule interpolate)."""
-        return f"results/drafters/r{replicate}/{methods.PI}" if self.base else f"results/drafters/{methods.PI}"
-
-    def longest_tokens(self) -> int:
-        """The longest context's prompt tokens: the positions PI's drafter is interpolated to cover."""
-        return self.config["contexts"][self.plan.longest_context]
-
-    def profiled(self, replicate) -> dict[str, str]:
-        """{label: drafter directory} of the positional profile of one replicate (rule profile): the base drafter
-        (SD's), PI's when it runs, and every variant."""
-        labels = [methods.SD] + [methods.PI] * (methods.PI in self.labels.controls) + self.labels.variants
-        return {label: self.drafter_dir(label, replicate) for label in labels}
-
-    def trained_drafters(self) -> list[str]:
-        """Every trained variant's directory, per replicate (their loss logs)."""
-        return [self.drafter_dir(v, r) for r in self.replicates for v in self.labels.trained]
-
-    def comparison_drafters(self) -> dict[str, list[str]]:
-        """{label: [its model directories]} of the comparison table's rows, whose sizes the table counts from the
-        weights (TriForce: its drafter + the verifier, its middle level); replicates have the same sizes: the
-        first's."""
-        first = self.replicates[0]
-        models = {"drafter": lambda label: self.drafter_dir(label, first), "verifier": lambda label: VERIFIER}
-        drafters = {
-            label: [models[part](label) for part in m.comparison]
-            for label, m in self.labels.methods.items()
-            if m.comparison
-        }
-        bd = {names.BD: [self.drafter_dir(names.BD, first)]} if names.BD in self.labels.variants else {}
-        return {names.SD: drafters.pop(names.SD), **bd, **drafters}
-
-    def artifact_drafters(self, artifact: str) -> dict[str, list[str]]:
-        """{label: [model directories]} whose sizes a table counts: the comparison table's drafters, else none."""
-        return self.comparison_drafters() if artifact == "comparison" else {}
-
-    def export_dtype(self, role: str) -> str:
-        """The dtype a model is exported in: the verifier's `verifier_dtype`; the drafter's training dtype (the dtype
-        it is trained and, with the paper's fp32 drafter, decoded in)."""
-        if role == "verifier":
-            return self.config["verifier_dtype"]
-        return self.config["training"].get("dtype", self.config["drafter_dtype"])
-
-    @staticmethod
-    def seeded(hparams: dict, replicate) -> dict:
-        """Training hparams of one replicate: seed + replicate (data order and budget sampling); replicate 0 trains
-        exactly what a configuration without replicates trains."""
-        return {**hparams, "seed": TrainingHparams.from_json(hparams).seed + int(replicate)}
-
-    def base_hparams(self, replicate) -> str:
-        """`training:` merged with `base_drafter.training`, L_A only (the full-cache windows have no prefix to
-        sparsify), as handed to `budgetdraft train --hparams`."""
-        hparams = {**self.config["training"], "device": self.training_device, **self.base["training"], "lambda_c": 0.0}
-        return json.dumps(self.seeded(hparams, replicate), sort_keys=True)
-
-    def variant_hparams(self, variant: str, replicate=0) -> str:
-        """`training:` merged with the variant's overrides and the replicate's seed, as handed to `budgetdraft train
-        --hparams`."""
-        hparams = {**self.config["training"], "device": self.training_device, **self.config["variants"][variant]}
-        return json.dumps(self.seeded(hparams, replicate), sort_keys=True)
-
-    def eagle3_hparams(self) -> str:
-        """`train-eagle3 --hparams`: `baselines.eagle3.training` on `device` unless it names its own."""
-        return json.dumps(self.eagle3_training, sort_keys=True)
-
-    def given_revision(self, variant: str) -> str:
-        """The hub commit a given checkpoint is read at: its own `revision`, else the config's `revisions:` entry of
-        its repository ('' for a local checkpoint, or a hub one left unpinned: warned about at plan time)."""
-        given = self.labels.given[variant]
-        return given.get("revision") or revisions.revision(self.config, revisions.hub_model(str(given["checkpoint"])))
-
-    def given_files(self, variant: str) -> list[str]:
-        """The files of a local checkpoint (inside its `subfolder`), the inputs of its export: a checkpoint replaced
-        at the same path is exported and measured again. [] for a hub checkpoint (its revision says what it is)."""
-        given = self.labels.given[variant]
-        if revisions.hub_model(str(given["checkpoint"])):
-            return []
-        where = Path(os.path.expanduser(str(given["checkpoint"]))) / given.get("subfolder", "")
-        return sorted(str(f) for f in where.iterdir() if f.is_file()) if where.is_dir() else []
-
-    def given_digest(self, variant: str) -> str:
-        """What a given checkpoint is, by content: the sha256 of its files (a local one) or its repository, subfolder
-        and revision (a hub one); export_given's params, so that a checkpoint that changes is exported again even
-        when its files keep an older modification time (copied with it)."""
-        given = self.labels.given[variant]
-        files = self.given_files(variant)
-        if files:
-            return _files_digest(tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files))
-        return f"{given['checkpoint']}/{given.get('subfolder', '')}@{self.given_revision(variant)}"
-
-    def export_given_flags(self, variant: str) -> str:
-        """export-model's flags for a variant given as a checkpoint: the checkpoint, its subfolder and revision."""
-        given, revision = self.labels.given[variant], self.given_revision(variant)
-        flags = [f"--spec {shlex.quote(str(given['checkpoint']))}"]
-        flags += [f"--subfolder {shlex.quote(given['subfolder'])}"] if given.get("subfolder") else []
-        flags += [f"--revision {shlex.quote(revision)}"] if revision else []
-        return " ".join(flags)
-
-
-@functools.lru_cache(maxsize=32)
-def _files_digest(files: tuple[tuple[str, int, int], ...]) -> str:
-    """sha256 of files named with their size and modification time: read once per process while they stay so."""
-    return files_sha256([f for f, _, _ in files])
 
 
 class CellGrid:
@@ -506,125 +352,6 @@ class CellGrid:
             "gamma": cellfile.NUMBER,
         }
         return {**constraints, "replicate": escaped(self.plan.replicates)} if replicated else constraints
-
-
-class SettingsFiles:
-    """What each artifact (and the claims) lays out where: the JSON rule settings writes to results/settings/."""
-
-    def __init__(self, plan: Plan):
-        self.plan, self.labels, self.config = plan, plan.labels, plan.config
-
-    def samples(self, dataset: str) -> int:
-        return self.config["datasets"][dataset].get("samples", self.config["samples"])
-
-    def variant_settings(self, variant: str) -> dict:
-        """What the tables say of a variant: its λ, budgets and steps as trained here, or, given as a checkpoint, the
-        λ and budgets its config says it was trained with, and the checkpoint."""
-        overrides = self.config["variants"][variant]
-        if "checkpoint" in overrides:
-            return Variant.of_checkpoint({**overrides, "checkpoint": str(overrides["checkpoint"] or "")}).to_json()
-        return Variant.of_hparams(json.loads(self.plan.drafters.variant_hparams(variant))).to_json()
-
-    @cached_property
-    def paper_settings(self) -> dict:
-        """The settings of `budgetdraft paper` and `claims` (what to lay out where), built from the config once and
-        checked against their contract (`budgetdraft.report.settings.PaperSettings`)."""
-        config, cmp, plan, ls = self.config, self.config["comparison"], self.plan, self.labels
-        settings = {
-            "datasets": {key: d["name"] for key, d in config["datasets"].items()},
-            "contexts": plan.contexts,
-            "context_tokens": config["contexts"],
-            "budgets": plan.budgets,
-            "gammas": config["gammas"],
-            "gamma_fixed": config["gamma_fixed"],
-            "collapse": config["collapse"],
-            "comparison": {
-                "dataset": cmp["dataset"],
-                "contexts": cmp["contexts"],
-                "gamma": cmp["gamma"],
-                "baselines": ls.baselines,
-                "budgets": {label: plan.cells.budgets_of(label)[0] for label in ls.baselines},
-            },
-            "single_budget": config["single_budget"],
-            "lossless_check": config["lossless_check"],
-            "near_tie_margin": config["near_tie_margin"],
-            "verifier_prefill_runs": defaults.PREFILL_RUNS if config["share_verifier_prefill"] else 0,
-            "variants": {v: self.variant_settings(v) for v in config["variants"]},
-            "not_run": ls.not_run,
-            "base_drafter_steps": plan.base["training"]["steps"] if plan.base else 0,
-            "replicates": len(plan.replicates),
-            "base_drafter_teacher": plan.base["teacher"] if plan.base else "",
-        }
-        PaperSettings.from_json(settings)
-        return settings
-
-    RECIPE = (
-        "steps",
-        "lr",
-        "weight_decay",
-        "warmup_steps",
-        "grad_clip",
-        "budgets",
-        "budget_weights",
-        "chunk_size",
-        "lambda_c",
-        "freeze_embeddings",
-    )  # the training keys that define a drafter's recipe (the paper diff)
-
-    def measurement(self) -> dict:
-        """What defines this run's measurement, in the terms `budgetdraft.report.paperdiff` compares with the paper's
-        (models, dataset sources, lengths, the γ sweep, samples, repeats, dtypes, each drafter's training recipe or
-        checkpoint): a run is a rerun of the paper only where every one of them is the paper's."""
-        c, drafters = self.config, self.plan.drafters
-        variants = {}
-        for v, overrides in c["variants"].items():
-            if "checkpoint" in overrides:
-                if overrides["checkpoint"]:  # a checkpoint not given: its rows are "not run", nothing measured
-                    variants[v] = {k: str(overrides.get(k) or "") for k in ("checkpoint", "subfolder", "revision")}
-            else:
-                hparams = json.loads(drafters.variant_hparams(v))
-                variants[v] = {k: hparams[k] for k in self.RECIPE if k in hparams}
-        return {
-            "verifier": c["verifier"],
-            "drafter": c["drafter"],
-            "base_drafter_steps": self.plan.base["training"]["steps"] if self.plan.base else 0,
-            "verifier_dtype": c["verifier_dtype"],
-            "drafter_dtype": c["drafter_dtype"],
-            "datasets": {k: d["source"] for k, d in c["datasets"].items()},
-            "samples": {k: self.samples(k) for k in c["datasets"]},
-            "context_tokens": dict(c["contexts"]),
-            "budgets": list(c["budgets"]),
-            "gammas": {k: list(v) for k, v in c["gammas"].items()},
-            "chunk_size": c["chunk_size"],
-            "max_new_tokens": c["max_new_tokens"],
-            "warmup": c["warmup"],
-            "repeats": c["repeats"],
-            "training_data": {k: c["training_data"][k] for k in ("source", "prefix_len", "cont_len")},
-            "variants": variants,
-        }
-
-    def artifact_settings(self, artifact: str) -> str:
-        """The settings JSON of one artifact (or of the claims): `paper_settings`, for the policies figure with its
-        `policies:` too, for the λ and `variants` tables with only the extra variants each shows (lambda_variants,
-        other_variants)."""
-        settings, ls = dict(self.paper_settings), self.labels
-        shown = {"lambda": ls.lambda_variants, "variants": ls.other_variants}.get(artifact)
-        if shown is not None:
-            settings["variants"] = {
-                v: x for v, x in settings["variants"].items() if v in names.REQUIRED_VARIANTS or v in shown
-            }
-        if artifact == "fig_policies":
-            settings["policies"] = {**ls.policies, "default": ls.policy}
-            PaperSettings.from_json(settings)
-        if artifact == PAPER_DIFF:
-            settings["measurement"] = self.measurement()
-        return json.dumps(settings)
-
-    def files(self) -> dict[str, str]:
-        """{results/settings/NAME.json: the JSON rule settings writes there} of every artifact and of the claims."""
-        cells = self.plan.cells
-        names_ = [*cells.all_tables, *cells.all_figures.values(), "claims", PAPER_DIFF]
-        return {SETTINGS_FILE.format(name=name): self.artifact_settings(name) for name in names_}
 
 
 class CellJobs:

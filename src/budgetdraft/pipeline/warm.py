@@ -48,7 +48,6 @@ import os
 import select
 import signal
 import socket
-import stat
 import struct
 import sys
 import tempfile
@@ -56,6 +55,12 @@ import threading
 import time
 
 from budgetdraft.base.atomic import running
+from budgetdraft.pipeline.rendezvous import (
+    _made_by_rendezvous,
+    foreign_peer,
+    peer_credentials,
+    private_dir,
+)
 
 ENV = "BUDGETDRAFT_WARM"
 AUTOSTART = "BUDGETDRAFT_WARM_AUTOSTART"  # a pid: a client that finds no server starts a resident one it owns
@@ -77,8 +82,6 @@ SENT_ENV = (
     *("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_CACHE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"),
     *("XDG_CACHE_HOME", "BUDGETDRAFT_CACHE"),
 )
-SOCKET_NAME = "warm.sock"
-RENDEZVOUS_PREFIX = "budgetdraft-"  # the start of a rendezvous directory's name (tempfile.mkdtemp adds the rest)
 MAX_PID = 2**22  # Linux's largest pid_max: a --owner or BUDGETDRAFT_WARM_AUTOSTART past it names no process
 AUTOSTART_PATIENCE_S = 600  # how long a cell waits for the server it started to listen (it runs cold after)
 
@@ -92,57 +95,6 @@ def preload_modules() -> list[str]:
     baselines = tuple(m.factory for m in methods.REGISTRY.values() if m.factory)
     ours = {module for command in commands() if command != "warm" for module in command_imports(command)}
     return [*LIBRARIES, *sorted(ours | set(command_imports("eval-cell", baselines)) - {__name__})]
-
-
-def rendezvous(tag: str) -> str:
-    """A socket path for a warm process in a new private directory under ``$TMPDIR``: mode 0700 and a name no
-    other user can guess or take first (``tempfile.mkdtemp``). Whoever calls this removes the directory."""
-    return os.path.join(tempfile.mkdtemp(prefix=f"{RENDEZVOUS_PREFIX}{tag}-"), SOCKET_NAME)
-
-
-def _made_by_rendezvous(folder: str) -> bool:
-    """Whether ``folder`` looks like a directory ``rendezvous`` made: named so, right under ``$TMPDIR``, ours, 0700."""
-    in_tmp = os.path.samefile(os.path.dirname(folder), tempfile.gettempdir())
-    return in_tmp and os.path.basename(folder).startswith(RENDEZVOUS_PREFIX) and private_dir(folder) is None
-
-
-def private_dir(path: str, create: bool = False) -> str | None:
-    """Why directory ``path`` is no place for a warm socket, or None when it is one: a directory (not a symbolic
-    link: ``lstat``, nothing followed) owned by this user with mode 0700. ``create``: make it so if it is missing."""
-    if create:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-            os.chmod(path, 0o700)  # whatever the umask
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return f"{path} does not exist"
-    if stat.S_ISLNK(info.st_mode):
-        return f"{path} is a symbolic link (not followed)"
-    if not stat.S_ISDIR(info.st_mode):
-        return f"{path} is not a directory"
-    if info.st_uid != os.geteuid():
-        return f"{path} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        return f"{path} has mode {stat.S_IMODE(info.st_mode):04o}, not 0700: other users can enter it"
-    return None
-
-
-def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the process at the other end of a connected Unix socket (``SO_PEERCRED``: for a listening
-    server, the credentials it had when it called listen)."""
-    size = struct.calcsize("3i")
-    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, size))
-
-
-def foreign_peer(conn: socket.socket, who: str) -> str | None:
-    """Why the process at the other end of ``conn`` is not to be trusted (another uid), or None."""
-    if not hasattr(socket, "SO_PEERCRED"):
-        return "this platform cannot tell who is at the other end of a socket (no SO_PEERCRED)"
-    pid, uid, _ = peer_credentials(conn)
-    if uid != os.geteuid():
-        return f"the {who} (pid {pid}) runs as uid {uid}, not as this user (uid {os.geteuid()})"
-    return None
 
 
 def sent_env() -> dict[str, str | None]:
@@ -382,12 +334,13 @@ def _preload(request: dict, models) -> None:
     in its own log."""
     import importlib
 
-    from budgetdraft.pipeline.cli import COMMANDS
+    from budgetdraft.base.importgraph import commands
 
+    modules = commands()  # read from cli's source: cli imports this module
     name = request["argv"][0] if request["argv"] else None
-    if name not in COMMANDS:
+    if name not in modules:
         return
-    hook = getattr(importlib.import_module(COMMANDS[name][0]), "preload", None)
+    hook = getattr(importlib.import_module(modules[name]), "preload", None)
     if hook is None:
         return
     try:

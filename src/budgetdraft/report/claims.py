@@ -23,12 +23,12 @@ from budgetdraft.base.names import AR, BD, LOOKUP, SD, SHARED, ar_label, extra_v
 from budgetdraft.evaluation.grid import KEY, acceptance_by_replicate
 from budgetdraft.report import copying, findings, memoryuse, speedups
 from budgetdraft.report.bootstrap import RESAMPLES, SEED
+from budgetdraft.report.captions import shared_drafter_text, timing_text
 from budgetdraft.report.evidence import Evidence, load_claim_cells
 from budgetdraft.report.profiles import TEXT as POSITIONS_TEXT
 from budgetdraft.report.profiles import draw as draw_profile
 from budgetdraft.report.profiles import load_profile, profile_summary, section
 from budgetdraft.report.settings import Settings, parse_settings
-from budgetdraft.report.tables import shared_drafter_text, timing_text
 from budgetdraft.report.verdicts import DIAGNOSTIC as DIAGNOSTIC  # re-exported: bench/verdict_stability.py reads it
 from budgetdraft.report.verdicts import VERDICT_RULE, Finding
 

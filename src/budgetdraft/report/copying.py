@@ -15,6 +15,8 @@ replicates × prompts, `budgetdraft.report.evidence.Evidence`):
 - per context, each drafter's acceptance on the tokens the copier predicts against those it does not (a token's
   acceptance: its draft was accepted, among the tokens whose draft was judged), and the share of its accepted
   drafts the copier would have made too: how much of its acceptance is copying;
+- per context, each drafter's acceptance and speedup over AR (the copier's drafts cost almost nothing: where it
+  speeds decoding up on this machine);
 - on the long generations, acceptance by generated position in buckets of ``BUCKET`` tokens, beside the copy share
   there: where copying begins, and how each method's acceptance moves once it does.
 """
@@ -123,7 +125,7 @@ def pooled(ev: Evidence, keys: list[tuple], values) -> np.ndarray:
     return 100.0 * ratio(ev.weigh(ev.table(rows, top)), ev.weigh(ev.table(rows, bottom)))
 
 
-def shown(stat: np.ndarray) -> str:
+def with_interval(stat: np.ndarray) -> str:
     value, low, high = estimate(stat)
     return "--" if not np.isfinite(value) else f"{value:.1f} [{low:.1f}, {high:.1f}]"
 
@@ -149,9 +151,9 @@ def share_rows(ev: Evidence, tokens: int | None) -> list[str]:
     out = ["| context | copy share, grid (n ≤ 2) | (n ≤ 3) |" + (f" long, {tokens} tokens (n ≤ 2) | (n ≤ 3) |" if tokens
            else ""), "|---|---|---|" + ("---|---|" if tokens else "")]  # fmt: skip
     for c in ev.contexts:
-        cells = [shown(share(ev, keys_at(ev, AR, c), f"copied_{n}")) for n in (2, 3)]
+        cells = [with_interval(share(ev, keys_at(ev, AR, c), f"copied_{n}")) for n in (2, 3)]
         if tokens:
-            cells += [shown(share(ev, keys_at(ev, length_label(AR, tokens), c), f"copied_{n}")) for n in (2, 3)]
+            cells += [with_interval(share(ev, keys_at(ev, length_label(AR, tokens), c), f"copied_{n}")) for n in (2, 3)]
         out.append(f"| {c} | " + " | ".join(cells) + " |")
     return out
 
@@ -175,7 +177,28 @@ def split_rows(ev: Evidence, tokens: int | None) -> list[str]:
                 off = pooled(ev, keys, lambda rows: per_row(rows, flag, lambda copied, pos: ~copied))
                 by_copier = pooled(ev, keys, lambda rows: copied_accepts(rows, flag))
                 where = "grid" if t is None else f"long ({t})"
-                out.append(f"| {c} | {where} | {own} | {shown(on)} | {shown(off)} | {shown(by_copier)} |")
+                out.append(
+                    f"| {c} | {where} | {own} | {with_interval(on)} | {with_interval(off)} | {with_interval(by_copier)} |"
+                )
+    return out
+
+
+def speed_rows(ev: Evidence, tokens: int | None) -> list[str]:
+    """Per context, each drafter's acceptance and speedup over AR at γ_fixed (pooled over its budgets): where the
+    copier, whose drafts cost almost nothing, speeds decoding up on this machine, beside the trained drafters."""
+    out = ["| context | generations | method | acceptance (%) | speedup over AR |", "|---|---|---|---|---|"]
+    for t in (None, tokens) if tokens else (None,):
+        for c in ev.contexts:
+            for label in DRAFTERS:
+                own = label if t is None else length_label(label, t)
+                keys = keys_at(ev, own, c)
+                if keys:
+                    where = "grid" if t is None else f"long ({t})"
+                    speed = estimate(ev.speedup(keys))
+                    shown_speed = (
+                        "--" if not np.isfinite(speed[0]) else f"{speed[0]:.2f}× [{speed[1]:.2f}, {speed[2]:.2f}]"
+                    )
+                    out.append(f"| {c} | {where} | {own} | {with_interval(ev.acceptance(keys))} | {shown_speed} |")
     return out
 
 
@@ -188,14 +211,16 @@ def position_rows(ev: Evidence, tokens: int) -> list[str]:
     flag = f"copied_{NGRAM}"
     for c in ev.contexts:
         ar = keys_at(ev, length_label(AR, tokens), c)
-        cells = [shown(share(ev, ar, flag, lambda copied, pos, a=a, b=b: (pos >= a) & (pos < b))) for a, b in buckets]
+        cells = [
+            with_interval(share(ev, ar, flag, lambda copied, pos, a=a, b=b: (pos >= a) & (pos < b))) for a, b in buckets
+        ]
         out.append(f"| {c} | copy share (AR's tokens) | " + " | ".join(cells) + " |")
-        for label in DRAFTERS:
-            keys = keys_at(ev, length_label(label, tokens), c)
+        for label in (length_label(d, tokens) for d in DRAFTERS):
+            keys = keys_at(ev, label, c)
             if not keys:
                 continue
             cells = [
-                shown(pooled(ev, keys, lambda rows, a=a, b=b: per_row(rows, flag, lambda copied, pos: (pos >= a) & (pos < b))))
+                with_interval(pooled(ev, keys, lambda rows, a=a, b=b: per_row(rows, flag, lambda copied, pos: (pos >= a) & (pos < b))))
                 for a, b in buckets
             ]  # fmt: skip
             out.append(f"| {c} | acceptance, {label} | " + " | ".join(cells) + " |")
@@ -227,6 +252,7 @@ def section(ev: Evidence, found: list[Finding]) -> list[str]:
     """The claims report's section "Copying"."""
     tokens = long_tokens(ev)
     lines = [TEXT, "", "### The copy share of the verifier's own text", ""] + share_rows(ev, tokens)
+    lines += ["", "### Acceptance and speedup over AR, the copier beside the drafters", ""] + speed_rows(ev, tokens)
     lines += ["", "### Acceptance on the tokens the copier predicts, and on the others", ""] + split_rows(ev, tokens)
     if tokens:
         lines += ["", f"### Acceptance by generated position ({tokens}-token generations)", ""]

@@ -22,15 +22,9 @@ from budgetdraft.base.atomic import atomic_write_text, file_sha256
 from budgetdraft.evaluation.grid import Grid, load_cells
 from budgetdraft.report import figures
 from budgetdraft.report.artifacts import REGISTRY, Artifact
+from budgetdraft.report.captions import add_to_caption, engine_text, evidence_text, provenance_text, timing_text
 from budgetdraft.report.settings import Settings, parse_settings, settings_dict
-from budgetdraft.report.tables import (
-    add_to_caption,
-    engine_text,
-    evidence_text,
-    laid_out,
-    provenance_text,
-    timing_text,
-)
+from budgetdraft.report.tables import laid_out
 
 # every declared table, then every figure (budgetdraft.report.artifacts: each on its builder in tables / figures)
 ARTIFACTS = dict(sorted(REGISTRY.items(), key=lambda item: item[1].kind != "table"))

@@ -133,3 +133,10 @@ class Eagle3Hparams(_Hparams):
         for name in ("steps", "ttt_steps", "ttt_window", "step0_positions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train-eagle3 hparam {name} must be >= 1, got {getattr(self, name)}")
+
+
+def resolve_hparams(hparams: dict | TrainingHparams | None = None) -> TrainingHparams:
+    """The typed hparams (``TrainingHparams``: declared above with their defaults and checked)
+    of a JSON dict, or the hparams themselves. A variant (L_A only, lambda = 1, single budget) is nothing but
+    hparams: the pipeline hands over `training:` merged with the config's `variants:` overrides."""
+    return hparams if isinstance(hparams, TrainingHparams) else TrainingHparams.from_json(hparams)

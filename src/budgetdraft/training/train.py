@@ -16,7 +16,8 @@ from its last checkpoint reproduces an uninterrupted run bit for bit (CPU).
 Files (docs/architecture.md): the run works in ``OUT.tmp/`` (``hparams.json``, ``loss_log.csv``, ``eval_log.csv``
 if heldout > 0, ``checkpoints/step_N/{model.safetensors,state.pt,run.json}``) and renames it to ``OUT/`` once the
 final Hugging Face checkpoint (model + config + tokenizer) is written, so ``OUT/`` never exists half-written. A
-restart resumes only a checkpoint whose ``run.json`` (the run identity) matches the new call.
+restart resumes only a checkpoint whose ``run.json`` (the run identity) matches the new call
+(`budgetdraft.training.checkpoints`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,6 @@ import csv
 import json
 import math
 import os
-import random
-import re
-import shlex
 import shutil
 import sys
 import time
@@ -38,20 +36,22 @@ import torch
 import torch.nn.functional as F
 
 from budgetdraft.base.atomic import (
-    atomic_path,
     check_out,
-    file_sha256,
-    files_sha256,
     mark_output,
     output_problem,
     publish_dir,
 )
 from budgetdraft.base.defaults import CHUNK_SIZE, POLICY, SCORE_WINDOW
-from budgetdraft.training.hparams import TrainingHparams
+from budgetdraft.training.checkpoints import (
+    hparams_diff,
+    identity_changes,
+    latest_checkpoint,
+    load_checkpoint,
+    run_identity,
+    save_checkpoint,
+)
+from budgetdraft.training.hparams import TrainingHparams, resolve_hparams
 from budgetdraft.training.targets import IGNORE
-
-# Keys that may change between a killed run and its restart without changing the result.
-RESTART_FREE_KEYS = ("threads", "checkpoint_every")
 
 LOG_COLUMNS = ["step", "L_A", "L_C", "budget", "lr", "tokens_per_s", "seconds"]
 EVAL_COLUMNS = ["step", "budget", "L_A", "L_C", "agree_A", "agree_C"]
@@ -59,13 +59,6 @@ EVAL_COLUMNS = ["step", "budget", "L_A", "L_C", "agree_A", "agree_C"]
 
 # ------------------------------------------------------------------------------------------------------------
 # Configuration
-
-
-def resolve_hparams(hparams: dict | TrainingHparams | None = None) -> TrainingHparams:
-    """The typed hparams (``budgetdraft.training.hparams.TrainingHparams``: declared there with their defaults and checked)
-    of a JSON dict, or the hparams themselves. A variant (L_A only, lambda = 1, single budget) is nothing but
-    hparams: the pipeline hands over `training:` merged with the config's `variants:` overrides."""
-    return hparams if isinstance(hparams, TrainingHparams) else TrainingHparams.from_json(hparams)
 
 
 def lr_factor(step: int, warmup_steps: int, steps: int) -> float:
@@ -268,146 +261,6 @@ def subset(data: dict, rows) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Checkpoints (tensors, dicts and numbers only: loadable with torch.load(weights_only=True))
-
-
-def _python_rng_state() -> dict:
-    version, state, gauss_next = random.getstate()
-    return {"version": version, "state": torch.tensor(state, dtype=torch.int64), "gauss_next": gauss_next}
-
-
-def _set_python_rng_state(saved: dict) -> None:
-    random.setstate((saved["version"], tuple(int(x) for x in saved["state"].tolist()), saved["gauss_next"]))
-
-
-def step_code() -> list[Path]:
-    """The sources a training run executes: the modules of command `train` (``budgetdraft.base.importgraph``, as the
-    workflow's train rules declare them), part of the run identity."""
-    from budgetdraft.base.importgraph import command_imports, module_files
-
-    package = Path(__file__).parents[1]
-    files = module_files(package)
-    return [files[name] for name in command_imports("train", package=package)]
-
-
-def _run_identity(hp: TrainingHparams, targets_file, init: str) -> dict:
-    """What must be equal for a restart to continue the same run: the hparams (less RESTART_FREE_KEYS) and the
-    sha256 of the targets file, of the init drafter's weights (``weights_digest``) and of the ``step_code`` sources.
-    Paths are not part of it: the same path may hold other contents after the kill."""
-    from budgetdraft.decoding.loading import weights_digest
-
-    return {
-        "hparams": {k: v for k, v in resolve_hparams(hp).to_json().items() if k not in RESTART_FREE_KEYS},
-        "targets": file_sha256(targets_file),
-        "init": weights_digest(init),
-        "code": files_sha256(step_code()),
-    }
-
-
-def _identity_changes(checkpoint: Path, identity: dict) -> list[str]:
-    """The parts of `identity` (hparams, targets, init, code) that differ from the run.json of `checkpoint`."""
-    saved = saved_identity(checkpoint)
-    current = json.loads(json.dumps(identity, sort_keys=True))  # as saved: tuples become lists
-    return [key for key in current if saved.get(key) != current[key]]
-
-
-def _hparams_diff(checkpoint: Path, identity: dict) -> str:
-    """The hparams keys that differ from the run.json of `checkpoint`, with their values then and now."""
-    then = saved_identity(checkpoint).get("hparams") or {}
-    now = json.loads(json.dumps(identity["hparams"], sort_keys=True))
-    keys = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
-    return ", ".join(f"{k}: {then.get(k, 'unset')!r} -> {now.get(k, 'unset')!r}" for k in keys)
-
-
-def save_checkpoint(work: Path, step: int, drafter, optimizer, scheduler, identity: dict) -> Path:
-    """checkpoints/step_N/ written atomically (``atomic_path``); older checkpoints, and what a killed write left,
-    are removed afterwards."""
-    from safetensors.torch import save_model
-
-    root = work / "checkpoints"
-    final = root / f"step_{step}"
-    with atomic_path(final, command="train") as tmp:
-        tmp.mkdir()
-        save_model(drafter, str(tmp / "model.safetensors"))
-        torch.save(
-            {
-                "step": step,
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "python_rng": _python_rng_state(),
-            },
-            tmp / "state.pt",
-        )
-        (tmp / "run.json").write_text(json.dumps(identity, indent=1, sort_keys=True))
-    for old in root.iterdir():
-        if old != final and old.is_dir():
-            shutil.rmtree(old)
-    return final
-
-
-def latest_checkpoint(work: Path) -> Path | None:
-    root = work / "checkpoints"
-    if not root.is_dir():
-        return None
-    done = [
-        (int(m.group(1)), p)
-        for p in root.iterdir()
-        if (m := re.fullmatch(r"step_(\d+)", p.name)) and (p / "state.pt").is_file()
-    ]
-    return max(done)[1] if done else None
-
-
-def damaged(checkpoint: Path, why: str) -> ValueError:
-    """The one line of a checkpoint a restart cannot resume: which, why, and that deleting it lets the run go on
-    (from the checkpoint before it, or step 0) instead of every restart failing the same way."""
-    return ValueError(
-        f"the checkpoint {checkpoint} is damaged ({why}): delete it (rm -r {shlex.quote(str(checkpoint))}) and run "
-        "again to resume from the checkpoint before it, or from step 0"
-    )
-
-
-def saved_identity(checkpoint: Path) -> dict:
-    """The run identity saved in ``checkpoint`` (its run.json); a damaged one is a ``damaged`` error."""
-    try:
-        saved = json.loads((checkpoint / "run.json").read_text())
-    except (OSError, ValueError) as err:
-        raise damaged(checkpoint, f"run.json: {err}") from None
-    if not isinstance(saved, dict):
-        raise damaged(checkpoint, "run.json is not a JSON object")
-    return saved
-
-
-def load_checkpoint(path: Path, drafter, optimizer, scheduler) -> int:
-    """Restore the weights, optimizer, scheduler and RNG states saved in `path`; returns its step. A checkpoint
-    that cannot be read (cut short, overwritten) or holds a non-finite weight or optimizer state (which would stop
-    every restart at its first step) is a ``damaged`` error naming it."""
-    import pickle
-
-    from safetensors import SafetensorError
-    from safetensors.torch import load_model
-
-    try:
-        load_model(drafter, str(path / "model.safetensors"), strict=True, device=str(drafter.device))
-    except (SafetensorError, OSError, RuntimeError) as err:
-        raise damaged(path, f"model.safetensors: {(str(err).strip() or type(err).__name__).splitlines()[0]}") from None
-    try:
-        state = torch.load(path / "state.pt", weights_only=True)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
-        _set_python_rng_state(state["python_rng"])
-        step = int(state["step"])
-    except (OSError, RuntimeError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as err:
-        # its type only: torch's text advises weights_only=False, which must not be followed on a damaged file
-        raise damaged(path, f"state.pt cannot be restored: {type(err).__name__}") from None
-    tensors = [*drafter.parameters(), *(t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))]
-    if not all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point()):
-        raise damaged(path, "a weight or an optimizer state is not finite")
-    return step
-
-
-# ------------------------------------------------------------------------------------------------------------
 # Logs and the final directory
 
 
@@ -491,9 +344,9 @@ def resume(work: Path, identity: dict, drafter, optimizer, scheduler, steps: int
     """The step to start from: that of the last checkpoint in ``work`` when the run identity is unchanged (its
     states restored), else 0 with ``work`` emptied (a line on stderr says what changed)."""
     checkpoint = latest_checkpoint(work)
-    changed = _identity_changes(checkpoint, identity) if checkpoint is not None else []
+    changed = identity_changes(checkpoint, identity) if checkpoint is not None else []
     if changed:
-        detail = f" ({_hparams_diff(checkpoint, identity)})" if "hparams" in changed else ""
+        detail = f" ({hparams_diff(checkpoint, identity)})" if "hparams" in changed else ""
         print(
             f"{', '.join(changed)} changed since the checkpoint {checkpoint}{detail}: restarting from step 0",
             file=sys.stderr,
@@ -546,7 +399,7 @@ def train(
     """Train the drafter `init` on `targets_file`, writing the Hugging Face checkpoint `out`.
 
     Restarting the same call after a kill resumes from the last checkpoint in `out`.tmp/checkpoints if the run
-    identity (``_run_identity``: hparams, contents of targets and init, the ``step_code``) is unchanged; otherwise
+    identity (``run_identity``: hparams, contents of targets and init, the ``step_code``) is unchanged; otherwise
     the stale work directory is discarded, with a line on stderr naming what changed, and training starts over.
     A non-finite loss, gradient norm or weight stops the run with a ValueError starting with `label` (which names
     the run in messages only): `out` is not written, `out`.tmp keeps the checkpoints of the steps before (all
@@ -570,7 +423,7 @@ def _train(init: str, targets_file, out: Path, hp: TrainingHparams, stop_after, 
     drafter = load_model(init, device=hp.device, dtype=hp.dtype, trainable=True)
     drafter.train()
     optimizer, scheduler = optimizer_and_schedule(drafter, hp)
-    identity = _run_identity(hp, targets_file, init)
+    identity = run_identity(hp, targets_file, init)
     start = resume(work, identity, drafter, optimizer, scheduler, hp.steps)
     (work / "hparams.json").write_text(
         json.dumps({**hp.to_json(), "init": init, "targets": str(targets_file)}, indent=1)
