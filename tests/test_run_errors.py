@@ -391,3 +391,19 @@ def test_a_warm_autostart_that_names_no_process_runs_the_command_here(tmp_path, 
         capsys.readouterr().err
         == "budgetdraft: BUDGETDRAFT_WARM_AUTOSTART='abc' is not a process id; running eval-cell here\n"
     )
+
+
+def test_a_missing_prompts_file_is_named_with_what_it_lacks(tmp_path):
+    """pyarrow raises FileNotFoundError with the path as its only text: the line still says what is wrong."""
+    from budgetdraft.pipeline.cli import error_text
+
+    assert error_text(FileNotFoundError("p")) == "p: No such file or directory"
+    missing = tmp_path / "prompts.parquet"
+    proc = subprocess.run(
+        [sys.executable, "-m", "budgetdraft", "eval-cell", "--label", "ar", "--method", "ar", "--verifier", "x",
+         "--prompts", str(missing), "--dataset", "d", "--context", "c", "--max-new-tokens", "2", "--repeats", "1",
+         "--out", str(tmp_path / "c.parquet")],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)},
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1] == f"budgetdraft eval-cell: error: {missing}: No such file or directory"

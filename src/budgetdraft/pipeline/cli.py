@@ -123,4 +123,14 @@ def error_text(err: Exception) -> str:
     if isinstance(err, OSError) and err.strerror and err.filename is not None:
         paths = f"{err.filename} -> {err.filename2}" if err.filename2 is not None else f"{err.filename}"
         return f"{paths}: {err.strerror}"
+    if isinstance(err, OSError) and not err.strerror and type(err) in BARE_OS_ERRORS:  # pyarrow's: the path alone
+        return f"{err}: {BARE_OS_ERRORS[type(err)]}"
     return str(err)
+
+
+# OSErrors raised with the path as their only argument (pyarrow's FileNotFoundError('p')): what the path lacks
+BARE_OS_ERRORS = {
+    FileNotFoundError: "No such file or directory",
+    IsADirectoryError: "Is a directory",
+    PermissionError: "Permission denied",
+}
