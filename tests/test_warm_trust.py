@@ -264,9 +264,7 @@ def test_a_server_replaces_a_stale_socket_refuses_a_live_one_and_removes_only_it
         assert str(refused.value) == line
     server, own = warm._listen(path)  # the listener above closed without unlinking: a stale file
     server.close()
-    assert rendezvous._made_by_rendezvous(folder) and not rendezvous._made_by_rendezvous(
-        str(private(tmp_path / "mine"))
-    )
+    assert rendezvous.made_by_rendezvous(folder) and not rendezvous.made_by_rendezvous(str(private(tmp_path / "mine")))
     Path(folder, "note").write_text("not the server's")
     warm._clean_up(path, own, folder)
     assert os.listdir(folder) == ["note"]

@@ -141,7 +141,8 @@ def sampled_groups(df: pd.DataFrame) -> set[tuple[str, str]]:
 
 def check_lossless(df: pd.DataFrame, mode: str = "error", near_tie_margin: float = 0.0) -> list[dict]:
     """Every row's output_ids must equal the AR output of its (dataset, context, sample) at its length (a long
-    generation's, ``LABEL~N``: ``ar~N``'s); returns the rows that differ (``divergence``), each marked ``near_tie`` or not.
+    generation's, ``LABEL~N``: ``ar~N``'s); returns the rows that differ (``divergence``), each marked ``near_tie``
+    or not.
 
     Without an AR cell for that (dataset, context), the first cell (sorted by key) is the reference.
     ``mode="error"``: any difference fails. ``mode="near_tie"`` (fp16 verifiers, whose batched verify and

@@ -23,7 +23,7 @@ def rendezvous(tag: str) -> str:
     return os.path.join(tempfile.mkdtemp(prefix=f"{RENDEZVOUS_PREFIX}{tag}-"), SOCKET_NAME)
 
 
-def _made_by_rendezvous(folder: str) -> bool:
+def made_by_rendezvous(folder: str) -> bool:
     """Whether ``folder`` looks like a directory ``rendezvous`` made: named so, right under ``$TMPDIR``, ours, 0700."""
     in_tmp = os.path.samefile(os.path.dirname(folder), tempfile.gettempdir())
     return in_tmp and os.path.basename(folder).startswith(RENDEZVOUS_PREFIX) and private_dir(folder) is None

@@ -56,8 +56,8 @@ import time
 
 from budgetdraft.base.atomic import running
 from budgetdraft.pipeline.rendezvous import (
-    _made_by_rendezvous,
     foreign_peer,
+    made_by_rendezvous,
     peer_credentials,
     private_dir,
 )
@@ -451,7 +451,7 @@ def serve(path: str, run_command, idle: float = 0, resident: bool = False, owner
     if why := private_dir(folder, create=True):
         raise SystemExit(f"budgetdraft warm: not serving on {path}: {why}")
     _refuse_if_taken(path)  # before the imports: the line comes at once (_listen checks again, after them)
-    rendezvous_dir = folder if _made_by_rendezvous(folder) else None  # now: a resident command leaves its $TMPDIR
+    rendezvous_dir = folder if made_by_rendezvous(folder) else None  # now: a resident command leaves its $TMPDIR
     for module in preload_modules():
         importlib.import_module(module)
     import torch
