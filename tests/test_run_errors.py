@@ -4,6 +4,7 @@ file that is not UTF-8, a full disk while a cell is written, decode's flags that
 
 import errno
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -407,3 +408,18 @@ def test_a_missing_prompts_file_is_named_with_what_it_lacks(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.splitlines()[-1] == f"budgetdraft eval-cell: error: {missing}: No such file or directory"
+
+
+def test_a_checkpoint_folder_without_a_tokenizer_is_named(tmp_path):
+    """Weights and config.json but no tokenizer file: one line naming the folder, not transformers' advice to install
+    sentencepiece or tiktoken."""
+    from transformers import LlamaForCausalLM
+
+    from budgetdraft.decoding.export import export
+
+    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "ckpt" / "main")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'ckpt' / 'main'} holds no tokenizer (tokenizer.json")):
+        export(str(tmp_path / "ckpt"), tmp_path / "out", subfolder="main")
+    assert not (tmp_path / "out").exists()

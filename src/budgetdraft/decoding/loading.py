@@ -545,6 +545,17 @@ def _load(spec: str, device: str, dtype: str, trainable: bool = False):
     return model.eval() if trainable else decode_layout(model.eval(), device, dtype)
 
 
+# any one of these in a model's directory is a tokenizer transformers can read
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+)
+
+
 def load_tokenizer(spec: str, revision: str = "", subfolder: str = ""):
     """The tokenizer of ``spec``; ``trust_remote_code`` stays off. A directory whose tokenizer is only a
     SentencePiece ``tokenizer.model`` (the Llama-2-era hub repositories, e.g. the paper's JackFram/llama-68m) is
@@ -554,6 +565,11 @@ def load_tokenizer(spec: str, revision: str = "", subfolder: str = ""):
 
     path = resolve(spec, subfolder)
     local = Path(path) / subfolder
+    if local.is_dir() and not any((local / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(
+            f"{local} holds no tokenizer ({', '.join(TOKENIZER_FILES)}): copy the checkpoint's tokenizer files "
+            "beside its weights (a drafter trained on the verifier's tokenizer can take the verifier's)"
+        )
     if (local / "tokenizer.model").is_file() and not (local / "tokenizer.json").is_file():
         try:
             import google.protobuf  # noqa: F401
