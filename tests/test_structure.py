@@ -1,6 +1,7 @@
 """The shape of the code a newcomer reads: modules import each other without cycles; functions fit on a screen."""
 
 import ast
+import re
 from pathlib import Path
 
 from budgetdraft.base.importgraph import import_graph
@@ -96,3 +97,19 @@ def test_one_module_per_name_and_one_meaning_per_function_name():
     assert sorted({s for s in stems if stems.count(s) > 1}) == []
     twice = {name: where for name, where in defined_names().items() if len(where) > 1}
     assert set(twice) <= set(SAME_MEANING), {n: w for n, w in twice.items() if n not in SAME_MEANING}
+
+
+def test_no_source_cites_the_maintainers_shared_folder():
+    """A user who clones the project has no ../shared/ (the maintainers' notes): code, rules, configs and benchmarks
+    cite what the project itself holds."""
+    cited = re.compile(r"\.\./shared|\bshared/(FACTS|STYLE|ARTIFACTS|paper)")
+    paths = [
+        p for folder in ("src", "workflow", "config", "bench", "envs", "profiles") for p in (ROOT / folder).rglob("*")
+    ]
+    paths += [ROOT / "Snakefile"]
+    found = [
+        str(p.relative_to(ROOT))
+        for p in paths
+        if p.is_file() and p.suffix not in (".pyc",) and cited.search(p.read_text(errors="ignore"))
+    ]
+    assert found == []

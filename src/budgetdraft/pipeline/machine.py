@@ -229,7 +229,8 @@ def solve(probes: list[Probe]) -> dict:
     }
 
 
-SNAKEMAKE_JOB_S = 0.2  # Snakemake's own time per job on these machines (shared/FACTS: 3,840 toy jobs), not probed
+# Snakemake's own CPU per job, not probed: 13.2 s over 84 jobs, ~0.16 s (bench/README.md, "Pipeline overhead")
+SNAKEMAKE_JOB_S = 0.2
 
 
 def job_seconds(runs: int = 3) -> float:
