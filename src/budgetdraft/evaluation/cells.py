@@ -287,11 +287,11 @@ def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
         ids = [int(t) for t in sample.input_ids]
         for repeat in range(args.repeats):
             gen = decode(ids, args.max_new_tokens)
-            stats = gen.stats.as_dict()
+            row = cell_row(args, sample, repeat, ids, gen, config)
             print(
-                f"sample {sample.sample} repeat {repeat}: {stats['tok_per_s']:.2f} tok/s, "
-                f"acceptance {stats['acceptance']:.3f}, tau {stats['tau']:.2f}",
+                f"sample {sample.sample} repeat {repeat}: {row['tok_per_s']:.2f} tok/s, "
+                f"acceptance {row['acceptance']:.3f}, tau {row['tau']:.2f}",
                 file=sys.stderr,
             )
-            rows.append(cell_row(args, sample, repeat, ids, gen, config))
+            rows.append(row)
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
