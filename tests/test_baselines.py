@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.metadata
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ from budgetdraft.decoding.baselines.eagle3 import Eagle3Drafter, Eagle3Head, hea
 from budgetdraft.decoding.baselines.triforce import TriForceDrafter, retrieval_indices
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.verifier import SharedPrefill, Verifier, ids_tensor, prompt_key
+from budgetdraft.evaluation.cellspec import CellSpec
 from budgetdraft.pipeline.cli import main as cli
 from budgetdraft.training import eagle3_head as eagle3_training
 from budgetdraft.training.targets import save_targets, teacher_targets
@@ -99,10 +99,14 @@ def test_triforce_after_a_shared_verifier_prefill_has_the_prompt_run_again(tiny)
 
 
 def test_triforce_settings_reject_unknown_keys():
-    args = SimpleNamespace(chunk_size=8)
-    assert triforce.settings(args, {"retrieval_budget": 64})["retrieval_budget"] == 64
+    spec = CellSpec("triforce", "triforce", "", "", "", "", 8, chunk_size=16)
+    assert triforce.settings(spec, {"retrieval_budget": 64}) == {
+        **triforce.DEFAULTS,
+        "chunk_size": 16,
+        "retrieval_budget": 64,
+    }
     with pytest.raises(ValueError, match="unknown triforce settings"):
-        triforce.settings(args, {"budget": 64})
+        triforce.settings(spec, {"budget": 64})
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -173,8 +177,8 @@ def test_train_eagle3_cli_writes_a_loadable_head(tiny_targets, tmp_path):
     cfg = json.loads((out / "eagle3.json").read_text())
     assert cfg["hparams"]["steps"] == 3 and cfg["draft_vocab"] == "full"
     verifier = LlamaForCausalLM.from_pretrained(tiny_targets / "verifier").eval()
-    args = SimpleNamespace(drafter=str(out), device="cpu", drafter_dtype="float32")
-    new_drafter = eagle3.drafter_factory(verifier, args, {})
+    spec = CellSpec("eagle3", "eagle3", "", "", "", "", max_new_tokens=12, drafter=str(out), gamma=3)
+    new_drafter = eagle3.drafter_factory(verifier, spec, {})
     prompt = list(range(3, 60))
     ref = autoregressive(verifier, prompt, 12, eos_token_id=[]).tokens
     assert speculative(new_drafter(), verifier, prompt, 12, 3, eos_token_id=[]).tokens == ref
@@ -244,8 +248,8 @@ def test_triforce_is_lossless_on_embedded_smollm2(embedded, gamma):
     from budgetdraft.decoding.loading import load_model
 
     verifier, prompt, ref = embedded
-    args = SimpleNamespace(drafter="embedded:smollm2:layers=4", device="cpu", drafter_dtype="float32", chunk_size=8)
-    new_drafter = triforce.drafter_factory(verifier, args, {"retrieval_budget": 64, "streaming_budget": 16})
+    spec = CellSpec("triforce", "triforce", "", "", "", "", 16, drafter="embedded:smollm2:layers=4", gamma=gamma)
+    new_drafter = triforce.drafter_factory(verifier, spec, {"retrieval_budget": 64, "streaming_budget": 16})
     drafter = new_drafter()
     assert speculative(drafter, verifier, prompt, 16, gamma, eos_token_id=[]).tokens == ref
     assert all(k.shape[1] <= 64 and set(range(8)) <= set(k[0].tolist()) for k in drafter.kept)

@@ -3,6 +3,7 @@
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,10 +59,11 @@ def test_graphs_drops_the_per_layer_overhead_of_decode_steps_only():
     layers = eager.verifier.shape.layers * eager.device.layer_overhead_s
     assert eager.verifier.step(6, 4000, 4062) - graphs.verifier.step(6, 4000, 4062) == pytest.approx(layers)
     assert graphs.verifier.prefill(3800) == eager.verifier.prefill(3800)  # a prefill runs eagerly on both
-    cell = ("lambda0.5", "lwm", 8192, 256, 5)
-    assert graphs.cell(*cell).seconds < eager.cell(*cell).seconds
-    ar = ("ar", "lwm", 8192, 0, 0)
-    assert graphs.cell(*ar).seconds < eager.cell(*ar).seconds
+    cell = ("lambda0.5", "lwm", "8K", 256, 5, 0)
+    assert graphs.cell(graphs.spec(*cell)).seconds < eager.cell(eager.spec(*cell)).seconds
+    ar = ("ar", "lwm", "8K", 0, 0)
+    assert graphs.cell(graphs.spec(*ar)).seconds < eager.cell(eager.spec(*ar)).seconds
+    assert graphs.spec(*ar).engine == "graphs" and eager.spec(*ar).engine == "eager"  # the estimate's --engine
 
 
 def test_the_engine_is_printed_and_graphs_off_a_gpu_is_refused():
@@ -79,9 +81,9 @@ def test_acceptance_and_a_faster_device_shorten_speculative_cells():
     _, a100 = paper_estimator()
     _, h100 = paper_estimator("h100-80g")
     _, sure = paper_estimator(alpha=0.9)
-    cell = ("lambda0.5", "lwm", 8192, 256, 5)
-    assert h100.cell(*cell).seconds < a100.cell(*cell).seconds
-    assert sure.cell(*cell).seconds < a100.cell(*cell).seconds
+    cell = a100.spec("lambda0.5", "lwm", "8K", 256, 5, 0)
+    assert h100.cell(cell).seconds < a100.cell(cell).seconds
+    assert sure.cell(cell).seconds < a100.cell(cell).seconds
     assert roofline.tokens_per_round(0.0, 5) == 1 and roofline.tokens_per_round(1.0, 5) == 6
 
 
@@ -134,10 +136,15 @@ def test_cpu_cells_forked_from_the_warm_process_share_the_warm_up_and_the_drafte
     cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     forked = estimate.Estimator(cfg, estimate.DEVICES["cpu"], 0.07)
     cold = estimate.Estimator({**cfg, "warm_start": False}, estimate.DEVICES["cpu"], 0.07)
-    first, later = forked.cell("sd", "gs", 1024, 16, 5, first=True), forked.cell("sd", "gs", 1024, 16, 5, first=False)
+    sd = forked.spec("sd", "gs", "1K", 16, 5, 0)
+    first, later = forked.cell(sd, first=True), forked.cell(sd, first=False)
     prefills = cfg["samples"] * forked.drafter.prefill(1024)
     assert first.seconds - later.seconds == pytest.approx(prefills)
     assert first.generations == later.generations == cfg["samples"]  # no warm-up
-    alone = cold.cell("sd", "gs", 1024, 16, 5, first=False)
+    alone = cold.cell(sd, first=False)
     assert alone.generations == cfg["samples"] + cfg["warmup"] and alone.seconds > first.seconds
-    assert forked.cell("triforce", "lwm", 1024, 16, 5).generations == cfg["samples"] + cfg["warmup"]
+    triforce = forked.spec("triforce", "lwm", "1K", 128, 5, 0)
+    assert forked.cell(triforce).generations == cfg["samples"] + cfg["warmup"]
+    # the rule is the warm process's own (CellSpec.shares_warm_up): on two threads nothing is shared
+    two = forked.cell(replace(sd, threads=2), first=True)
+    assert two.generations == cfg["samples"] + cfg["warmup"] and two.seconds > first.seconds

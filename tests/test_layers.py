@@ -71,3 +71,34 @@ def test_a_test_of_the_rule_sees_an_upward_import(tmp_path, monkeypatch):
     names.write_text(names.read_text() + "\nfrom budgetdraft.decoding.loop import speculative  # noqa\n")
     monkeypatch.setattr(__import__(__name__), "PACKAGE", copy)
     assert upward_imports() == ["base/names.py: imports budgetdraft.decoding.loop (decoding, above base)"]
+
+
+def command_line_uses(package: Path) -> list[str]:
+    """'file:line: what' for every `argparse` import and every `args.NAME` read outside pipeline/: below the
+    command line the library takes typed values (a cell: budgetdraft.evaluation.cellspec.CellSpec), never the
+    parser's namespace."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        where = path.relative_to(package)
+        if where.parts[0] == "pipeline":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names):
+                found.append(f"{where}:{node.lineno}: import argparse")
+            elif isinstance(node, ast.ImportFrom) and node.module == "argparse":
+                found.append(f"{where}:{node.lineno}: from argparse import")
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "args":
+                found.append(f"{where}:{node.lineno}: args.{node.attr}")
+    return found
+
+
+def test_no_library_module_reads_the_command_lines_namespace(tmp_path):
+    assert command_line_uses(PACKAGE) == []
+    # the rule can fail: a decoding module that reads a flag is named
+    import shutil
+
+    copy = tmp_path / "budgetdraft"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(copy / "decoding" / "policies.py", "a") as f:
+        f.write("\n\ndef budget_of(args):\n    return args.budget\n")
+    assert [u.split(": ", 1)[1] for u in command_line_uses(copy)] == ["args.budget"]

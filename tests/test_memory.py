@@ -119,7 +119,7 @@ def test_cell_rows_carry_the_new_columns(tmp_path):
     parser = argparse.ArgumentParser()
     cmd_eval_cell.configure_parser(parser)
     args = parser.parse_args(tiny_cell_args(tmp_path, tmp_path / "cell.parquet", label="sd", extra=("--warmup", "0")))
-    cellfile.write_cell(cells.run_cell(args), args.out)
+    cellfile.write_cell(cells.run_cell(cmd_eval_cell.cell_spec(args)), args.out)
     row = pd.read_parquet(args.out).iloc[0]
     assert row.mem_kind == "cpu_tensor_bytes" and row.peak_mem_mb == row.peak_tensor_mb
     assert row.drafter_kv_mb > 0 and row.verifier_kv_mb > 0 and row.draft_steps == row.drafted

@@ -348,13 +348,19 @@ def test_the_flags_of_a_cell():
     explicit = plan(
         "ci", sampling={"temperature": 0, "top_k": 5}, baselines={"enabled": ["triforce"]}, long_generation=None
     )
-    assert greedy.jobs.sampling_flags() == explicit.jobs.sampling_flags() == ""
-    assert greedy.jobs.extra_flag(names.SD) == explicit.jobs.extra_flag(names.SD) == ""
-    assert hot.jobs.sampling_flags() == " --temperature 0.7 --top-p 0.9 --top-k 0 --seed 0"
-    assert greedy.jobs.extra_flag(names.TRIFORCE) == (
+
+    def flags(p, label, budget=32, gamma=5):
+        return p.jobs.eval_cell_flags(p.jobs.spec(label, "gs", "128", budget, gamma, 0))
+
+    assert "--temperature" not in flags(greedy, names.SD) and flags(greedy, names.SD) == flags(explicit, names.SD)
+    assert "--extra" not in flags(greedy, names.SD)
+    assert flags(hot, names.SD).endswith(" --temperature 0.7 --top-p 0.9 --top-k 0 --seed 0")
+    assert (
         """--extra '{"chunk_size": 8, "gamma_inner": 1, "retrieval_budget": 64, "sinks": 4, "streaming_budget": 16}'"""
+        in flags(greedy, names.TRIFORCE)
     )
-    assert greedy.jobs.extra_flag(names.EAGLE3) == "--extra '{}'"  # its section is only its training
+    assert "--extra '{}'" in flags(greedy, names.EAGLE3)  # its section is only its training
+    assert "--label 'sd~24'" not in flags(greedy, "sd~24") and "--label sd~24 " in flags(greedy, "sd~24")
     assert (
         greedy.drafters.export_dtype("verifier") == "float32"
         and plan("paper").drafters.export_dtype("verifier") == "float16"
@@ -436,7 +442,7 @@ def test_each_stage_runs_the_code_its_command_imports():
         assert p.code.files(p.code.cell_code(p.labels.method[label]).split("/")[-1][: -len(".sha256")]) == code_files(
             "eval-cell"
         )
-    inputs = p.jobs.cell_inputs(names.BD, "gs", "128", 1)
+    inputs = p.jobs.cell_inputs(p.jobs.spec(names.BD, "gs", "128", 32, 5, 1))
     assert inputs == {
         "verifier": "results/models/verifier",
         "prompts": "results/data/prompts/gs/128.parquet",
@@ -444,7 +450,7 @@ def test_each_stage_runs_the_code_its_command_imports():
         "prefill": "results/prefill/gs/128.safetensors",
         "drafter": "results/drafters/r1/lambda0.5",
     }
-    assert "drafter" not in p.jobs.cell_inputs(names.AR, "gs", "128")
+    assert "drafter" not in p.jobs.cell_inputs(p.jobs.spec(names.AR, "gs", "128", 0, 0))
 
 
 def test_the_files_written_from_the_plan_are_every_artifacts_settings():
@@ -475,3 +481,24 @@ def test_contexts_are_taken_shortest_first_and_said_so(capsys):
     same["contexts"]["0.5K"] = 240
     with pytest.raises(ValueError, match=r"contexts.0.5K = 240 prompt tokens, as contexts.0.25K"):
         check_config(same, schema=SCHEMA)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_cell_spec_is_what_eval_cell_reads_back_from_its_flags(name):
+    """The plan builds each cell's CellSpec and renders eval-cell's flags from it; eval-cell's own parser reads
+    the flags back into the same spec, for every cell of the config (so the command line is no second home of a
+    cell's fields)."""
+    import argparse
+    import shlex
+
+    from budgetdraft.pipeline.commands.cmd_eval_cell import cell_spec, configure_parser
+
+    p = plan(name)
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    for path in p.cells.every_cell():
+        m = cellfile.path_key(path)
+        replicate = None if m["replicate"] == names.SHARED else m["replicate"]
+        spec = p.jobs.spec(m["label"], m["dataset"], m["context"], m["budget"], m["gamma"], replicate)
+        flags = shlex.split(p.jobs.eval_cell_flags(spec))
+        assert cell_spec(parser.parse_args([*flags, "--out", path])) == spec, path

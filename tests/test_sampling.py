@@ -464,7 +464,7 @@ def cell(cell_inputs, method, *flags):
             *flags,
         ]
     )
-    return cells.run_cell(args)
+    return cells.run_cell(cmd_eval_cell.cell_spec(args))
 
 
 def test_cells_record_the_sampling_and_aggregation_checks_one_decoding_per_group(cell_inputs, capsys):

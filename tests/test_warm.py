@@ -501,16 +501,15 @@ def test_the_warm_process_warms_up_once_only_what_every_fork_inherits(tmp_path):
     import argparse
 
     from budgetdraft.evaluation.cells import warm_key
-    from budgetdraft.pipeline.commands.cmd_eval_cell import configure_parser
+    from budgetdraft.pipeline.commands.cmd_eval_cell import cell_spec, configure_parser
 
     models_and_prompts(tmp_path)
     parser = argparse.ArgumentParser()
     configure_parser(parser)
 
     def key(*extra, method="sd"):
-        return warm_key(
-            parser.parse_args(tiny_cell_args(tmp_path, tmp_path / "o.parquet", method=method) + list(extra))
-        )
+        args = parser.parse_args(tiny_cell_args(tmp_path, tmp_path / "o.parquet", method=method) + list(extra))
+        return warm_key(cell_spec(args))
 
     assert key()[0] == "sd" and key(method="ar")[0] == "ar"
     assert key("--threads", "2") is None  # a pool of threads is not inherited across a fork

@@ -6,6 +6,7 @@ PLAN.settings, PLAN.jobs (a cell's inputs and flags) and PLAN.code (each stage's
 moves or writes a file: only jobs do (rule set_aside's, budgetdraft.pipeline.setaside).
 """
 
+import dataclasses
 import functools
 import json
 import re
@@ -76,32 +77,27 @@ def cell_replicate(wildcards):
     return int(wildcards.replicate) if "replicate" in wildcards.keys() else None
 
 
+def cell_spec(wildcards, threads=None):
+    """The CellSpec of a cell job (the plan's: budgetdraft.evaluation.cellspec); ``threads``: what Snakemake gives
+    the job (config `threads`, at most --cores)."""
+    w = wildcards
+    spec = PLAN.jobs.spec(
+        w.label, w.dataset, w.context, w.budget, w.gamma, cell_replicate(wildcards)
+    )
+    return dataclasses.replace(spec, threads=threads) if threads else spec
+
+
 def cell_inputs(wildcards):
     """The verifier, the prompts, the code, the shared prefill (`share_verifier_prefill`), the drafter (not AR) and
     the cell file's set-aside marker, if any."""
-    w, replicate = wildcards, cell_replicate(wildcards)
-    inputs = PLAN.jobs.cell_inputs(w.label, w.dataset, w.context, replicate)
+    spec = cell_spec(wildcards)
+    inputs = PLAN.jobs.cell_inputs(spec)
     path = cell_path(
-        w.label,
-        w.dataset,
-        w.context,
-        w.budget,
-        w.gamma,
-        names.SHARED if replicate is None else replicate,
+        spec.label, spec.dataset, spec.context, spec.budget, spec.gamma, spec.replicate
     )
     if marker := set_aside_marker(path):
         inputs["setaside"] = marker
     return inputs
-
-
-def cell_drafter_flag(wildcards, input):
-    """`--drafter DIR`, or nothing for AR."""
-    return f"--drafter {input.drafter}" if "drafter" in input.keys() else ""
-
-
-def cell_prefill_flag(wildcards, input):
-    """`--verifier-prefill FILE` when the verifier's prefills are shared (`share_verifier_prefill`)."""
-    return f"--verifier-prefill {input.prefill}" if "prefill" in input.keys() else ""
 
 
 def artifact_drafter_dirs(wildcards):

@@ -51,39 +51,10 @@ rule eval_cell:
     resources:
         gpu=PLAN.jobs.gpu_slots(config["device"]),
     params:
-        method=lambda wc: PLAN.labels.method[wc.label],
-        drafter=cell_drafter_flag,
-        extra=lambda wc: PLAN.jobs.extra_flag(wc.label),
-        prefill=cell_prefill_flag,
-        sampling=PLAN.jobs.sampling_flags(),
-        policy=lambda wc: PLAN.labels.policy_of(wc.label),
-        chunk_size=config["chunk_size"],
-        score_window=config["score_window"],
-        max_new_tokens=lambda wc: PLAN.labels.new_tokens_of(wc.label),
-        warmup=config["warmup"],
-        warmup_tokens=config["warmup_tokens"],
-        warmup_prompt_tokens=config["warmup_prompt_tokens"],
-        repeats=config["repeats"],
-        device=config["device"],
-        engine=lambda wc: PLAN.labels.engine_of(wc.label),
-        verifier_dtype=config["verifier_dtype"],
-        drafter_dtype=config["drafter_dtype"],
-        replicate=lambda wc: (
-            names.SHARED if cell_replicate(wc) is None else cell_replicate(wc)
-        ),
+        # every flag but --out, rendered from the cell's CellSpec (the plan's), on the threads Snakemake gives the job
+        flags=lambda wc, threads: PLAN.jobs.eval_cell_flags(cell_spec(wc, threads)),
     shell:
-        "python -m budgetdraft eval-cell --label {wildcards.label} --method {params.method}"
-        " --verifier {input.verifier} {params.drafter} --prompts {input.prompts}"
-        " --dataset {wildcards.dataset} --context {wildcards.context}"
-        " --budget {wildcards.budget} --gamma {wildcards.gamma} --replicate {params.replicate}"
-        " --policy {params.policy}"
-        " --chunk-size {params.chunk_size} --score-window {params.score_window}"
-        " --max-new-tokens {params.max_new_tokens} --warmup {params.warmup}"
-        " --warmup-tokens {params.warmup_tokens}"
-        " --warmup-prompt-tokens {params.warmup_prompt_tokens} --repeats {params.repeats}"
-        " --device {params.device} --engine {params.engine} --verifier-dtype {params.verifier_dtype}"
-        " --drafter-dtype {params.drafter_dtype} --threads {threads} {params.extra} {params.prefill}{params.sampling}"
-        " --out {output} > {log} 2>&1"
+        "python -m budgetdraft eval-cell {params.flags} --out {output} > {log} 2>&1"
 
 
 use rule eval_cell as eval_replicate_cell with:

@@ -45,7 +45,7 @@ class Method:
     drafter: str  # where its drafter comes from (DRAFTERS)
     budgets: str = GRID  # which budgets its cells take (BUDGETS)
     policy: str = ""  # its sparse policy when not the config's `policy` ("" = the config's)
-    factory: str = ""  # a baseline's module, whose `drafter_factory(verifier, args, extra, load)` eval-cell calls
+    factory: str = ""  # a baseline's module, whose `drafter_factory(verifier, spec, extra, load)` eval-cell calls
     enabled_by: str = ""  # "" = always run; "baselines" / "controls": the config list that names it (ENABLED_BY)
     comparison: tuple[str, ...] = ()  # a row of the comparison table, its size counted from these: drafter, verifier
     claims: bool = False  # measured for the claims report at γ_fixed on every dataset × context × its budgets

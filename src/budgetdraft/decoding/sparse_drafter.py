@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -24,6 +25,9 @@ from budgetdraft.decoding.metrics import cache_bytes, module_tensors
 from budgetdraft.decoding.policies import PolicyInputs, check_budget, get_policy, keep_indices
 from budgetdraft.decoding.sampling import Sampler
 from budgetdraft.decoding.verifier import prompt_key
+
+if TYPE_CHECKING:  # annotations only: the cell spec is evaluation's (a layer above)
+    from budgetdraft.evaluation.cellspec import CellSpec
 
 
 class SparseDrafter:
@@ -188,8 +192,8 @@ def shared_prefills(model, prompts: list[list[int]], window: int, per_head: bool
     return out
 
 
-def drafter_factory(verifier, args, extra: dict, load=None, shared: dict[str, FullPrefill] | None = None):
-    """``eval-cell`` / ``decode`` method sd: the drafter model of ``args`` (its budget, policy, chunk size, score
+def drafter_factory(verifier, spec: CellSpec, extra: dict, load=None, shared: dict[str, FullPrefill] | None = None):
+    """``eval-cell`` / ``decode`` method sd: the drafter model of the cell ``spec`` (its budget, policy, chunk size, score
     window, draft vocabulary and engine), loaded once by ``load`` (spec, device, dtype; default ``load_model``);
     returns () -> a fresh drafter per run, as a baseline module's ``drafter_factory`` does (``extra``: no settings
     of its own)."""
@@ -197,15 +201,15 @@ def drafter_factory(verifier, args, extra: dict, load=None, shared: dict[str, Fu
 
     if extra:
         raise ValueError(f"method sd takes no --extra settings, got {sorted(extra)}")
-    model = (load or load_model)(args.drafter, args.device, args.drafter_dtype)
-    vocab = load_vocab(args.draft_vocab) if args.draft_vocab else None
+    model = (load or load_model)(spec.drafter, spec.device, spec.drafter_dtype)
+    vocab = load_vocab(spec.draft_vocab) if spec.draft_vocab else None
     return lambda: SparseDrafter(
         model,
-        args.budget,
-        args.policy,
-        args.chunk_size,
-        args.score_window,
+        spec.budget,
+        spec.policy,
+        spec.chunk_size,
+        spec.score_window,
         draft_vocab=vocab,
-        engine=args.engine,
+        engine=spec.engine,
         shared=shared,
     )

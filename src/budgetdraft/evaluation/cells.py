@@ -3,8 +3,9 @@
 The models are loaded once; one warm-up generation is discarded, then every prompt of the dataset × context is
 decoded ``repeats`` times. Every run generates exactly ``max_new_tokens`` tokens (EOS does not stop it, as in
 the paper), so all methods of a cell row decode the same tokens and aggregation can check losslessness.
-In sampling mode (``--temperature`` > 0; methods ar and sd) every run draws from a stream seeded by ``--seed``, so
-the repeats of a prompt decode the same sample; the flags are recorded in the rows' ``config``.
+A cell is a ``CellSpec`` (budgetdraft.evaluation.cellspec), recorded in every row's ``config``. In sampling mode
+(``temperature`` > 0; methods ar and sd) every run draws from a stream seeded by ``seed``, so the repeats of a prompt
+decode the same sample.
 The file is written atomically: a killed or failed cell leaves no file, and re-running the target redoes it. It is
 sealed (`budgetdraft.evaluation.cellfile`): a file whose bytes change afterwards, or whose rows are not the cell its path
 names, is refused by every reader.
@@ -13,7 +14,6 @@ names, is refused by every reader.
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 
 import pandas as pd
@@ -22,12 +22,13 @@ import torch
 from budgetdraft.base import methods
 from budgetdraft.base.defaults import EAGER
 from budgetdraft.base.jsonio import json_object
-from budgetdraft.base.names import EAGLE3, SHARED_DRAFTER_PREFILL
+from budgetdraft.base.names import EAGLE3
 from budgetdraft.decoding import sparse_drafter
 from budgetdraft.decoding.baselines import lookup
 from budgetdraft.decoding.loading import ModelStore, load_model
 from budgetdraft.decoding.sampling import sampling_from_flags
 from budgetdraft.decoding.verifier import prompt_key
+from budgetdraft.evaluation.cellspec import CellSpec
 from budgetdraft.evaluation.measure import timed_autoregressive, timed_speculative
 from budgetdraft.evaluation.prefill import check_covers, load_prefills
 
@@ -79,150 +80,140 @@ CELL_COLUMNS = [
     "draft_outcomes",  # per token: 1 its draft was accepted, 0 rejected (the verifier's replaced it), -1 undrafted
     *(f"copied_{n}" for n in COPY_NGRAMS),  # per token: the prompt-lookup copier (n-grams up to n) predicted it
     *(f"copy_share_{n}" for n in COPY_NGRAMS),  # ... the share of the generated tokens it predicted
-    "config",
+    "config",  # the cell's CellSpec, versioned (budgetdraft.evaluation.cellspec.record)
 ]
 SAMPLING_METHODS = ("ar", "sd")  # the baselines draft greedily only
-SERVER_WARM_UP = ("ar", "sd")  # methods whose warm-up a forking warm process runs once for its forks (warm_key)
 NO_EOS: list[int] = []  # fixed-length generations
 
 
-def make_decoder(args, verifier, prefilled=None, load=load_model, drafter_prefills=None):
+def make_decoder(spec: CellSpec, verifier, prefilled=None, load=load_model, drafter_prefills=None):
     """A function (prompt_ids, new_tokens) -> Generation for the cell's method, measured (``stats``: the row's
     timings and memory, ``budgetdraft.evaluation.measure``; ``prefilled``: shared verifier prefills, see
     ``budgetdraft.evaluation.prefill``; ``load``: what loads the drafter, a warm process's ``ModelStore.load``;
     ``drafter_prefills``: the paper's drafter's shared full prefills, ``prefill_once``)."""
-    sampling = sampling_from_flags(args.temperature, args.top_p, args.top_k, args.seed)
-    if sampling is not None and args.method not in SAMPLING_METHODS:
+    sampling = sampling_from_flags(spec.temperature, spec.top_p, spec.top_k, spec.seed)
+    if sampling is not None and spec.method not in SAMPLING_METHODS:
         raise ValueError(
-            f"--temperature {args.temperature}: method {args.method!r} decodes greedily only; sampling "
+            f"--temperature {spec.temperature}: method {spec.method!r} decodes greedily only; sampling "
             f"runs with methods {', '.join(SAMPLING_METHODS)}"
         )
-    if args.method == "ar":
+    if spec.method == "ar":
         return lambda ids, n: timed_autoregressive(
-            verifier, ids, n, eos_token_id=NO_EOS, prefilled=prefilled, sampling=sampling, engine=args.engine
+            verifier, ids, n, eos_token_id=NO_EOS, prefilled=prefilled, sampling=sampling, engine=spec.engine
         )
-    if args.gamma < 1:
-        raise ValueError(f"--gamma must be >= 1 for method {args.method!r}, got {args.gamma}")
-    method = next(m for m in methods.REGISTRY.values() if m.decodes == args.method)
-    if not args.drafter and method.drafter != methods.NONE:
-        raise ValueError(f"method {args.method!r} needs --drafter")
-    extra = json_object(args.extra, "--extra")
-    # the paper's drafter or a baseline's module: drafter_factory(verifier, args, extra, load) -> () -> a fresh drafter
+    if spec.gamma < 1:
+        raise ValueError(f"--gamma must be >= 1 for method {spec.method!r}, got {spec.gamma}")
+    method = next(m for m in methods.REGISTRY.values() if m.decodes == spec.method)
+    if not spec.drafter and method.drafter != methods.NONE:
+        raise ValueError(f"method {spec.method!r} needs --drafter")
+    extra = json_object(spec.extra, "--extra")
+    # the paper's drafter or a baseline's module: drafter_factory(verifier, spec, extra, load) -> () -> a fresh drafter
     factory = method.factory
     if factory:
-        new_drafter = importlib.import_module(factory).drafter_factory(verifier, args, extra, load)
+        new_drafter = importlib.import_module(factory).drafter_factory(verifier, spec, extra, load)
     else:
-        new_drafter = sparse_drafter.drafter_factory(verifier, args, extra, load, shared=drafter_prefills)
+        new_drafter = sparse_drafter.drafter_factory(verifier, spec, extra, load, shared=drafter_prefills)
     return lambda ids, n: timed_speculative(
         new_drafter(),
         verifier,
         ids,
         n,
-        args.gamma,
+        spec.gamma,
         eos_token_id=NO_EOS,
         prefilled=prefilled,
         sampling=sampling,
-        engine=args.engine,
+        engine=spec.engine,
     )
 
 
-def warm_up(args, decode, first_prompt) -> None:
-    """``args.warmup`` discarded generations, paying the first-call costs of this process (allocator, kernels, lazy
+def warm_up(spec: CellSpec, decode, first_prompt) -> None:
+    """``spec.warmup`` discarded generations, paying the first-call costs of this process (allocator, kernels, lazy
     imports; on the graphs engine the timed runs' shapes, compiled and captured here, so it decodes the first
-    prompt whole); on the eager engine a short one, ``--warmup-tokens`` from the prompt's last
-    ``--warmup-prompt-tokens``."""
-    prompt, tokens = [int(t) for t in first_prompt], args.max_new_tokens
-    if args.engine == EAGER:
-        prompt = prompt[-args.warmup_prompt_tokens :] if args.warmup_prompt_tokens else prompt
-        tokens = args.warmup_tokens or tokens
-    for _ in range(args.warmup):
+    prompt whole); on the eager engine a short one, ``warmup_tokens`` from the prompt's last
+    ``warmup_prompt_tokens``."""
+    prompt, tokens = [int(t) for t in first_prompt], spec.max_new_tokens
+    if spec.engine == EAGER:
+        prompt = prompt[-spec.warmup_prompt_tokens :] if spec.warmup_prompt_tokens else prompt
+        tokens = spec.warmup_tokens or tokens
+    for _ in range(spec.warmup):
         decode(prompt, tokens)
 
 
-def warm_key(args) -> tuple | None:
-    """What a warm-up decodes with, where a forking warm process can run it once for every cell it forks: AR or the
-    paper's drafter, eager, one thread on the CPU (the warm process's own), every model a local directory
-    (``ModelStore.key``: as its files stand). None elsewhere: each such cell warms itself up (an accelerator is never
-    forked; the graphs engine captures per shape; a baseline's drafter builds its own state; more threads start a
-    pool a fork does not inherit)."""
-    if args.method not in SERVER_WARM_UP or args.engine != EAGER or args.threads != 1:
+def warm_key(spec: CellSpec) -> tuple | None:
+    """What a warm-up decodes with, where a forking warm process can run it once for every cell it forks
+    (``CellSpec.shares_warm_up``), every model a local directory (``ModelStore.key``: as its files stand); None
+    elsewhere: each such cell warms itself up."""
+    if not spec.shares_warm_up():
         return None
-    if torch.device(args.device).type != "cpu":
-        return None
-    verifier = ModelStore.key(args.verifier, args.device, args.verifier_dtype)
-    drafter = ModelStore.key(args.drafter, args.device, args.drafter_dtype) if args.drafter else ()
-    return None if verifier is None or drafter is None else (args.method, verifier, drafter)
+    verifier = ModelStore.key(spec.verifier, spec.device, spec.verifier_dtype)
+    drafter = ModelStore.key(spec.drafter, spec.device, spec.drafter_dtype) if spec.drafter else ()
+    return None if verifier is None or drafter is None else (spec.method, verifier, drafter)
 
 
-def warm_up_once(args, models: ModelStore) -> bool:
-    """In a forking warm process, before it forks the cell of ``args``: the cell's warm-up, run here once for its
+def warm_up_once(spec: CellSpec, models: ModelStore) -> bool:
+    """In a forking warm process, before it forks the cell of ``spec``: the cell's warm-up, run here once for its
     models (``warm_key``), so that every cell forked from this process afterwards starts with its first-call costs
     paid and decodes its prompts at once (bench/README.md, "Pipeline overhead"). The models are the ones this
     process holds (``ModelStore.held``, not handed out); nothing is kept but the key. True when it ran now."""
-    key = warm_key(args)
-    if not args.warmup or key is None or key in models.warmed:
+    key = warm_key(spec)
+    if not spec.warmup or key is None or key in models.warmed:
         return False
-    held = {spec: models.held(spec, args.device, dtype) for spec, dtype in cell_models(args)}
+    held = {name: models.held(name, spec.device, dtype) for name, dtype in cell_models(spec)}
     if any(model is None for model in held.values()):
         return False
-    prompts = pd.read_parquet(args.prompts, columns=["input_ids"])
-    decode = make_decoder(args, held[args.verifier], None, lambda spec, device, dtype: held[spec])
-    warm_up(args, decode, prompts.iloc[0]["input_ids"])
+    prompts = pd.read_parquet(spec.prompts, columns=["input_ids"])
+    decode = make_decoder(spec, held[spec.verifier], None, lambda name, device, dtype: held[name])
+    warm_up(spec, decode, prompts.iloc[0]["input_ids"])
     models.warmed.add(key)
     return True
 
 
-def prefill_once(args, models: ModelStore) -> int:
-    """In a forking warm process, before it forks the cell of ``args``: its drafter's full prefill of each of its
+def prefill_once(spec: CellSpec, models: ModelStore) -> int:
+    """In a forking warm process, before it forks the cell of ``spec``: its drafter's full prefill of each of its
     prompts, computed here once (``sparse_drafter.shared_prefills``) for every cell of that drafter and those
     prompts forked afterwards (the budgets, γ and the full-cache control), each of which cuts it to its own budget
-    and is charged the recorded seconds, as a shared verifier prefill is. Only where the warm-up is shared too
-    (``warm_key``) and for the paper's drafter. Returns how many prompts it prefilled now."""
-    key = shared_prefill_key(args)
-    model = models.held(args.drafter, args.device, args.drafter_dtype) if key else None
+    and is charged the recorded seconds, as a shared verifier prefill is (``CellSpec.shares_drafter_prefill``).
+    Returns how many prompts it prefilled now."""
+    key = shared_prefill_key(spec)
+    model = models.held(spec.drafter, spec.device, spec.drafter_dtype) if key else None
     if model is None:
         return 0
     held = models.prefills.get(key, {})
-    prompts = [[int(t) for t in ids] for ids in pd.read_parquet(args.prompts, columns=["input_ids"])["input_ids"]]
+    prompts = [[int(t) for t in ids] for ids in pd.read_parquet(spec.prompts, columns=["input_ids"])["input_ids"]]
     todo = [ids for ids in prompts if prompt_key(ids) not in held]
     models.keep_prefills(key, sparse_drafter.shared_prefills(model, todo, *key[1:]))
     return len(todo)
 
 
-def shared_prefill_key(args) -> tuple | None:
-    """The drafter's files with what its policy scores (``sparse_drafter.scored_window``), or None for a cell that
-    prefills its drafter itself."""
-    return _prefill_key(args, warm_key(args))
-
-
-def _prefill_key(args, warm: tuple | None) -> tuple | None:
-    """``shared_prefill_key`` from the cell's ``warm_key`` (its last part: the drafter's ``ModelStore.key``)."""
-    if warm is None or args.method != "sd":
+def shared_prefill_key(spec: CellSpec) -> tuple | None:
+    """The drafter's files (the last part of ``warm_key``) with what its policy scores
+    (``sparse_drafter.scored_window``), or None for a cell that prefills its drafter itself."""
+    warm = warm_key(spec)
+    if warm is None or not spec.shares_drafter_prefill():
         return None
-    return (warm[-1], *sparse_drafter.scored_window(args.policy, args.score_window))
+    return (warm[-1], *sparse_drafter.scored_window(spec.policy, spec.score_window))
 
 
-def inherited(args, models: ModelStore | None) -> tuple[bool, dict | None]:
+def inherited(spec: CellSpec, models: ModelStore | None) -> tuple[bool, dict | None]:
     """What a cell forked from the warm process takes from it, said in its log: whether it ran the cell's warm-up
     with the same models (``warm_up_once``), and its drafter's full prefills of the prompts (``prefill_once``)."""
     if models is None:
         return False, None
-    key = warm_key(args)
-    warmed = key in models.warmed
+    warmed = warm_key(spec) in models.warmed
     if warmed:
         print("warm-up: run once by the warm process, with these models, before it forked this cell", file=sys.stderr)
-    prefill_key = _prefill_key(args, key)
+    prefill_key = shared_prefill_key(spec)
     shared = models.prefills.get(prefill_key) if prefill_key else None
     if shared:
         print(f"drafter prefill: {len(shared)} prompts' full prefills shared by the warm process", file=sys.stderr)
     return warmed, shared
 
 
-def cell_models(args) -> list[tuple[str, str]]:
+def cell_models(spec: CellSpec) -> list[tuple[str, str]]:
     """(spec, dtype) of the causal LMs a cell loads: the verifier and, but for EAGLE-3 (its drafter is a head
     directory), the drafter."""
-    wanted = [(args.verifier, args.verifier_dtype)]
-    return wanted + [(args.drafter, args.drafter_dtype)] if args.drafter and args.method != EAGLE3 else wanted
+    wanted = [(spec.verifier, spec.verifier_dtype)]
+    return wanted + [(spec.drafter, spec.drafter_dtype)] if spec.drafter and spec.method != EAGLE3 else wanted
 
 
 def device_name(device: str) -> str:
@@ -230,25 +221,25 @@ def device_name(device: str) -> str:
     return f"cuda:{torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else "cpu"
 
 
-def cell_row(args, sample, repeat: int, ids: list[int], gen, config: str) -> dict:
+def cell_row(spec: CellSpec, sample, repeat: int, ids: list[int], gen, config: str) -> dict:
     """One measured decode as a row of the cell file (``CELL_COLUMNS``), with how much of its output the
     prompt-lookup copier predicts (``copied_N`` / ``copy_share_N``, budgetdraft.decoding.baselines.lookup)."""
     stats = gen.stats.as_dict()
     copies = {n: lookup.copied(ids, gen.tokens, n) for n in COPY_NGRAMS}
     return {
-        "label": args.label,
-        "method": args.method,
-        "dataset": args.dataset,
-        "context": args.context,
-        "budget": args.budget,
-        "gamma": args.gamma,
-        "policy": args.policy,
-        "replicate": args.replicate,
+        "label": spec.label,
+        "method": spec.method,
+        "dataset": spec.dataset,
+        "context": spec.context,
+        "budget": spec.budget,
+        "gamma": spec.gamma,
+        "policy": spec.policy,
+        "replicate": spec.replicate,
         "sample": int(sample.sample),
         "doc_id": str(sample.doc_id),
         "repeat": repeat,
-        "device": device_name(args.device),
-        "engine": args.engine,
+        "device": device_name(spec.device),
+        "engine": spec.engine,
         "output_ids": gen.tokens,
         "runner_up_ids": gen.runner_up,
         "top2_margins": gen.margins,
@@ -260,34 +251,33 @@ def cell_row(args, sample, repeat: int, ids: list[int], gen, config: str) -> dic
     }
 
 
-def run_cell(args, models: ModelStore | None = None) -> pd.DataFrame:
+def run_cell(spec: CellSpec, models: ModelStore | None = None) -> pd.DataFrame:
     """The cell's rows: every prompt decoded ``repeats`` times after ``warmup`` discarded runs, measured. ``models``:
     the warm process's models (budgetdraft.pipeline.warm), else each is read from its files."""
-    if args.method not in methods.DECODES:
-        raise ValueError(f"--method {args.method!r} is not one of {', '.join(methods.DECODES)}")
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
-    prompts = pd.read_parquet(args.prompts)
+    if spec.method not in methods.DECODES:
+        raise ValueError(f"--method {spec.method!r} is not one of {', '.join(methods.DECODES)}")
+    if spec.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {spec.repeats}")
+    prompts = pd.read_parquet(spec.prompts)
     if prompts.empty:
-        raise ValueError(f"no prompts in {args.prompts}")
+        raise ValueError(f"no prompts in {spec.prompts}")
     load = models.load if models is not None else load_model
-    verifier = load(args.verifier, args.device, args.verifier_dtype)
+    verifier = load(spec.verifier, spec.device, spec.verifier_dtype)
     prefilled = None
-    if args.verifier_prefill:
-        prefilled = load_prefills(args.verifier_prefill, args.device)
-        check_covers(prefilled, [list(ids) for ids in prompts["input_ids"]], args.verifier_prefill)
-    warmed, shared = inherited(args, models)
-    decode = make_decoder(args, verifier, prefilled, load, shared)
-    recorded = {**vars(args), **({SHARED_DRAFTER_PREFILL: True} if shared else {})}
-    config = json.dumps({k: v for k, v in sorted(recorded.items())})
+    if spec.verifier_prefill:
+        prefilled = load_prefills(spec.verifier_prefill, spec.device)
+        check_covers(prefilled, [list(ids) for ids in prompts["input_ids"]], spec.verifier_prefill)
+    warmed, shared = inherited(spec, models)
+    decode = make_decoder(spec, verifier, prefilled, load, shared)
+    config = spec.record(drafter_prefill_shared=bool(shared))
     if not warmed:
-        warm_up(args, decode, prompts.iloc[0]["input_ids"])
+        warm_up(spec, decode, prompts.iloc[0]["input_ids"])
     rows = []
     for sample in prompts.itertuples():
         ids = [int(t) for t in sample.input_ids]
-        for repeat in range(args.repeats):
-            gen = decode(ids, args.max_new_tokens)
-            row = cell_row(args, sample, repeat, ids, gen, config)
+        for repeat in range(spec.repeats):
+            gen = decode(ids, spec.max_new_tokens)
+            row = cell_row(spec, sample, repeat, ids, gen, config)
             print(
                 f"sample {sample.sample} repeat {repeat}: {row['tok_per_s']:.2f} tok/s, "
                 f"acceptance {row['acceptance']:.3f}, tau {row['tau']:.2f}",

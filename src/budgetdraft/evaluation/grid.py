@@ -27,7 +27,6 @@ the token comparison is skipped with a note (tests/test_sampling.py tests the di
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from functools import cached_property
@@ -38,6 +37,7 @@ import pandas as pd
 
 from budgetdraft.base.names import AR, SHARED, ar_label, length_label, split_length_label
 from budgetdraft.evaluation import cellfile
+from budgetdraft.evaluation.cellspec import read_record
 
 KEY = ["label", "dataset", "context", "budget", "gamma"]
 NEEDED_COLUMNS = KEY + ["sample", "repeat", "total_s", "tok_per_s", "drafted", "accepted", "peak_mem_mb", "output_ids"]
@@ -112,10 +112,10 @@ SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "seed")
 def decoding_of(config: str) -> str:
     """'greedy', or the sampling settings, of a cell row's recorded `config` (cells from before sampling mode
     recorded none: greedy)."""
-    args = json.loads(config) if config else {}
-    if not args.get("temperature"):
+    recorded = read_record(config)
+    if not recorded.get("temperature"):
         return "greedy"
-    return ", ".join(f"{k}={args.get(k)}" for k in SAMPLING_FLAGS)
+    return ", ".join(f"{k}={recorded.get(k)}" for k in SAMPLING_FLAGS)
 
 
 def sampled_groups(df: pd.DataFrame) -> set[tuple[str, str]]:

@@ -26,16 +26,23 @@ import math
 import subprocess
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 import yaml
 
 from budgetdraft.base.defaults import EAGER, ENGINE, ENGINES, GRAPHS, PREFILL_RUNS, SLOT_ROUNDING
-from budgetdraft.base.names import AR, LOOKUP, split_length_label
+from budgetdraft.base.names import SHARED, split_engine_label, split_length_label
 from budgetdraft.evaluation.cellfile import path_key
+from budgetdraft.evaluation.cellspec import CellSpec
+from budgetdraft.pipeline.configcheck import check_config
+from budgetdraft.pipeline.plan import Plan
 from budgetdraft.pipeline.roofline import BYTES, DEVICES, Device, Model, shape, tokens_per_round
 from budgetdraft.training.hparams import TrainingHparams
+
+# the config schema, as the Snakefile reads it (the estimate runs in a checkout of the workflow: `planned_jobs`)
+SCHEMA = Path(__file__).resolve().parents[3] / "workflow/schemas/config.schema.yaml"
 
 # ------------------------------------------------------------------------------------------------------ the jobs
 
@@ -100,22 +107,36 @@ class Estimator:
         self.cold = cfg.get("warm_start", True) is False
         self.cells_per_process = 1 if self.cold else cells_per_process
         self.loads_per_cell = 1 if self.cold or device.parallel == 1 else 0
-        # forked from the warm process on one thread (evaluation.cells.warm_key): it ran the warm-up once for the
-        # models and each drafter's full prefill of a prompt once for all that drafter's cells of the prompt
-        self.forked = not self.loads_per_cell and cfg.get("threads", 1) == 1
+        # the forking warm process runs the cells (the CPU, warm_start on): the cells it may share a warm-up and a
+        # drafter's full prefill with are the ones CellSpec says (the rule the warm process itself follows)
+        self.forking = not self.loads_per_cell
+
+    @cached_property
+    def plan(self) -> Plan:
+        """The plan of the config (checked as the Snakefile checks it: the schema's defaults filled in)."""
+        checked = json.loads(json.dumps(self.cfg))
+        check_config(checked, schema=SCHEMA)
+        return Plan(checked)
+
+    def spec(self, label: str, dataset: str, context: str, budget: int, gamma: int, replicate=None) -> CellSpec:
+        """The plan's CellSpec of a cell (``context``: its label, e.g. "1K"), on the estimate's engine unless the
+        label names its own (LABEL+ENGINE)."""
+        spec = self.plan.jobs.spec(label, dataset, context, budget, gamma, replicate)
+        engine = split_engine_label(split_length_label(label)[0], self.engine)[1]
+        return replace(spec, engine=engine)
 
     def generation(
-        self, label: str, context: int, budget: int, gamma: int, new: int, shared: bool, drafter_shared: bool = False
+        self, method: str, context: int, budget: int, gamma: int, new: int, shared: bool, drafter_shared: bool = False
     ) -> tuple:
         """(seconds, tokens prefilled) of one generation of ``new`` tokens after a ``context``-token prompt
         (``shared``: the verifier's prefill copied in; ``drafter_shared``: the drafter's full prefill too)."""
         v, d = self.verifier, self.drafter
         prefill = 0.0 if shared else v.prefill(context)
-        if label == AR:  # the verifier's cache holds prompt + new tokens (decoding.autoregressive)
+        if method == "ar":  # the verifier's cache holds prompt + new tokens (decoding.autoregressive)
             return prefill + new * v.step(1, context + new / 2, context + new), context
         rounds = new / tokens_per_round(self.alpha, gamma)
         verify = v.step(gamma + 1, context + new / 2, context + new + gamma + 1)
-        if label == LOOKUP:  # the copier: no model of its own, its lookups cost next to nothing
+        if method == "lookup":  # the copier: no model of its own, its lookups cost next to nothing
             return prefill + rounds * verify, context
         kept = min(budget, context) if budget else context  # the drafter's sparse prefix (B), or all of it
         # each cache holds its prefix + new tokens + γ + 1 (decoding.speculative, drafters.SparseDrafter)
@@ -126,24 +147,26 @@ class Estimator:
     def samples(self, dataset: str) -> int:
         return self.cfg["datasets"][dataset].get("samples", self.cfg["samples"])
 
-    def cell(self, label: str, dataset: str, context: int, budget: int, gamma: int, first: bool = True) -> Cost:
+    def cell(self, spec: CellSpec, first: bool = True) -> Cost:
         """One cell; ``first``: the first of its drafter's cells of these prompts (forked: it pays their full
         prefills in the warm process, the others cut them)."""
-        c = self.cfg
-        label, tokens = split_length_label(label)  # LABEL~N: the long-generation control, N new tokens
-        new = tokens or c["max_new_tokens"]
-        shared = bool(c.get("share_verifier_prefill"))
-        runs = self.samples(dataset) * c.get("repeats", 1)
-        ours = label not in self.cfg.get("baselines", {}).get("enabled", [])  # AR or the paper's drafter
-        drafter_shared = self.forked and ours and label != AR
-        timed, prefilled = self.generation(label, context, budget, gamma, new, shared, drafter_shared)
+        context, new, method = self.cfg["contexts"][spec.context], spec.max_new_tokens, spec.method
+        runs = self.samples(spec.dataset) * spec.repeats
+        forked = self.forking and spec.shares_warm_up()  # its warm-up run once for the models, in the warm process
+        drafter_shared = forked and spec.shares_drafter_prefill()
+        budget, gamma = spec.budget, spec.gamma
+        timed, prefilled = self.generation(
+            method, context, budget, gamma, new, bool(spec.verifier_prefill), drafter_shared
+        )
         if drafter_shared and first:
             timed += self.drafter.prefill(context)
             prefilled += context
-        warmups = 0 if self.forked and ours else c.get("warmup", 1)  # forked: once for the models, in the warm process
-        warm_len = c.get("warmup_prompt_tokens") or context
-        warm, _ = self.generation(label, warm_len, budget, gamma, c.get("warmup_tokens") or c["max_new_tokens"], False)
-        loads = self.loads_per_cell * (0 if label == "ar" else 1)  # a drafter per cell: the verifier per process
+        warmups = 0 if forked else spec.warmup
+        eager = spec.engine == EAGER  # as evaluation.cells.warm_up: a short warm-up on the eager engine
+        warm_len = (spec.warmup_prompt_tokens if eager else 0) or context
+        warm_new = (spec.warmup_tokens if eager else 0) or new
+        warm, _ = self.generation(method, warm_len, budget, gamma, warm_new, False)
+        loads = self.loads_per_cell * (spec.drafter is not None)  # a drafter per cell: the verifier per process
         load_s = loads * self.drafter.load_s
         return Cost(
             jobs=1,
@@ -214,13 +237,12 @@ def costs(cfg: dict, jobs, est: Estimator) -> dict[str, Cost]:
         path = outputs[0]
         if rule in ("eval_cell", "eval_replicate_cell"):
             m = path_key(path)  # the cell a path names, read where the path is formatted (evaluation.cellfile)
-            context = cfg["contexts"][m["context"]]
+            replicate = None if m["replicate"] == SHARED else m["replicate"]
+            spec = est.spec(m["label"], m["dataset"], m["context"], m["budget"], m["gamma"], replicate)
             group = (m["label"], m["replicate"], m["dataset"], m["context"])
             first = group not in prefilled
             prefilled.add(group)
-            out[f"cells {m['label'].split('@')[0]} {m['context']}"].add(
-                est.cell(m["label"], m["dataset"], context, m["budget"], m["gamma"], first)
-            )
+            out[f"cells {m['label'].split('@')[0]} {m['context']}"].add(est.cell(spec, first))
         elif rule == "verifier_prefill":
             dataset, context = Path(path).parent.name, Path(path).stem
             out["verifier prefills"].add(est.prefill_job(dataset, cfg["contexts"][context]))

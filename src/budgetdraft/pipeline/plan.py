@@ -9,7 +9,8 @@ no Snakemake, no file written, so tests/test_plan.py checks it in process and wo
   handed;
 - `SettingsFiles` (`budgetdraft.pipeline.settingsfiles`): what each artifact (and the claims) lays out where, the
   files rule settings writes;
-- `CellJobs`: a cell's inputs and flags, and the flags other jobs share;
+- `CellJobs`: a cell's `CellSpec` (budgetdraft.evaluation.cellspec), its job's inputs and eval-cell flags, and the
+  flags other jobs share;
 - `CodeInputs`: the digest of the modules each stage runs, its jobs' code input.
 
 The steps that change files before any job runs (a damaged cell set aside, a stale settings file removed) are not the
@@ -28,6 +29,7 @@ from pathlib import Path
 from budgetdraft.base import defaults, methods, names, revisions
 from budgetdraft.base.importgraph import code_files
 from budgetdraft.evaluation import cellfile
+from budgetdraft.evaluation.cellspec import CellSpec
 from budgetdraft.pipeline.settingsfiles import SettingsFiles
 from budgetdraft.pipeline.trainingchain import VERIFIER, TrainingChain
 from budgetdraft.report import artifacts, paper
@@ -355,25 +357,63 @@ class CellGrid:
 
 
 class CellJobs:
-    """What a cell's job is handed (its inputs and eval-cell's flags), and the flags other jobs share."""
+    """What a cell is (its `CellSpec`), what its job is handed (inputs, eval-cell's flags), and the flags other jobs
+    share."""
 
     def __init__(self, plan: Plan):
         self.plan, self.config = plan, plan.config
 
-    def cell_inputs(self, label, dataset, context, replicate=None) -> dict:
+    def spec(self, label: str, dataset: str, context: str, budget: int, gamma: int, replicate=None) -> CellSpec:
+        """The cell of a label at (dataset, context, B, γ) and training replicate (None: a cell no per-replicate
+        training feeds), as its job measures it."""
+        c, labels = self.config, self.plan.labels
+        sampling = {k: c["sampling"][k] for k in ("temperature", "top_p", "top_k", "seed")}
+        share = c["share_verifier_prefill"]
+        return CellSpec(
+            label=label, method=labels.method[label], verifier=VERIFIER,
+            prompts=f"results/data/prompts/{dataset}/{context}.parquet", dataset=dataset, context=context,
+            max_new_tokens=labels.new_tokens_of(label), repeats=c["repeats"],
+            drafter=self.plan.drafters.drafter_dir(label, replicate), budget=int(budget), gamma=int(gamma),
+            replicate=names.SHARED if replicate is None else int(replicate), policy=labels.policy_of(label),
+            chunk_size=c["chunk_size"], score_window=c["score_window"], **sampling, engine=labels.engine_of(label),
+            device=c["device"], verifier_dtype=c["verifier_dtype"], drafter_dtype=c["drafter_dtype"],
+            threads=c["threads"], warmup=c["warmup"], warmup_tokens=c["warmup_tokens"],
+            warmup_prompt_tokens=c["warmup_prompt_tokens"],
+            verifier_prefill=f"results/prefill/{dataset}/{context}.safetensors" if share else "",
+            extra=self.extra(label),
+        )  # fmt: skip
+
+    def cell_inputs(self, spec: CellSpec) -> dict:
         """The inputs of a cell's job: the verifier, the prompts, its code, the shared prefill
         (`share_verifier_prefill`) and the drafter (not for AR)."""
-        inputs = {
-            "verifier": VERIFIER,
-            "prompts": f"results/data/prompts/{dataset}/{context}.parquet",
-            "code": self.plan.code.cell_code(self.plan.labels.method[label]),
-        }
-        if self.config["share_verifier_prefill"]:
-            inputs["prefill"] = f"results/prefill/{dataset}/{context}.safetensors"
-        drafter = self.plan.drafters.drafter_dir(label, replicate)
-        if drafter is not None:
-            inputs["drafter"] = drafter
+        inputs = {"verifier": spec.verifier, "prompts": spec.prompts, "code": self.plan.code.cell_code(spec.method)}
+        if spec.verifier_prefill:
+            inputs["prefill"] = spec.verifier_prefill
+        if spec.drafter is not None:
+            inputs["drafter"] = spec.drafter
         return inputs
+
+    @staticmethod
+    def eval_cell_flags(spec: CellSpec) -> str:
+        """eval-cell's command line of a cell, but --out (its parser reads it back into ``spec``: tests/test_plan.py);
+        the sampling flags only in sampling mode, so a greedy cell's command is what it always was."""
+        flags = [
+            ("--label", spec.label), ("--method", spec.method), ("--verifier", spec.verifier),
+            ("--drafter", spec.drafter), ("--prompts", spec.prompts), ("--dataset", spec.dataset),
+            ("--context", spec.context), ("--budget", spec.budget), ("--gamma", spec.gamma),
+            ("--replicate", spec.replicate), ("--policy", spec.policy), ("--chunk-size", spec.chunk_size),
+            ("--score-window", spec.score_window), ("--draft-vocab", spec.draft_vocab),
+            ("--max-new-tokens", spec.max_new_tokens), ("--warmup", spec.warmup),
+            ("--warmup-tokens", spec.warmup_tokens), ("--warmup-prompt-tokens", spec.warmup_prompt_tokens),
+            ("--repeats", spec.repeats), ("--device", spec.device), ("--engine", spec.engine),
+            ("--verifier-dtype", spec.verifier_dtype), ("--drafter-dtype", spec.drafter_dtype),
+            ("--threads", spec.threads), ("--extra", spec.extra or None),
+            ("--verifier-prefill", spec.verifier_prefill or None),
+        ]  # fmt: skip
+        if spec.temperature:
+            flags += [("--temperature", spec.temperature), ("--top-p", spec.top_p), ("--top-k", spec.top_k)]
+            flags += [("--seed", spec.seed)]
+        return " ".join(f"{flag} {shell_word(value)}" for flag, value in flags if value is not None)
 
     def prompts_file(self, dataset: str) -> list[str]:
         """The authors' prompts file a dataset reads (`source: authors_*`, its `path`: the file or their data/
@@ -384,20 +424,12 @@ class CellJobs:
         path = Path(os.path.expanduser(d["path"]))
         return [str(path / AUTHORS_FILES[d["source"]] if path.is_dir() else path)]
 
-    def sampling_flags(self) -> str:
-        """The sampling flags of `eval-cell`; none when greedy, so a greedy cell's command is what it always was."""
-        s = self.config["sampling"]
-        if s["temperature"] == 0:
-            return ""
-        return f" --temperature {s['temperature']} --top-p {s['top_p']} --top-k {s['top_k']} --seed {s['seed']}"
-
-    def extra_flag(self, label: str) -> str:
-        """`--extra JSON` of a baseline's cell (`baselines.<name>` of the config but its `training`), else nothing."""
+    def extra(self, label: str) -> str:
+        """The JSON settings of a baseline's cell (`baselines.<name>` of the config but its `training`), else ""."""
         settings = self.config["baselines"].get(label)
         if label not in methods.BASELINES or not settings:
             return ""
-        extra = {k: v for k, v in settings.items() if k != "training"}
-        return f"--extra {shlex.quote(json.dumps(extra, sort_keys=True))}"
+        return json.dumps({k: v for k, v in settings.items() if k != "training"}, sort_keys=True)
 
     def revision_flag(self, repo: str | None) -> str:
         """`--revision SHA` when the config's `revisions:` pins hub repository ``repo``, else nothing."""
@@ -408,6 +440,13 @@ class CellJobs:
     def gpu_slots(device) -> int:
         """GPU slots a job on ``device`` takes: 1 on CUDA (a counter locally, --gpus=1 on SLURM), else 0."""
         return 1 if str(device).startswith("cuda") else 0
+
+
+def shell_word(value) -> str:
+    """``value`` as one word of a shell command: as it is where the shell would not change it (a label's ``~N``
+    included: a tilde expands only at a word's start), else quoted."""
+    text = str(value)
+    return text if re.fullmatch(r"[\w@%+=:,./-][\w@%+=:,./~-]*", text) else shlex.quote(text)
 
 
 class CodeInputs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from budgetdraft.base.names import AR, METHOD_NAMES, SHARED, SHARED_DRAFTER_PREFILL
+from budgetdraft.evaluation.cellspec import read_record
 from budgetdraft.evaluation.grid import Grid
 from budgetdraft.report.settings import Settings
 from budgetdraft.report.tables import Table, latex_text, names_text
@@ -66,7 +67,7 @@ def engine_text(grid: Grid) -> str:
 def shared_drafter_text(df) -> str:
     """Whether drafters' full prefills were made once for all their cells (``evaluation.cells.prefill_once``): the
     rows that cut one record it in their ``config``."""
-    if "config" not in df or not df["config"].astype(str).str.contains(SHARED_DRAFTER_PREFILL, regex=False).any():
+    if "config" not in df or not any(read_record(c).get(SHARED_DRAFTER_PREFILL) for c in df["config"].unique()):
         return ""
     return (
         " Each drafter's full prefill of a prompt was timed once (one run) and cut to every budget of its cells, each"

@@ -1,6 +1,6 @@
 """Baselines of the paper's comparison table (tab:comparison), run by our own verify loop and timers.
 
-Each module provides ``drafter_factory(verifier, args, extra, load) -> () -> drafter`` (see ``budgetdraft.evaluation.cells``):
+Each module provides ``drafter_factory(verifier, spec, extra, load) -> () -> drafter`` (``spec``: the cell's ``CellSpec``) (see ``budgetdraft.evaluation.cells``):
 ``triforce`` (hierarchical speculation with a retrieval cache, Sun et al. 2024) and ``eagle3`` (a draft head over
 the verifier's fused hidden states, Li et al. 2025; ``python -m budgetdraft train-eagle3`` trains it).
 

@@ -1,7 +1,7 @@
 """TriForce (Sun et al. 2024): hierarchical, lossless greedy speculation with a retrieval cache.
 
 Three levels, all greedy:
-  1. the small drafter (``args.drafter``, our untrained drafter) on a StreamingLLM cache (``sinks`` attention-sink
+  1. the small drafter (the cell's ``drafter``, our untrained drafter) on a StreamingLLM cache (``sinks`` attention-sink
      tokens + the most recent tokens, ``streaming_budget`` in all; evicted again after every round) proposes
      ``gamma_inner`` tokens;
   2. the *verifier model* on a retrieval cache checks them in one forward and keeps the agreeing prefix + its own
@@ -21,10 +21,12 @@ Differences from TriForce's code: greedy only (no sampling / residual resampling
 ``gamma_inner`` drafts per retrieval verify (TriForce's ``Middle_Spec`` drafts 1 token per retrieval forward,
 which gives 1–2 tokens each: ``gamma_inner: 1`` is that rule; its ``gamma`` = 6 is the retrieval level's draft
 length, our cell's γ), the small drafter is prefilled on the whole prompt and then cut to sinks + recent (TriForce
-evicts while prefilling). ``args.budget`` (the cell's B) is not used: TriForce's budgets are its ``extra`` keys.
+evicts while prefilling). The cell's ``budget`` (B) is not used: TriForce's budgets are its ``extra`` keys.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,6 +36,9 @@ from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers, prefill
 from budgetdraft.decoding.metrics import cache_bytes, module_tensors
 from budgetdraft.decoding.policies import streaming
 from budgetdraft.decoding.verifier import ids_tensor, position_range
+
+if TYPE_CHECKING:  # annotations only: the cell spec is evaluation's (a layer above)
+    from budgetdraft.evaluation.cellspec import CellSpec
 
 DEFAULTS = dict(TRIFORCE_DEFAULTS)  # one home: budgetdraft.base.defaults, which the config check reads too
 
@@ -230,19 +235,20 @@ class TriForceDrafter(GreedyDrafter):
         return module_tensors(self.model)  # the small drafter; the retrieval level runs the verifier's weights
 
 
-def settings(args, extra: dict) -> dict:
+def settings(spec: CellSpec, extra: dict) -> dict:
+    """TriForce's settings of a cell: ``DEFAULTS``, the cell's chunk size, its ``extra`` on top."""
     unknown = set(extra) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"unknown triforce settings {sorted(unknown)}; known: {sorted(DEFAULTS)}")
-    out = {**DEFAULTS, "chunk_size": getattr(args, "chunk_size", DEFAULTS["chunk_size"]), **extra}
+    out = {**DEFAULTS, "chunk_size": spec.chunk_size, **extra}
     return {k: int(v) for k, v in out.items()}
 
 
-def drafter_factory(verifier, args, extra: dict, load=None):
+def drafter_factory(verifier, spec: CellSpec, extra: dict, load=None):
     """``eval-cell`` method triforce: its small drafter loaded once by ``load`` (default ``load_model``); returns ()
     -> a fresh TriForce drafter per run."""
     from budgetdraft.decoding.loading import load_model
 
-    small = (load or load_model)(args.drafter, args.device, args.drafter_dtype)
-    cfg = settings(args, extra or {})
+    small = (load or load_model)(spec.drafter, spec.device, spec.drafter_dtype)
+    cfg = settings(spec, extra or {})
     return lambda: TriForceDrafter(verifier, small, **cfg)

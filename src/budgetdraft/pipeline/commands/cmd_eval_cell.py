@@ -12,6 +12,7 @@ from budgetdraft.base.names import SHARED
 from budgetdraft.decoding.loading import ModelStore
 from budgetdraft.evaluation.cellfile import write_cell
 from budgetdraft.evaluation.cells import cell_models, prefill_once, run_cell, warm_up_once
+from budgetdraft.evaluation.cellspec import CellSpec
 from budgetdraft.pipeline.commands.flags import add_decode_flags, count, refuse_long_draft
 
 
@@ -62,17 +63,22 @@ def preload(argv: list[str], models: ModelStore) -> list[str]:
     model share one read of it, one warm-up and one prefill of each prompt. Returns what it did now."""
     parser = argparse.ArgumentParser(add_help=False)
     configure_parser(parser)
-    args, _ = parser.parse_known_args(argv)
-    wanted = cell_models(args)
-    done = [f"preloaded {spec}" for spec, dtype in wanted if models.preload(spec, args.device, dtype)]
-    if warm_up_once(args, models):
-        done.append(f"warmed up {args.method} with {' + '.join(spec for spec, _ in wanted)}")
-    if prefilled := prefill_once(args, models):
-        done.append(f"prefilled {prefilled} prompts of {args.prompts} with {args.drafter}")
+    spec = cell_spec(parser.parse_known_args(argv)[0])
+    wanted = cell_models(spec)
+    done = [f"preloaded {name}" for name, dtype in wanted if models.preload(name, spec.device, dtype)]
+    if warm_up_once(spec, models):
+        done.append(f"warmed up {spec.method} with {' + '.join(name for name, _ in wanted)}")
+    if prefilled := prefill_once(spec, models):
+        done.append(f"prefilled {prefilled} prompts of {spec.prompts} with {spec.drafter}")
     return done
+
+
+def cell_spec(args: argparse.Namespace) -> CellSpec:
+    """The cell eval-cell's flags name (every flag but --out is a field of ``CellSpec``)."""
+    return CellSpec.of(vars(args))
 
 
 def run(args, models: ModelStore | None = None) -> None:
     refuse_long_draft("--gamma", args.gamma, "--max-new-tokens", args.max_new_tokens)
     torch.set_num_threads(args.threads)
-    write_cell(run_cell(args, models), args.out)
+    write_cell(run_cell(cell_spec(args), models), args.out)

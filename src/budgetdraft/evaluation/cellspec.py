@@ -1,0 +1,113 @@
+"""What one evaluation grid cell is made of, as one typed value: ``CellSpec``.
+
+The plan builds it for every cell of a config (``budgetdraft.pipeline.plan``), `eval-cell` parses its flags into it,
+and the library takes nothing else: ``make_decoder``, every drafter factory, the warm process's sharing and the cost
+estimate read its fields. Each row of a cell file records it (``record``) under a versioned schema
+(``CELL_SCHEMA``); ``read_record`` reads every version written so far and refuses one it does not know.
+
+When a cell may share work with the cells beside it is decided here once (``shares_warm_up``,
+``shares_drafter_prefill``): the forking warm process, the shared drafter prefill and the cost estimate all ask.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+
+from budgetdraft.base.defaults import CHUNK_SIZE, DEVICE, DTYPE, EAGER, ENGINE, POLICY, SCORE_WINDOW, THREADS
+from budgetdraft.base.names import SHARED, SHARED_DRAFTER_PREFILL
+
+# Version of the record a cell row carries in its `config` column. 1: eval-cell's flags as parsed (no version key;
+# also `out`, the file's own path); 2: the fields of CellSpec and `cell_schema`.
+CELL_SCHEMA = 2
+SCHEMA_KEY = "cell_schema"
+FORKED_METHODS = ("ar", "sd")  # methods whose warm-up and drafter state a forking warm process may make for a cell
+PREFILLED_METHODS = ("sd",)  # ... and whose drafter's full prefill it may make once for all cells of a drafter
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One cell: what it decodes (method, label, models, prompts), where in the grid (dataset, context, B, γ,
+    replicate), how (policy, chunk size, score window, draft vocabulary, sampling, engine, device, dtypes,
+    threads) and how it is measured (warm-up, repeats, new tokens, a shared verifier prefill). ``extra`` is a
+    baseline's own settings as JSON text."""
+
+    label: str
+    method: str
+    verifier: str
+    prompts: str
+    dataset: str
+    context: str
+    max_new_tokens: int
+    repeats: int = 1
+    drafter: str | None = None
+    budget: int = 0
+    gamma: int = 0
+    replicate: int = SHARED
+    policy: str = POLICY
+    chunk_size: int = CHUNK_SIZE
+    score_window: int = SCORE_WINDOW
+    draft_vocab: str | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    engine: str = ENGINE
+    device: str = DEVICE
+    verifier_dtype: str = DTYPE
+    drafter_dtype: str = DTYPE
+    threads: int = THREADS
+    warmup: int = 1
+    warmup_tokens: int = 0
+    warmup_prompt_tokens: int = 0
+    verifier_prefill: str = ""
+    extra: str = ""
+
+    @classmethod
+    def of(cls, values: Mapping, **given) -> CellSpec:
+        """The spec of the fields ``values`` holds (a parsed command line's, a record's), ``given`` on top; other
+        keys are ignored, a field neither holds takes its default."""
+        merged = {**values, **given}
+        return cls(**{f.name: merged[f.name] for f in fields(cls) if f.name in merged})
+
+    def shares_warm_up(self) -> bool:
+        """Whether a forking warm process may run this cell's warm-up once for its models and fork the cell after
+        it: AR or the paper's drafter, eager, one thread, on the CPU. Elsewhere each cell warms itself up (an
+        accelerator is never forked; the graphs engine captures per shape; a baseline's drafter builds its own
+        state; more threads start a pool a fork does not inherit)."""
+        on_cpu = self.device.split(":")[0] == "cpu"
+        return self.method in FORKED_METHODS and self.engine == EAGER and self.threads == 1 and on_cpu
+
+    def shares_drafter_prefill(self) -> bool:
+        """Whether its drafter's full prefill of each prompt may be made once, by that process, for every cell of
+        the drafter and the prompts, each cutting it to its own budget (``budgetdraft.decoding.sparse_drafter``)."""
+        return self.shares_warm_up() and self.method in PREFILLED_METHODS
+
+    def record(self, drafter_prefill_shared: bool = False) -> str:
+        """The JSON a cell row carries in its `config` column: the fields, the schema's version and, where it cut
+        a prefill the warm process made, that it did."""
+        out = {
+            **asdict(self),
+            SCHEMA_KEY: CELL_SCHEMA,
+            **({SHARED_DRAFTER_PREFILL: True} if drafter_prefill_shared else {}),
+        }
+        return json.dumps(dict(sorted(out.items())))
+
+
+def read_record(text: str) -> dict:
+    """A cell row's recorded `config` as {field: value} of the current schema, from any version written so far:
+    version 1 (eval-cell's flags, no version key) has the same names, and lacks the sampling flags when it predates
+    sampling mode (greedy, their defaults). A version newer than this code's is refused, naming it: such a cell is
+    measured again, never misread. An empty record (cells before any record) reads as {}."""
+    if not text:
+        return {}
+    values = json.loads(text)
+    version = values.pop(SCHEMA_KEY, 1)
+    if not isinstance(version, int) or not 1 <= version <= CELL_SCHEMA:
+        raise ValueError(
+            f"a cell row's config has {SCHEMA_KEY} {version!r}; this code reads versions 1 to {CELL_SCHEMA}: "
+            "remove the cell file and measure it again"
+        )
+    values.pop("out", None)  # version 1: the file's own path
+    return values
