@@ -91,21 +91,26 @@ rule train_eagle3:
 
 
 rule interpolate:
-    """PI, the control the paper did not run (config `controls`): the base drafter of a replicate (or the untrained
-    drafter, shared, when no base drafter is trained) with its rotary positions interpolated to cover the longest
-    context (`export-model --cover`), no training: how much of what BudgetDraft recovers interpolation alone does.
+    """The drafter of a method of drafter kind `interpolated` (budgetdraft.base.methods; PI, a control the paper did
+    not run, config `controls`): the base drafter of a replicate (or the untrained drafter, shared, when no base
+    drafter is trained) with its rotary positions interpolated to cover the longest context (`export-model
+    --cover`), no training: how much of what BudgetDraft recovers interpolation alone does.
     """
     input:
         base=lambda wc: PLAN.drafters.base_drafter_dir(wc.get("replicate")),
         code=PLAN.code.digest("models"),
     output:
-        directory("results/drafters/r{replicate}/pi"),
+        directory("results/drafters/r{replicate}/{label}"),
     log:
-        "logs/drafters/r{replicate}/pi.log",
+        "logs/drafters/r{replicate}/{label}.log",
     benchmark:
-        "benchmarks/drafters/r{replicate}/pi.tsv"
+        "benchmarks/drafters/r{replicate}/{label}.tsv"
     wildcard_constraints:
         replicate=r"\d+",
+        label="|".join(
+            re.escape(label) for label in PLAN.drafters.made_from_base("interpolated")
+        )
+        or "(?!)",
     conda:
         "../../envs/budgetdraft.yaml"
     params:
@@ -118,11 +123,11 @@ rule interpolate:
 
 use rule interpolate as interpolate_shared with:
     output:
-        directory("results/drafters/pi"),
+        directory("results/drafters/{label}"),
     log:
-        "logs/drafters/pi.log",
+        "logs/drafters/{label}.log",
     benchmark:
-        "benchmarks/drafters/pi.tsv"
+        "benchmarks/drafters/{label}.tsv"
 
 
 rule export_given:

@@ -4,8 +4,9 @@ drafter comes from, which budgets its cells take, what enables it and where it a
 Everything that used to keep its own list keyed by a method's name reads this registry instead: the plan (which
 cells, which drafter directory, which code a cell runs, a baseline's --extra), the config check (which names
 `baselines.enabled` and `controls` accept), the tables (the comparison table's rows and every method's name) and
-`estimate` (how a cell is costed). Adding a method is one `declare(Method(...))` here, plus the code that makes
-its drafter if that is new (a factory module for eval-cell, a rule for a drafter built from another).
+`estimate` (how a cell is costed). Adding a method of a declared drafter kind is one `declare(Method(...))` here
+(plus a factory module when it decodes its own way); a new drafter kind is one `kind(DrafterKind(...))` here plus
+the rule that makes its drafter (tests/test_extension.py adds both in a copy of the project).
 
 The trained variants (config `variants`: BudgetDraft and its ablations) are not declared here: a config names them,
 and each decodes as SD with its own trained drafter (`variant`). Standard library only: the workflow reads this
@@ -16,14 +17,70 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Where a method's drafter comes from (what `TrainingChain.drafter_dir` resolves):
-NONE = "none"  # no drafter (AR)
-BASE = "base"  # the base drafter: the trained base drafter of each replicate, or the exported drafter untouched
-INTERPOLATED = "interpolated"  # the base drafter, its positions interpolated to cover the longest context (no training)
-HEAD = "head"  # a head of its own trained once from the verifier (EAGLE-3)
-TRAINED = "trained"  # a variant trained from the base drafter (config `variants`)
-GIVEN = "given"  # a variant given as a checkpoint (config `variants.X.checkpoint`): exported once, never trained
-DRAFTERS = (NONE, BASE, INTERPOLATED, HEAD, TRAINED, GIVEN)
+# ------------------------------------------------------------------------------------------- where drafters come from
+
+
+@dataclass(frozen=True)
+class DrafterKind:
+    """Where a method's drafter comes from, declared once (``KINDS``): the plan (`TrainingChain.drafter_dir`, which
+    drafters the positional profile reads), the workflow (the rule that makes the drafter, workflow/rules/train.smk),
+    the cost estimate (that rule's cost line) and the config check read it, never a method's name. A new kind is
+    its declaration here and its rule."""
+
+    name: str
+    rules: tuple[str, ...] = ()  # the workflow rules that make such a drafter, one per method label of the kind
+    cost: str = ""  # the estimate's line for those rules: EXPORT (a model re-exported), "" (none, or costed elsewhere)
+    own: bool = False  # each method of the kind has a drafter of its own (results/drafters/.../LABEL), profiled
+    covers_longest: bool = False  # made to reach the longest context: the config must reach beyond its native range
+    replicated: bool = False  # one drafter per training replicate when the base drafter is trained (`base_drafter`)
+    what: str = ""
+
+
+EXPORT = "export"  # a cost line: the drafter is a model exported again from another (no training)
+KINDS: dict[str, DrafterKind] = {}
+
+
+def kind(declared: DrafterKind) -> str:
+    """Add a drafter kind to ``KINDS``; returns its name."""
+    if declared.name in KINDS:
+        raise ValueError(f"drafter kind {declared.name!r} is declared twice")
+    KINDS[declared.name] = declared
+    return declared.name
+
+
+NONE = kind(DrafterKind("none", what="no drafter (AR, the copier)"))
+BASE = kind(
+    DrafterKind(
+        "base",
+        replicated=True,
+        what="the base drafter: the trained base drafter of each replicate, or the exported drafter untouched",
+    )
+)
+INTERPOLATED = kind(
+    DrafterKind(
+        "interpolated",
+        rules=("interpolate", "interpolate_shared"),
+        cost=EXPORT,
+        own=True,
+        covers_longest=True,
+        replicated=True,
+        what="the base drafter, its positions interpolated to cover the longest context (no training)",
+    )
+)
+HEAD = kind(DrafterKind("head", what="a head of its own trained once from the verifier (EAGLE-3)"))
+TRAINED = kind(
+    DrafterKind(
+        "trained", own=True, replicated=True, what="a variant trained from the base drafter (config `variants`)"
+    )
+)
+GIVEN = kind(
+    DrafterKind(
+        "given",
+        own=True,
+        what="a variant given as a checkpoint (config `variants.X.checkpoint`): exported once, never trained",
+    )
+)
+DRAFTERS = tuple(KINDS)
 
 # Which budgets a method's cells take:
 GRID = "grid"  # every budget of the config
@@ -63,7 +120,7 @@ class Method:
     @property
     def replicated_drafter(self) -> bool:
         """Whether its drafter is one per training replicate when the base drafter is trained (`base_drafter`)."""
-        return self.drafter in (BASE, INTERPOLATED, TRAINED)
+        return KINDS[self.drafter].replicated
 
 
 REGISTRY: dict[str, Method] = {}

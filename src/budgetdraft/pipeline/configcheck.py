@@ -41,6 +41,7 @@ from budgetdraft.pipeline.configrefs import (
     check_methods,
     check_models,
     check_path_names,
+    check_policies,
     check_references,
     check_sources,
     check_variant_names,
@@ -379,6 +380,7 @@ def merge(config: dict, overrides: dict) -> None:
 def check_consistency(config: dict) -> None:
     """Raise ValueError naming the key and value of the first inconsistency the schema cannot express."""
     check_path_names(config)
+    check_policies(config)
     check_methods(config)
     check_variant_names(config)
     check_given(config)

@@ -7,6 +7,7 @@ the key and its value.
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 from pathlib import Path
@@ -77,6 +78,33 @@ def check_methods(config: dict) -> None:
         for i, name in enumerate(given):
             if name not in known:
                 raise ValueError(f"{key}[{i}] = {name!r}: must be one of {', '.join(known)}")
+
+
+# the registry of sparse policies (@sparse_policy), read as source: the config check runs before any job, torch-free
+POLICY_REGISTRY = Path(__file__).resolve().parents[1] / "decoding" / "policies.py"
+
+
+def registered_policies() -> list[str]:
+    """The names ``@sparse_policy("name", ...)`` registers in budgetdraft.decoding.policies, in order, read from its
+    source: the one list of policies (the schema keeps none), so a new policy is one function there."""
+    names = []
+    for node in ast.parse(POLICY_REGISTRY.read_text(encoding="utf-8")).body:
+        for dec in getattr(node, "decorator_list", []):
+            if isinstance(dec, ast.Call) and getattr(dec.func, "id", "") == "sparse_policy" and dec.args:
+                names.append(ast.literal_eval(dec.args[0]))
+    return names
+
+
+def check_policies(config: dict) -> None:
+    """`policy` and each of `policies.names` is a registered sparse policy (``registered_policies``)."""
+    known = registered_policies()
+    given = [("policy", config.get("policy", POLICY))]
+    given += [(f"policies.names[{i}]", p) for i, p in enumerate(config.get("policies", {}).get("names", []))]
+    for key, name in given:
+        if name not in known:
+            raise ValueError(
+                f"{key} = {name!r}: not a sparse policy of budgetdraft.decoding.policies; one of {', '.join(known)}"
+            )
 
 
 def check_path_names(config: dict) -> None:
@@ -163,12 +191,13 @@ def check_base_range(config: dict) -> None:
     if native is None:
         return
     longest = max(config["contexts"].values())
-    if methods.PI in config.get("controls", []) and longest <= native:
+    covering = [c for c in config.get("controls", []) if methods.KINDS[methods.get(c).drafter].covers_longest]
+    if covering and longest <= native:
         raise ValueError(
-            f"controls: pi interpolates the drafter's positions to cover the longest context ({longest} tokens), but "
-            f"the drafter {config['drafter']!r} knows {native} positions already: nothing extrapolates, so there is "
-            "nothing to interpolate; remove pi from controls (or give the drafter a shorter range, spec option "
-            "positions=N)"
+            f"controls: {covering[0]} interpolates the drafter's positions to cover the longest context ({longest} "
+            f"tokens), but the drafter {config['drafter']!r} knows {native} positions already: nothing extrapolates, "
+            f"so there is nothing to interpolate; remove {covering[0]} from controls (or give the drafter a shorter "
+            "range, spec option positions=N)"
         )
     if not base:
         return

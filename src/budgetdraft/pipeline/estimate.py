@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from budgetdraft.base import methods
 from budgetdraft.base.defaults import EAGER, ENGINE, ENGINES, GRAPHS, PREFILL_RUNS, SLOT_ROUNDING
 from budgetdraft.base.names import SHARED, split_engine_label, split_length_label
 from budgetdraft.evaluation.cellfile import path_key
@@ -41,6 +42,8 @@ from budgetdraft.pipeline.plan import Plan
 from budgetdraft.pipeline.roofline import BYTES, DEVICES, Device, Model, shape, tokens_per_round
 from budgetdraft.training.hparams import TrainingHparams
 
+# the rules that make a drafter by exporting another again (budgetdraft.base.methods: a drafter kind's cost line)
+EXPORTED_DRAFTERS = {rule for kind in methods.KINDS.values() if kind.cost == methods.EXPORT for rule in kind.rules}
 # the config schema, as the Snakefile reads it (the estimate runs in a checkout of the workflow: `planned_jobs`)
 SCHEMA = Path(__file__).resolve().parents[3] / "workflow/schemas/config.schema.yaml"
 
@@ -259,13 +262,13 @@ def costs(cfg: dict, jobs, est: Estimator) -> dict[str, Cost]:
         elif rule == "export_model":
             model = est.verifier if path.endswith("verifier") else est.drafter
             out["exports"].add(Cost(1, 0, 0, 0, 1, 2 * model.load_s))
-        elif rule in ("interpolate", "interpolate_shared"):  # PI's drafter: the base drafter re-exported
+        elif rule in EXPORTED_DRAFTERS:  # a drafter kind made by exporting the base drafter again (e.g. PI's)
             out["exports"].add(Cost(1, 0, 0, 0, 1, 2 * est.drafter.load_s))
         elif rule == "profile_targets":
             out["positional profiles"].add(est.profile(0))
-        elif rule == "profile":
-            drafters = 1 + len(cfg["variants"]) + ("pi" in cfg.get("controls", []))
-            out["positional profiles"].add(est.profile(drafters))
+        elif rule == "profile":  # results/profile/rR.parquet: the drafters the plan profiles in replicate R
+            drafters = est.plan.drafters.profiled(int(Path(path).stem.removeprefix("r")))
+            out["positional profiles"].add(est.profile(len(drafters)))
     for stage in out.values():  # every job's fixed cost beyond its model work (measured here; 0 for a named device)
         stage.seconds += stage.jobs * est.device.job_s
     return dict(out)

@@ -60,26 +60,30 @@ class TrainingChain:
         return {
             methods.NONE: lambda: None,
             methods.BASE: lambda: self.base_drafter_dir(replicate),
-            methods.INTERPOLATED: lambda: self.interpolated_dir(replicate),
+            methods.INTERPOLATED: lambda: self.own_dir(method.label, replicate),
             methods.HEAD: lambda: f"results/drafters/{method.label}",
             methods.TRAINED: lambda: f"results/drafters/r{replicate}/{method.label}",
             methods.GIVEN: lambda: f"results/drafters/given/{method.label}",
         }[method.drafter]()
 
-    def interpolated_dir(self, replicate) -> str:
-        """PI's drafter: the base drafter of a replicate (or the untrained one, shared) with its positions interpolated
-        to cover the longest context (rule interpolate)."""
-        return f"results/drafters/r{replicate}/{methods.PI}" if self.base else f"results/drafters/{methods.PI}"
+    def own_dir(self, label: str, replicate) -> str:
+        """The drafter a method made from the base drafter of a replicate (or from the untrained one, shared) has of
+        its own, e.g. PI's (rule interpolate: its positions interpolated to cover the longest context)."""
+        return f"results/drafters/r{replicate}/{label}" if self.base else f"results/drafters/{label}"
+
+    def made_from_base(self, kind: str) -> list[str]:
+        """The labels this config runs whose drafter is of ``kind`` and made by its rule (`DrafterKind.rules`)."""
+        return [label for label, m in self.labels.methods.items() if m.drafter == kind]
 
     def longest_tokens(self) -> int:
-        """The longest context's prompt tokens: the positions PI's drafter is interpolated to cover."""
+        """The longest context's prompt tokens: the positions an interpolated drafter is made to cover."""
         return self.config["contexts"][self.plan.longest_context]
 
     def profiled(self, replicate) -> dict[str, str]:
         """{label: drafter directory} of the positional profile of one replicate (rule profile): the base drafter
-        (SD's), PI's when it runs, and every variant."""
-        labels = [methods.SD] + [methods.PI] * (methods.PI in self.labels.controls) + self.labels.variants
-        return {label: self.drafter_dir(label, replicate) for label in labels}
+        (SD's) and every drafter a method has of its own (`DrafterKind.own`: PI's when it runs, every variant)."""
+        own = [label for label, m in self.labels.methods.items() if methods.KINDS[m.drafter].own]
+        return {label: self.drafter_dir(label, replicate) for label in [methods.SD, *own]}
 
     def trained_drafters(self) -> list[str]:
         """Every trained variant's directory, per replicate (their loss logs)."""
