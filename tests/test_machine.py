@@ -82,3 +82,20 @@ def test_the_prediction_runs_as_many_jobs_as_the_cores_it_is_given(monkeypatch):
     assert estimate.default_parallel({"threads": 1}) == 2  # profiles/default: 2 cores
     assert estimate.default_parallel({"threads": 1}, 1) == 1  # snakemake --cores 1
     assert estimate.default_parallel({"threads": 2}, 8) == 1  # at most the cores visible, each job 2 threads
+
+
+def test_a_probe_builds_only_the_verifier_layers_that_fit_beside_its_twins():
+    """A 7B verifier in fp16 on a 24 GB machine: two probes of 16 layers each, held twice while a load is timed, were
+    killed after minutes; the probe takes the layers that fit in half the memory, and refuses a shape of which not
+    two layers fit, naming what to do instead."""
+    from budgetdraft.pipeline.roofline import shape
+
+    llama7b = shape("NousResearch/Yarn-Llama-2-7b-128k")
+    assert machine.probe_layers(TINY_VERIFIER, "float32", 2, 24 * 2**30) == 8  # all of a small one
+    assert machine.probe_layers(llama7b, "float16", 1, 80 * 2**30) == machine.PROBE_LAYERS
+    layers = machine.probe_layers(llama7b, "float16", 2, 20 * 2**30)
+    layer_bytes = 2 * (llama7b.body / llama7b.layers)
+    assert 2 <= layers < machine.PROBE_LAYERS
+    assert 2 * 2 * (layers * layer_bytes + 2 * 2 * llama7b.vocab * llama7b.hidden) <= 20 * 2**30 / 2 + 1
+    with pytest.raises(ValueError, match=r"does not fit in this machine's 2\.0 GiB available with 2 at once"):
+        machine.probe_layers(llama7b, "float16", 2, 2 * 2**30)

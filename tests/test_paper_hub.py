@@ -43,6 +43,9 @@ def tiny_sizes(cfg: dict) -> dict:
     cfg.update(
         samples=1, contexts={label: CONTEXT}, budgets=budgets, gammas={label: [5]}, max_new_tokens=8, repeats=1,
         warmup_tokens=2, warmup_prompt_tokens=32, device="cpu", threads=1,
+        # no prediction before the run: it would probe the 7B verifier's shape (the hub ids' table, not the tiny
+        # models served here) in fp16 on this CPU, minutes the test is not about (tests/test_machine.py, estimate)
+        estimate_before_run=False,
         training_data={**cfg["training_data"], "sequences": 2, "prefix_len": PREFIX, "cont_len": 16},
     )  # fmt: skip
     cfg["comparison"]["contexts"] = [label]
@@ -60,7 +63,7 @@ def tiny_sizes(cfg: dict) -> dict:
 
 
 def test_tiny_sizes_keep_the_papers_models_datasets_and_settings():
-    """Only sizes, the device and the threads change: the hub models, the hub datasets, the dtypes, the near-tie
+    """Only sizes, the device, the threads and the prediction before the run change: the hub models, the hub datasets, the dtypes, the near-tie
     check, the policy and the training recipe's rates stay the paper's."""
     paper_cfg = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
     cfg = tiny_sizes(paper_cfg)
@@ -69,6 +72,8 @@ def test_tiny_sizes_keep_the_papers_models_datasets_and_settings():
         "samples", "contexts", "budgets", "gammas", "max_new_tokens", "repeats", "device", "threads",
         "training_data", "comparison", "single_budget", "training", "baselines", "long_generation",
     }, changed  # fmt: skip
+    assert set(cfg) - set(paper_cfg) == {"estimate_before_run", "warmup_tokens", "warmup_prompt_tokens"}
+    assert cfg["estimate_before_run"] is False
     for key in ("verifier", "drafter", "datasets", "verifier_dtype", "drafter_dtype", "lossless_check", "policy"):
         assert cfg[key] == paper_cfg[key], key
     assert cfg["training_data"]["source"] == "pg19_train" and "base_drafter" not in cfg

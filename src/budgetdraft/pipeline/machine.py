@@ -150,16 +150,16 @@ def train_step_seconds(drafter, hparams: dict, prefix: int, cont: int) -> float:
 
 
 def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype: str, device: str, threads: int,
-               context: int, recipes: tuple = ()) -> Probe:  # fmt: skip
-    """One probe process's timings (its own torch threads); ``recipes``: ((hparams JSON, P, C), ...) of the training
-    steps to time on the drafter."""
+               context: int, recipes: tuple = (), layers: int = PROBE_LAYERS) -> Probe:  # fmt: skip
+    """One probe process's timings (its own torch threads) with the verifier at ``layers`` layers at most
+    (``probe_layers``); ``recipes``: ((hparams JSON, P, C), ...) of the training steps to time on the drafter."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from budgetdraft.decoding.loading import torch_dtype
 
     torch.set_num_threads(threads)
-    layers = min(PROBE_LAYERS, verifier_shape.layers)
+    layers = min(layers, PROBE_LAYERS, verifier_shape.layers)
     bytes_of = {"float32": 4, "float16": 2, "bfloat16": 2}
     v = llama(verifier_shape, layers, verifier_dtype, device)
     d = llama(drafter_shape, drafter_shape.layers, drafter_dtype, device)
@@ -339,6 +339,33 @@ def device_memory_gb(device: str) -> float:
     return psutil.virtual_memory().total / 2**30
 
 
+def probe_layers(verifier_shape, dtype: str, parallel: int, memory_bytes: float) -> int:
+    """The verifier layers a probe builds (at most ``PROBE_LAYERS``) so that ``parallel`` probes fit in half of
+    ``memory_bytes`` (each holds its verifier twice while it times a load): a 7B verifier's 16 layers in fp16 are
+    6.5 GB, two probes and their reloads more than a 24 GB machine has (they were killed, after minutes). Raises
+    ValueError when not even 2 layers fit (the per-layer cost is solved from two depths)."""
+    from dataclasses import replace
+
+    size = {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+    layer = replace(verifier_shape, layers=1).body * size
+    head = (1 if verifier_shape.tied else 2) * verifier_shape.vocab * verifier_shape.hidden * size
+    fit = int((memory_bytes / 2 / parallel / 2 - head) // layer)
+    if fit < 2:
+        raise ValueError(
+            f"a probe of the verifier's shape ({verifier_shape.hidden} wide, {dtype}) does not fit in this machine's "
+            f"{memory_bytes / 2**30:.1f} GiB available with {parallel} at once: no measurement here (estimate it on a "
+            "named device: python -m budgetdraft estimate --gpu NAME)"
+        )
+    return min(PROBE_LAYERS, verifier_shape.layers, fit)
+
+
+def available_memory(device: str) -> float:
+    """Bytes a probe may use on ``device``: a GPU's total memory, else the memory available now."""
+    import psutil
+
+    return device_memory_gb(device) * 2**30 if device.startswith("cuda") else psutil.virtual_memory().available
+
+
 def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dict:
     """This machine's constants for ``cfg`` (its models' shapes, dtypes, device and threads) with ``parallel``
     jobs side by side: from the cache, or probed now (``parallel`` processes at once) and cached."""
@@ -355,8 +382,10 @@ def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dic
     if cached.is_file() and not remeasure:
         return json.loads(cached.read_text())
     context = min(min(cfg["contexts"].values()), 512)
-    args = (shape(cfg["verifier"]), shape(cfg["drafter"]), cfg["verifier_dtype"], cfg["drafter_dtype"], device,
-            cfg.get("threads", 1), context, training_recipes(cfg))  # fmt: skip
+    verifier = shape(cfg["verifier"])
+    layers = probe_layers(verifier, cfg["verifier_dtype"], parallel, available_memory(device))
+    args = (verifier, shape(cfg["drafter"]), cfg["verifier_dtype"], cfg["drafter_dtype"], device,
+            cfg.get("threads", 1), context, training_recipes(cfg), layers)  # fmt: skip
     say(f"measuring this machine ({key['cpu']}, {key['cores']} cores, {parallel} probe(s) at once) ...")
     start = time.perf_counter()
     if device == "cpu" and parallel > 1:  # fresh processes (spawn): no fork of a process that runs torch
