@@ -80,7 +80,6 @@ GIVEN = kind(
         what="a variant given as a checkpoint (config `variants.X.checkpoint`): exported once, never trained",
     )
 )
-DRAFTERS = tuple(KINDS)
 
 # Which budgets a method's cells take:
 GRID = "grid"  # every budget of the config
@@ -110,7 +109,7 @@ class Method:
 
     def __post_init__(self):
         for field, value, allowed in (
-            ("drafter", self.drafter, DRAFTERS),
+            ("drafter", self.drafter, tuple(KINDS)),  # live: a kind declared after this module counts
             ("budgets", self.budgets, BUDGETS),
             ("enabled_by", self.enabled_by, ENABLED_BY),
         ):

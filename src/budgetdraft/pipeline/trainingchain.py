@@ -55,16 +55,17 @@ class TrainingChain:
 
     def drafter_dir(self, label, replicate=None) -> str | None:
         """The directory a cell label's drafter is read from (a directory() output; None for AR); ``replicate`` for
-        the labels that are `replicated`."""
+        the labels that are `replicated`. A drafter kind made by its own rule from the base drafter (`interpolated`, or
+        any kind declared with `rules`) is the method's own (``own_dir``)."""
         method = self.labels.method_of(label)
-        return {
+        where = {
             methods.NONE: lambda: None,
             methods.BASE: lambda: self.base_drafter_dir(replicate),
-            methods.INTERPOLATED: lambda: self.own_dir(method.label, replicate),
             methods.HEAD: lambda: f"results/drafters/{method.label}",
             methods.TRAINED: lambda: f"results/drafters/r{replicate}/{method.label}",
             methods.GIVEN: lambda: f"results/drafters/given/{method.label}",
-        }[method.drafter]()
+        }
+        return where.get(method.drafter, lambda: self.own_dir(method.label, replicate))()
 
     def own_dir(self, label: str, replicate) -> str:
         """The drafter a method made from the base drafter of a replicate (or from the untrained one, shared) has of
