@@ -26,22 +26,21 @@ FORKED_METHODS = ("ar", "sd")  # methods whose warm-up and drafter state a forki
 PREFILLED_METHODS = ("sd",)  # ... and whose drafter's full prefill it may make once for all cells of a drafter
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CellSpec:
     """One cell: what it decodes (method, label, models, prompts), where in the grid (dataset, context, B, γ,
-    replicate), how (policy, chunk size, score window, draft vocabulary, sampling, engine, device, dtypes,
-    threads) and how it is measured (warm-up, repeats, new tokens, a shared verifier prefill). ``extra`` is a
-    baseline's own settings as JSON text."""
+    replicate), how (policy, chunk size, score window, draft vocabulary, engine, device, dtypes, threads, sampling)
+    and how it is measured (new tokens, warm-up, repeats, a shared verifier prefill). ``extra`` is a baseline's own
+    settings as JSON text. Each field is eval-cell's flag of the same name (``_`` as ``-``), in the order of its
+    command line (budgetdraft.pipeline.plan.CellJobs.eval_cell_flags)."""
 
     label: str
     method: str
     verifier: str
+    drafter: str | None = None
     prompts: str
     dataset: str
     context: str
-    max_new_tokens: int
-    repeats: int = 1
-    drafter: str | None = None
     budget: int = 0
     gamma: int = 0
     replicate: int = SHARED
@@ -49,20 +48,22 @@ class CellSpec:
     chunk_size: int = CHUNK_SIZE
     score_window: int = SCORE_WINDOW
     draft_vocab: str | None = None
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-    engine: str = ENGINE
-    device: str = DEVICE
-    verifier_dtype: str = DTYPE
-    drafter_dtype: str = DTYPE
-    threads: int = THREADS
+    max_new_tokens: int
     warmup: int = 1
     warmup_tokens: int = 0
     warmup_prompt_tokens: int = 0
-    verifier_prefill: str = ""
+    repeats: int = 1
+    device: str = DEVICE
+    engine: str = ENGINE
+    verifier_dtype: str = DTYPE
+    drafter_dtype: str = DTYPE
+    threads: int = THREADS
     extra: str = ""
+    verifier_prefill: str = ""
+    temperature: float = 0.0  # the sampling fields: on its command line only in sampling mode (temperature > 0)
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
 
     @classmethod
     def of(cls, values: Mapping, **given) -> CellSpec:

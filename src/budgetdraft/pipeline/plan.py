@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shlex
+from dataclasses import fields
 from functools import cached_property
 from pathlib import Path
 
@@ -48,7 +49,13 @@ STAGE_COMMANDS = {
     "claims": "claims",
     "paper_diff": "paper-diff",
 }
-CODE_DIGEST = "results/code/{code}.sha256"  # rule code's output: the sha256 of the modules a stage runs
+CODE_DIGEST = "results/code/{code}.sha256"
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+)  # a cell's sampling settings (config `sampling`)  # rule code's output: the sha256 of the modules a stage runs
 
 
 class Plan:
@@ -367,7 +374,7 @@ class CellJobs:
         """The cell of a label at (dataset, context, B, γ) and training replicate (None: a cell no per-replicate
         training feeds), as its job measures it."""
         c, labels = self.config, self.plan.labels
-        sampling = {k: c["sampling"][k] for k in ("temperature", "top_p", "top_k", "seed")}
+        sampling = {k: c["sampling"][k] for k in SAMPLING_FIELDS}
         share = c["share_verifier_prefill"]
         return CellSpec(
             label=label, method=labels.method[label], verifier=VERIFIER,
@@ -396,24 +403,14 @@ class CellJobs:
     @staticmethod
     def eval_cell_flags(spec: CellSpec) -> str:
         """eval-cell's command line of a cell, but --out (its parser reads it back into ``spec``: tests/test_plan.py);
-        the sampling flags only in sampling mode, so a greedy cell's command is what it always was."""
-        flags = [
-            ("--label", spec.label), ("--method", spec.method), ("--verifier", spec.verifier),
-            ("--drafter", spec.drafter), ("--prompts", spec.prompts), ("--dataset", spec.dataset),
-            ("--context", spec.context), ("--budget", spec.budget), ("--gamma", spec.gamma),
-            ("--replicate", spec.replicate), ("--policy", spec.policy), ("--chunk-size", spec.chunk_size),
-            ("--score-window", spec.score_window), ("--draft-vocab", spec.draft_vocab),
-            ("--max-new-tokens", spec.max_new_tokens), ("--warmup", spec.warmup),
-            ("--warmup-tokens", spec.warmup_tokens), ("--warmup-prompt-tokens", spec.warmup_prompt_tokens),
-            ("--repeats", spec.repeats), ("--device", spec.device), ("--engine", spec.engine),
-            ("--verifier-dtype", spec.verifier_dtype), ("--drafter-dtype", spec.drafter_dtype),
-            ("--threads", spec.threads), ("--extra", spec.extra or None),
-            ("--verifier-prefill", spec.verifier_prefill or None),
-        ]  # fmt: skip
-        if spec.temperature:
-            flags += [("--temperature", spec.temperature), ("--top-p", spec.top_p), ("--top-k", spec.top_k)]
-            flags += [("--seed", spec.seed)]
-        return " ".join(f"{flag} {shell_word(value)}" for flag, value in flags if value is not None)
+        each field its flag (``_`` as ``-``) in the spec's order, an unset one (None, "") left out, the sampling flags
+        only in sampling mode, so a greedy cell's command is what it always was."""
+        values = [(f.name, getattr(spec, f.name)) for f in fields(spec)]
+        return " ".join(
+            f"--{name.replace('_', '-')} {shell_word(value)}"
+            for name, value in values
+            if value is not None and value != "" and (spec.temperature or name not in SAMPLING_FIELDS)
+        )
 
     def prompts_file(self, dataset: str) -> list[str]:
         """The authors' prompts file a dataset reads (`source: authors_*`, its `path`: the file or their data/
