@@ -12,7 +12,7 @@ from test_cell_integrity import rows
 
 from budgetdraft.base.names import SHARED_DRAFTER_PREFILL
 from budgetdraft.evaluation import cellfile, cells, grid
-from budgetdraft.evaluation.cellspec import CELL_SCHEMA, SCHEMA_KEY, CellSpec, read_record
+from budgetdraft.evaluation.cellspec import CELL_SCHEMA, SAMPLING_FIELDS, SCHEMA_KEY, CellSpec, read_record
 from budgetdraft.pipeline.configcheck import check_config
 from budgetdraft.pipeline.plan import Plan
 from budgetdraft.report.captions import shared_drafter_text
@@ -55,7 +55,7 @@ def test_a_cell_written_before_the_spec_is_read_as_it_was(tmp_path):
     assert "timed once" in shared_drafter_text(df)
     sampled = json.dumps({**json.loads(BEFORE_CELLSPEC), "temperature": 0.7, "top_p": 0.9})
     assert grid.decoding_of(sampled) == "temperature=0.7, top_p=0.9, top_k=0, seed=0"
-    before_sampling = {k: v for k, v in json.loads(BEFORE_CELLSPEC).items() if k not in grid.SAMPLING_FLAGS}
+    before_sampling = {k: v for k, v in json.loads(BEFORE_CELLSPEC).items() if k not in SAMPLING_FIELDS}
     assert grid.decoding_of(json.dumps(before_sampling)) == "greedy" and grid.decoding_of("") == "greedy"
 
 

@@ -28,7 +28,7 @@ class DrafterKind:
     its declaration here and its rule."""
 
     name: str
-    rules: tuple[str, ...] = ()  # the workflow rules that make such a drafter, one per method label of the kind
+    rules: tuple[str, ...] = ()  # the workflow rules that make such a drafter (each makes one per method label)
     cost: str = ""  # the estimate's line for those rules: EXPORT (a model re-exported), "" (none, or costed elsewhere)
     own: bool = False  # each method of the kind has a drafter of its own (results/drafters/.../LABEL), profiled
     covers_longest: bool = False  # made to reach the longest context: the config must reach beyond its native range
@@ -98,7 +98,7 @@ class Method:
     label: str  # its cell label: results/cells/LABEL/...
     name: str  # its name in the tables and the report
     decodes: str  # eval-cell --method: how its cells decode (ar, sd: the paper's drafter loop, or a baseline's own)
-    drafter: str  # where its drafter comes from (DRAFTERS)
+    drafter: str  # where its drafter comes from (a kind of KINDS)
     budgets: str = GRID  # which budgets its cells take (BUDGETS)
     policy: str = ""  # its sparse policy when not the config's `policy` ("" = the config's)
     factory: str = ""  # a baseline's module, whose `drafter_factory(verifier, spec, extra, load)` eval-cell calls

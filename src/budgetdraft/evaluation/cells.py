@@ -188,7 +188,11 @@ def prefill_once(spec: CellSpec, models: ModelStore) -> int:
 def shared_prefill_key(spec: CellSpec) -> tuple | None:
     """The drafter's files (the last part of ``warm_key``) with what its policy scores
     (``sparse_drafter.scored_window``), or None for a cell that prefills its drafter itself."""
-    warm = warm_key(spec)
+    return _prefill_key(spec, warm_key(spec))
+
+
+def _prefill_key(spec: CellSpec, warm: tuple | None) -> tuple | None:
+    """``shared_prefill_key`` from the cell's ``warm_key`` (its models' files, read once)."""
     if warm is None or not spec.shares_drafter_prefill():
         return None
     return (warm[-1], *sparse_drafter.scored_window(spec.policy, spec.score_window))
@@ -199,10 +203,11 @@ def inherited(spec: CellSpec, models: ModelStore | None) -> tuple[bool, dict | N
     with the same models (``warm_up_once``), and its drafter's full prefills of the prompts (``prefill_once``)."""
     if models is None:
         return False, None
-    warmed = warm_key(spec) in models.warmed
+    key = warm_key(spec)
+    warmed = key in models.warmed
     if warmed:
         print("warm-up: run once by the warm process, with these models, before it forked this cell", file=sys.stderr)
-    prefill_key = shared_prefill_key(spec)
+    prefill_key = _prefill_key(spec, key)
     shared = models.prefills.get(prefill_key) if prefill_key else None
     if shared:
         print(f"drafter prefill: {len(shared)} prompts' full prefills shared by the warm process", file=sys.stderr)

@@ -22,6 +22,7 @@ from budgetdraft.base.names import SHARED, SHARED_DRAFTER_PREFILL
 # also `out`, the file's own path); 2: the fields of CellSpec and `cell_schema`.
 CELL_SCHEMA = 2
 SCHEMA_KEY = "cell_schema"
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")  # a cell's sampling settings (config `sampling`)
 FORKED_METHODS = ("ar", "sd")  # methods whose warm-up and drafter state a forking warm process may make for a cell
 PREFILLED_METHODS = ("sd",)  # ... and whose drafter's full prefill it may make once for all cells of a drafter
 

@@ -37,7 +37,7 @@ import pandas as pd
 
 from budgetdraft.base.names import AR, SHARED, ar_label, length_label, split_length_label
 from budgetdraft.evaluation import cellfile
-from budgetdraft.evaluation.cellspec import read_record
+from budgetdraft.evaluation.cellspec import SAMPLING_FIELDS, read_record
 
 KEY = ["label", "dataset", "context", "budget", "gamma"]
 NEEDED_COLUMNS = KEY + ["sample", "repeat", "total_s", "tok_per_s", "drafted", "accepted", "peak_mem_mb", "output_ids"]
@@ -106,16 +106,13 @@ def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
     return df
 
 
-SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "seed")
-
-
 def decoding_of(config: str) -> str:
     """'greedy', or the sampling settings, of a cell row's recorded `config` (cells from before sampling mode
     recorded none: greedy)."""
     recorded = read_record(config)
     if not recorded.get("temperature"):
         return "greedy"
-    return ", ".join(f"{k}={recorded.get(k)}" for k in SAMPLING_FLAGS)
+    return ", ".join(f"{k}={recorded.get(k)}" for k in SAMPLING_FIELDS)
 
 
 def sampled_groups(df: pd.DataFrame) -> set[tuple[str, str]]:

@@ -29,6 +29,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from budgetdraft.pipeline.roofline import BYTES
+
 PROBE_LAYERS = 16  # layers of the verifier's probe at most (its width, vocabulary and per-layer cost are the
 # verifier's); a second probe at a quarter of them separates the per-layer cost from the head's, and the wider the
 # gap the less a timing's noise grows when the step is extrapolated to the verifier's own layers
@@ -160,7 +162,6 @@ def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype
 
     torch.set_num_threads(threads)
     layers = min(layers, PROBE_LAYERS, verifier_shape.layers)
-    bytes_of = {"float32": 4, "float16": 2, "bfloat16": 2}
     v = llama(verifier_shape, layers, verifier_dtype, device)
     d = llama(drafter_shape, drafter_shape.layers, drafter_dtype, device)
     verifier_step, drafter_step = step_seconds(v, context), step_seconds(d, context)
@@ -188,8 +189,8 @@ def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype
     sv = verifier_shape.__class__(**{**asdict(verifier_shape), "layers": layers})
     return Probe(
         verifier_step, drafter_step, prefill, load, size, layers, drafter_shape.layers,
-        sv.read * bytes_of[verifier_dtype] + sv.kv_bytes(context, bytes_of[verifier_dtype]),
-        drafter_shape.read * bytes_of[drafter_dtype] + drafter_shape.kv_bytes(context, bytes_of[drafter_dtype]),
+        sv.read * BYTES[verifier_dtype] + sv.kv_bytes(context, BYTES[verifier_dtype]),
+        drafter_shape.read * BYTES[drafter_dtype] + drafter_shape.kv_bytes(context, BYTES[drafter_dtype]),
         2 * sv.body * PREFILL_TOKENS + 2 * sv.vocab * sv.hidden + 4 * layers * sv.hidden * PREFILL_TOKENS**2 / 2,
         verifier_step2, verify, trained,
     )  # fmt: skip
@@ -346,7 +347,7 @@ def probe_layers(verifier_shape, dtype: str, parallel: int, memory_bytes: float)
     ValueError when not even 2 layers fit (the per-layer cost is solved from two depths)."""
     from dataclasses import replace
 
-    size = {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+    size = BYTES[dtype]
     layer = replace(verifier_shape, layers=1).body * size
     head = (1 if verifier_shape.tied else 2) * verifier_shape.vocab * verifier_shape.hidden * size
     fit = int((memory_bytes / 2 / parallel / 2 - head) // layer)

@@ -30,7 +30,7 @@ from pathlib import Path
 from budgetdraft.base import defaults, methods, names, revisions
 from budgetdraft.base.importgraph import code_files
 from budgetdraft.evaluation import cellfile
-from budgetdraft.evaluation.cellspec import CellSpec
+from budgetdraft.evaluation.cellspec import SAMPLING_FIELDS, CellSpec
 from budgetdraft.pipeline.settingsfiles import SettingsFiles
 from budgetdraft.pipeline.trainingchain import VERIFIER, TrainingChain
 from budgetdraft.report import artifacts, paper
@@ -49,13 +49,7 @@ STAGE_COMMANDS = {
     "claims": "claims",
     "paper_diff": "paper-diff",
 }
-CODE_DIGEST = "results/code/{code}.sha256"
-SAMPLING_FIELDS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-)  # a cell's sampling settings (config `sampling`)  # rule code's output: the sha256 of the modules a stage runs
+CODE_DIGEST = "results/code/{code}.sha256"  # rule code's output: the sha256 of the modules a stage runs
 
 
 class Plan:
