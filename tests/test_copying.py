@@ -148,3 +148,33 @@ def test_a_long_generation_is_checked_against_ar_at_its_own_length():
     cells[-1] = rows("sd~16", long[:10] + [99] * 6)
     with pytest.raises(ValueError, match=r"label=sd~16.* than \(label=ar~16.*first difference at token 10"):
         grid.check_lossless(pd.DataFrame(cells))
+
+
+def test_the_findings_a_method_declares_read_its_cells(tmp_path, monkeypatch):
+    """Each finding a declared method names (methods.Method.findings: the copier's CP and CP-long, PI's) is measured
+    on a run with that method's cells and not run on the same run without them."""
+    import test_claims
+
+    from budgetdraft.base import methods
+    from budgetdraft.report.verdicts import NOT_RUN
+
+    for label, speed in (("ar~64", 1.0), ("lambda0.5~64", 2.0), ("lookup~64", 1.1)):
+        monkeypatch.setitem(test_claims.SPEED, label, speed)
+    paths = test_claims.write_controls(tmp_path, 0.3)  # the grid, PI and SD with a full drafter cache
+    d = next(iter(SETTINGS["datasets"]))
+    for c in SETTINGS["contexts"]:
+        paths += [write_cell(tmp_path, lambda *a: 0.3, "lookup", dd, c, 0, GAMMA) for dd in SETTINGS["datasets"]]
+        paths.append(write_cell(tmp_path, lambda *a: 0, "ar~64", d, c, 0, 0))
+        paths.append(write_cell(tmp_path, lambda *a: 0.5, "lambda0.5~64", d, c, BUDGETS[0], GAMMA))
+        paths.append(write_cell(tmp_path, lambda *a: 0.3, "lookup~64", d, c, 0, GAMMA))
+    declared = {label: m.findings for label, m in methods.REGISTRY.items() if m.findings}
+    assert set(declared) == {"lookup", "pi"}
+    for label, ids in declared.items():
+        for own, run in (
+            (True, paths),
+            (False, [p for p in paths if cellfile.path_key(p)["label"].split("~")[0] != label]),
+        ):
+            found = test_claims.by_id(run)
+            for fid in ids:
+                verdicts = [f.verdict for key, f in found.items() if key.split("/")[0] == fid]
+                assert verdicts and all((v != NOT_RUN) == own for v in verdicts), (label, fid, own, verdicts)

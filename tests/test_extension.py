@@ -26,12 +26,12 @@ PI_COPY = declare(
         "sd",
         INTERPOLATED,
         enabled_by="controls",
-        claims=True,
+        findings=("PI",),
         what="a throwaway control of tests/test_extension.py",
     )
 )
 RESCALED = kind(DrafterKind("rescaled", rules=("rescale",), cost=EXPORT, own=True, replicated=True))
-RS = declare(Method("rs", "SD + a rescaled drafter", "sd", RESCALED, enabled_by="controls", claims=True))
+RS = declare(Method("rs", "SD + a rescaled drafter", "sd", RESCALED, enabled_by="controls", findings=("PI",)))
 """
 RULE = """
 

@@ -236,6 +236,34 @@ def test_the_policies_target_asks_for_its_cells_apart_from_the_grid():
     }
 
 
+def test_a_cell_label_parses_one_way():
+    """No declared method's label has a suffix separator, so a label's method and policy come from the grammar alone:
+    the control sd@full is SD under the policy `full` (its budget B0 because `full` keeps every position), another
+    method under another policy is accepted as a control too, and a method whose label has a separator is refused."""
+    p = Plan(config("ci"))
+    assert all(sep not in label for label in methods.REGISTRY for sep in methods.SEPARATORS)
+    assert p.labels.method_of(names.SD_FULL) is p.labels.method_of(names.SD) is methods.get(names.SD)
+    assert (p.labels.policy_of(names.SD_FULL), p.cells.budgets_of(names.SD_FULL)) == ("full", [0])
+    assert p.cells.budgets_of("sd@snapkv") == p.cells.budgets_of(names.SD) == p.budgets
+    assert p.labels.method_of("lambda0.5@full+eager") is p.labels.methods[names.BD]
+    with pytest.raises(ValueError, match=r"method 'sd@streaming': a label has no '@'.*parses one way"):
+        methods.Method("sd@streaming", "SD (streaming)", "sd", methods.BASE)
+    # a control LABEL@POLICY of a drafting method runs at every dataset x context, per replicate, at its policy
+    cfg = config("ci")
+    cfg["controls"] = ["pi", "sd@full", "lambda0.5@streaming"]
+    check_config(cfg, schema=SCHEMA)
+    cells = Plan(cfg).cells.control_cells()
+    streaming = [c for c in cells if key(c)["label"] == "lambda0.5@streaming"]
+    assert len(streaming) == len(cfg["datasets"]) * len(cfg["contexts"]) * len(cfg["budgets"]) * cfg["replicates"]
+    for bad, why in (
+        ("ar@full", r"controls\[1\] = 'ar@full': 'ar' is not a method that drafts"),
+        ("sd@topk", r"controls\[1\] = 'sd@topk': 'topk' is not a sparse policy"),
+        ("sd_full", r"controls\[1\] = 'sd_full': must be one of pi, or LABEL@POLICY \(e.g. sd@full\)"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            check_config({**cfg, "controls": ["pi", bad]}, schema=SCHEMA)
+
+
 def test_a_graphs_run_asks_for_eager_companions_on_their_own_engine():
     """`engine: graphs` (on CUDA; planning needs no GPU): every cell decodes on graphs, and AR, SD and BudgetDraft
     are also measured eagerly (LABEL+eager) at γ_fixed on the comparison dataset, for the claims' finding E1."""

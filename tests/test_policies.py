@@ -52,7 +52,10 @@ def test_the_config_accepts_exactly_the_registered_policies():
 
     schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     assert "enum" not in schema["definitions"]["policy"]
-    assert registered_policies() == list(POLICIES) and set(POLICIES) == set(BUILTIN)
+    assert list(registered_policies()) == list(POLICIES) and set(POLICIES) == set(BUILTIN)
+    # read from the source, each policy's `budgeted` is the registry's (an unbudgeted policy's cells take no budget)
+    assert registered_policies() == {name: REGISTRY[name].budgeted for name in POLICIES}
+    assert [name for name, budgeted in registered_policies().items() if not budgeted] == ["full"]
     check_policies({"policy": "full", "policies": {"names": list(BUILTIN)}})
     with pytest.raises(ValueError, match=r"policies.names\[1\] = 'topk': not a sparse policy of budgetdraft"):
         check_policies({"policies": {"names": ["streaming", "topk"]}})

@@ -81,10 +81,15 @@ GIVEN = kind(
     )
 )
 
+# The separators of a cell label's suffixes (budgetdraft.base.names): LABEL@POLICY (another sparse policy),
+# LABEL+ENGINE (another engine), LABEL~N (N new tokens). No method's label has one, so a label parses one way: SD
+# with its full drafter cache, the control `sd@full`, is SD under the policy `full`, not a method of its own.
+POLICY_SEP, ENGINE_SEP, LENGTH_SEP = SEPARATORS = ("@", "+", "~")
+
 # Which budgets a method's cells take:
 GRID = "grid"  # every budget of the config
 LARGEST = "largest"  # one cell at the largest budget: the method does not use the drafter's budget B
-NO_BUDGET = "none"  # B0: no budget (AR; SD with its full cache)
+NO_BUDGET = "none"  # B0: no budget (AR, the copier; and any method under a policy that keeps every position)
 BUDGETS = (GRID, LARGEST, NO_BUDGET)
 
 # What enables a method in a config: "" always; else the config list that names it.
@@ -100,14 +105,21 @@ class Method:
     decodes: str  # eval-cell --method: how its cells decode (ar, sd: the paper's drafter loop, or a baseline's own)
     drafter: str  # where its drafter comes from (a kind of KINDS)
     budgets: str = GRID  # which budgets its cells take (BUDGETS)
-    policy: str = ""  # its sparse policy when not the config's `policy` ("" = the config's)
     factory: str = ""  # a baseline's module, whose `drafter_factory(verifier, spec, extra, load)` eval-cell calls
     enabled_by: str = ""  # "" = always run; "baselines" / "controls": the config list that names it (ENABLED_BY)
     comparison: tuple[str, ...] = ()  # a row of the comparison table, its size counted from these: drafter, verifier
-    claims: bool = False  # measured for the claims report at γ_fixed on every dataset × context × its budgets
+    # the claims' findings that read its cells (ids before the '/': PI/1K is "PI"); its cells are then measured at
+    # γ_fixed on every dataset × context × its budgets (tests/test_claims.py: each is measured with them, absent
+    # without them)
+    findings: tuple[str, ...] = ()
     what: str = ""  # one line: what it is (docs, `--help`)
 
     def __post_init__(self):
+        if used := [sep for sep in SEPARATORS if sep in self.label]:
+            raise ValueError(
+                f"method {self.label!r}: a label has no {used[0]!r}, which starts a cell label's suffix "
+                "(LABEL@POLICY, LABEL+ENGINE, LABEL~N): a label parses one way"
+            )
         for field, value, allowed in (
             ("drafter", self.drafter, tuple(KINDS)),  # live: a kind declared after this module counts
             ("budgets", self.budgets, BUDGETS),
@@ -179,7 +191,7 @@ LOOKUP = declare(
         NO_BUDGET,
         factory="budgetdraft.decoding.baselines.lookup",
         enabled_by="baselines",
-        claims=True,
+        findings=("CP", "CP-long"),
         what="a drafter with no parameters: it copies what followed the last n-gram earlier in the text (transformers' "
         "prompt lookup); how much of any acceptance is copying",
     )
@@ -191,27 +203,12 @@ PI = declare(
         "sd",
         INTERPOLATED,
         enabled_by="controls",
-        claims=True,
+        findings=("PI",),
         what="the base drafter, its rotary positions interpolated to cover the longest context, no training",
     )
 )
-SD_FULL = declare(
-    Method(
-        "sd@full",  # LABEL@POLICY: SD under the sparse policy `full` (budgetdraft.base.names.policy_label)
-        "SD (full drafter cache)",
-        "sd",
-        BASE,
-        NO_BUDGET,
-        policy="full",
-        enabled_by="controls",
-        claims=True,
-        what="SD with the base drafter's whole prompt cache, no budget: the collapse without the sparse cache",
-    )
-)
-
 DECODES = tuple(dict.fromkeys(m.decodes for m in REGISTRY.values()))  # eval-cell --method choices
 BASELINES = tuple(label for label, m in REGISTRY.items() if m.enabled_by == "baselines")
-CONTROLS = tuple(label for label, m in REGISTRY.items() if m.enabled_by == "controls")
 
 
 def variant(label: str, name: str = "", given: bool = False) -> Method:
@@ -233,3 +230,9 @@ def enabled(config: dict) -> list[str]:
     and `controls` name."""
     named = {"baselines": config.get("baselines", {}).get("enabled", []), "controls": config.get("controls", [])}
     return [label for label, m in REGISTRY.items() if not m.enabled_by or label in named[m.enabled_by]]
+
+
+def policy_controls(config: dict) -> list[str]:
+    """The controls a config names that are a method decoded under a sparse policy of its own, LABEL@POLICY (`sd@full`:
+    SD with its full drafter cache), in its order; the claims read their cells like a declared control's."""
+    return [label for label in config.get("controls", []) if POLICY_SEP in label]

@@ -12,17 +12,25 @@ from budgetdraft.base.defaults import EAGER as EAGER  # re-exported: names.EAGER
 
 # Cell labels: the declared methods (budgetdraft.base.methods: AR, SD, the baselines, the controls) and the trained
 # variants the tables read.
-AR, SD, TRIFORCE, EAGLE3, LOOKUP, PI, SD_FULL = (
+AR, SD, TRIFORCE, EAGLE3, LOOKUP, PI = (
     methods.AR,
     methods.SD,
     methods.TRIFORCE,
     methods.EAGLE3,
     methods.LOOKUP,
     methods.PI,
-    methods.SD_FULL,
 )
 BD, LA_ONLY, LAMBDA1, SINGLE = "lambda0.5", "la_only", "lambda1.0", "single_budget"
-METHOD_NAMES = {**{label: m.name for label, m in methods.REGISTRY.items()}, BD: "BudgetDraft"}
+# A method under another sparse policy has its own cell label, LABEL@POLICY (policy_label, below); the separators'
+# home is budgetdraft.base.methods, where no declared label may contain one.
+POLICY_SEP, ENGINE_SEP, LENGTH_SEP = methods.POLICY_SEP, methods.ENGINE_SEP, methods.LENGTH_SEP
+FULL = "full"  # the sparse policy that keeps every position (budgetdraft.decoding.policies, unbudgeted)
+SD_FULL = f"{SD}{POLICY_SEP}{FULL}"  # the control of the collapse: SD with its full drafter cache, no budget (B0)
+METHOD_NAMES = {
+    **{label: m.name for label, m in methods.REGISTRY.items()},
+    BD: "BudgetDraft",
+    SD_FULL: "SD (full drafter cache)",
+}
 REQUIRED_VARIANTS = {  # trained variant (cell label) -> the artifacts that read its cells
     BD: "the BudgetDraft drafter of every table",
     LA_ONLY: "the L_C ablation table and claim F4",
@@ -36,7 +44,6 @@ SHARED = -1
 
 # A drafter decoded with a sparse policy other than the config's `policy` has its own cell label, LABEL@POLICY
 # (results/cells/sd@snapkv/...); under the config's policy it keeps its plain label, so the grid's paths stay put.
-POLICY_SEP = "@"
 
 
 def policy_label(label: str, policy: str, default: str) -> str:
@@ -53,7 +60,7 @@ def split_policy_label(label: str, default: str) -> tuple[str, str]:
 # With `engine: graphs` the run also decodes AR, SD and BudgetDraft eagerly, at γ_fixed on the comparison dataset,
 # under labels LABEL+eager (results/cells/ar+eager/...): their speedups beside the graphs ones say how much of a
 # speedup survives a fast baseline (claims, finding E1). Each speedup divides by the AR of its own engine.
-ENGINE_SEP = "+"  # the eager companions' engine is EAGER (budgetdraft.base.defaults, the engines' one home)
+# (ENGINE_SEP) The eager companions' engine is EAGER (budgetdraft.base.defaults, the engines' one home).
 
 
 def engine_label(label: str, engine: str, default: str) -> str:
@@ -77,8 +84,7 @@ def ar_label(label: str) -> str:
 
 # The long-generation control (config `long_generation`): a few cells that generate more tokens than the grid's, so
 # that a continuation reaches the part where a greedy base model repeats itself, under labels LABEL~N (N new
-# tokens: results/cells/sd~128/...).
-LENGTH_SEP = "~"
+# tokens: results/cells/sd~128/...; LENGTH_SEP).
 
 
 def length_label(label: str, tokens: int) -> str:

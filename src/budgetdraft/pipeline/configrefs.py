@@ -16,23 +16,6 @@ from budgetdraft.base import methods, names
 from budgetdraft.base.defaults import ENGINE, GRAPHS, POLICY
 from budgetdraft.decoding.loading import check_spec, max_positions
 
-
-def method_problems(config: dict) -> list[str]:
-    """Each name of `baselines.enabled` and `controls` must be a method declared for that list
-    (budgetdraft.base.methods): one line per other name."""
-    problems = []
-    lists = {
-        "baselines.enabled": (config.get("baselines") or {}).get("enabled", []),
-        "controls": config.get("controls"),
-    }
-    for key, given in lists.items():
-        known = [label for label, m in methods.REGISTRY.items() if m.enabled_by == key.split(".")[0]]
-        for i, name in enumerate(given if isinstance(given, list) else []):
-            if name not in known:
-                problems.append(f"{key}[{i}] = {name!r}: must be one of {', '.join(known)}")
-    return problems
-
-
 SEGMENT_LENGTH = 64  # characters of a name that becomes a folder: far below a file system's 255 bytes per name
 
 
@@ -68,7 +51,8 @@ def segment_problem(name) -> str | None:
 
 def check_methods(config: dict) -> None:
     """Each name of `baselines.enabled` and `controls` is a method declared for that list (budgetdraft.base.methods,
-    the one list of them: the schema keeps none)."""
+    the one list of them: the schema keeps none); a control may also be a method that drafts (SD, a variant) under
+    a registered sparse policy of its own, LABEL@POLICY (`sd@full`)."""
     lists = {
         "baselines.enabled": config.get("baselines", {}).get("enabled", []),
         "controls": config.get("controls", []),
@@ -76,28 +60,49 @@ def check_methods(config: dict) -> None:
     for key, given in lists.items():
         known = [label for label, m in methods.REGISTRY.items() if m.enabled_by == key.split(".")[0]]
         for i, name in enumerate(given):
-            if name not in known:
-                raise ValueError(f"{key}[{i}] = {name!r}: must be one of {', '.join(known)}")
+            if key == "controls" and names.POLICY_SEP in name:
+                check_policy_control(config, f"{key}[{i}]", name)
+            elif name not in known:
+                raise ValueError(
+                    f"{key}[{i}] = {name!r}: must be one of {', '.join(known)}"
+                    + (f", or LABEL{names.POLICY_SEP}POLICY (e.g. {names.SD_FULL})" if key == "controls" else "")
+                )
+
+
+def check_policy_control(config: dict, key: str, label: str) -> None:
+    """A control LABEL@POLICY: LABEL drafts with the paper's loop (SD or a variant) and POLICY is registered."""
+    drafter, policy = names.split_policy_label(label, "")
+    drafting = [m for m, d in methods.REGISTRY.items() if d.decodes == methods.SD and not d.enabled_by]
+    drafting += list(config.get("variants", {}))
+    if drafter not in drafting:
+        raise ValueError(f"{key} = {label!r}: {drafter!r} is not a method that drafts; one of {', '.join(drafting)}")
+    if policy not in registered_policies():
+        raise ValueError(
+            f"{key} = {label!r}: {policy!r} is not a sparse policy of budgetdraft.decoding.policies; one of "
+            + ", ".join(registered_policies())
+        )
 
 
 # the registry of sparse policies (@sparse_policy), read as source: the config check runs before any job, torch-free
 POLICY_REGISTRY = Path(__file__).resolve().parents[1] / "decoding" / "policies.py"
 
 
-def registered_policies() -> list[str]:
-    """The names ``@sparse_policy("name", ...)`` registers in budgetdraft.decoding.policies, in order, read from its
-    source: the one list of policies (the schema keeps none), so a new policy is one function there."""
-    names = []
+def registered_policies() -> dict[str, bool]:
+    """{name: budgeted} of each ``@sparse_policy("name", ..., budgeted=...)`` of budgetdraft.decoding.policies, in
+    order, read from its source: the one list of policies (the schema keeps none), so a new policy is one function
+    there; an unbudgeted policy (`full`) keeps every position, and its cells take no budget."""
+    found = {}
     for node in ast.parse(POLICY_REGISTRY.read_text(encoding="utf-8")).body:
         for dec in getattr(node, "decorator_list", []):
             if isinstance(dec, ast.Call) and getattr(dec.func, "id", "") == "sparse_policy" and dec.args:
-                names.append(ast.literal_eval(dec.args[0]))
-    return names
+                budgeted = [ast.literal_eval(k.value) for k in dec.keywords if k.arg == "budgeted"]
+                found[ast.literal_eval(dec.args[0])] = budgeted[0] if budgeted else True
+    return found
 
 
 def check_policies(config: dict) -> None:
     """`policy` and each of `policies.names` is a registered sparse policy (``registered_policies``)."""
-    known = registered_policies()
+    known = list(registered_policies())
     given = [("policy", config.get("policy", POLICY))]
     given += [(f"policies.names[{i}]", p) for i, p in enumerate(config.get("policies", {}).get("names", []))]
     for key, name in given:
@@ -191,7 +196,8 @@ def check_base_range(config: dict) -> None:
     if native is None:
         return
     longest = max(config["contexts"].values())
-    covering = [c for c in config.get("controls", []) if methods.KINDS[methods.get(c).drafter].covers_longest]
+    declared = [c for c in config.get("controls", []) if c in methods.REGISTRY]  # not LABEL@POLICY
+    covering = [c for c in declared if methods.KINDS[methods.get(c).drafter].covers_longest]
     if covering and longest <= native:
         raise ValueError(
             f"controls: {covering[0]} interpolates the drafter's positions to cover the longest context ({longest} "
@@ -239,13 +245,13 @@ def check_references(config: dict) -> None:
             raise ValueError(f"long_generation.budget = {long['budget']} is not in budgets")
         run = methods.enabled(config) + list(config["variants"])
         for i, label in enumerate(long["methods"]):
-            if label not in run:
-                raise ValueError(f"long_generation.methods[{i}] = {label!r}: not a method or variant this config runs")
-            if "@" in label:
+            if names.POLICY_SEP in label:
                 raise ValueError(
                     f"long_generation.methods[{i}] = {label!r}: a policy's control runs at its own budget; name its "
                     "method (sd) or a variant"
                 )
+            if label not in run:
+                raise ValueError(f"long_generation.methods[{i}] = {label!r}: not a method or variant this config runs")
         if long["max_new_tokens"] < config["gamma_fixed"]:
             raise ValueError(
                 f"long_generation.max_new_tokens = {long['max_new_tokens']} is less than gamma_fixed = "

@@ -31,6 +31,7 @@ from budgetdraft.base import defaults, methods, names, revisions
 from budgetdraft.base.importgraph import code_files
 from budgetdraft.evaluation import cellfile
 from budgetdraft.evaluation.cellspec import SAMPLING_FIELDS, CellSpec
+from budgetdraft.pipeline import configrefs
 from budgetdraft.pipeline.settingsfiles import SettingsFiles
 from budgetdraft.pipeline.trainingchain import VERIFIER, TrainingChain
 from budgetdraft.report import artifacts, paper
@@ -102,7 +103,8 @@ class Labels:
             {v: methods.variant(v, names.METHOD_NAMES.get(v, ""), given=v in self.given) for v in self.variants}
         )
         self.baselines = [label for label, m in self.methods.items() if m.enabled_by == "baselines"]
-        self.controls = [label for label, m in self.methods.items() if m.enabled_by == "controls"]
+        # the controls that are a method under a sparse policy of its own (LABEL@POLICY: sd@full), read by the claims
+        self.policy_controls = methods.policy_controls(config)
         # Variants beyond the paper's four are trained and evaluated like them, at γ_fixed over every dataset x
         # context x budget (as lambda1.0): a λ variant (its training differs from BudgetDraft's in lambda_c alone,
         # names.lambda_variants) joins the λ table, in order of λ; any other the `variants` table, which `all`
@@ -130,7 +132,11 @@ class Labels:
         self.policy_labels = [
             names.policy_label(label, policy, self.policy) for label in run for policy in self.policies["names"]
         ]
-        self.method.update({label: self.method[self.drafter_label(label)] for label in self.policy_labels})
+        self.method.update(
+            {label: self.method[self.drafter_label(label)] for label in self.policy_labels + self.policy_controls}
+        )
+        # a policy that keeps every position (`full`) takes no budget: its cells are B0
+        self.unbudgeted = {name for name, budgeted in configrefs.registered_policies().items() if not budgeted}
         # `engine: graphs`: AR, SD and BudgetDraft also decoded eagerly at γ_fixed on the comparison dataset
         # (LABEL+eager, budgetdraft.base.names.engine_label), for the claims' finding E1.
         self.engine_labels = (
@@ -171,11 +177,16 @@ class Labels:
         return names.split_policy_label(label, self.policy)[1]
 
     def method_of(self, label: str) -> methods.Method:
-        """The method (declared, or a variant) a cell label measures: LABEL@POLICY and LABEL+ENGINE are LABEL's, a
-        declared label (sd@full) its own."""
-        if label in self.methods or label in methods.REGISTRY:
-            return self.methods.get(label) or methods.get(label)
-        return self.methods[self.drafter_label(label)]
+        """The method (declared, or a variant) a cell label measures: LABEL@POLICY, LABEL+ENGINE and LABEL~N are
+        LABEL's (no method's label has a separator, so this is the one parse); a declared method this config does
+        not run is still known (the eval rules' wildcards list every label)."""
+        label = self.drafter_label(label)
+        return self.methods.get(label) or methods.get(label)
+
+    def budgets_of(self, label: str) -> str:
+        """Which budgets a cell label's cells take (methods.BUDGETS): its method's, none under a policy that keeps
+        every position (sd@full)."""
+        return methods.NO_BUDGET if self.policy_of(label) in self.unbudgeted else self.method_of(label).budgets
 
     def replicated(self, label: str) -> bool:
         """Whether a cell label's drafter is trained once per replicate: every trained variant, and SD, TriForce and
@@ -214,7 +225,7 @@ class CellGrid:
 
     def budgets_of(self, label: str) -> list[int]:
         """The budgets a label's cells take (its method's `budgets`): every B, the largest only, or B0."""
-        kind = self.labels.method_of(label).budgets
+        kind = self.labels.budgets_of(label)
         plan = self.plan
         return {methods.GRID: plan.budgets, methods.LARGEST: [plan.baseline_budget], methods.NO_BUDGET: [0]}[kind]
 
@@ -269,9 +280,11 @@ class CellGrid:
         return list(dict.fromkeys(f for cells in self.artifacts[artifact].cells for f in self.selected(cells)))
 
     def control_cells(self) -> list[str]:
-        """The cells of the controls and baselines the claims read (methods declared with `claims`: PI, SD with a full
-        cache, the prompt-lookup copier): every dataset × context × the budgets each takes, at γ_fixed."""
-        labels = tuple(label for label, m in self.labels.methods.items() if m.claims)
+        """The cells of the controls and baselines the claims read (methods declared with `findings`: PI, the
+        prompt-lookup copier; and the controls LABEL@POLICY: SD with a full cache): every dataset × context × the
+        budgets each takes, at γ_fixed."""
+        ls = self.labels
+        labels = tuple(label for label, m in ls.methods.items() if m.findings) + tuple(ls.policy_controls)
         return self.selected(artifacts.Cells(labels)) if labels else []
 
     def engine_cells(self) -> list[str]:
