@@ -92,7 +92,9 @@ def test_a_method_and_a_policy_are_one_file_each(tmp_path):
         assert f"output: results/cells/sd@first_chunks/r0/gs/{context}/" in plan  # the policy's cells
     claims = plan.split("rule claims:")[1].split("output:")[0]
     assert "results/cells/pi_copy/r0/" in claims  # the claims read the new control (a method declared `claims`)
-    profiles = [block.split("output:")[0] for block in plan.split("rule profile:")[1:]]  # one per replicate, any order
+    profiles = [
+        block.split("output:")[0] for block in plan.split("rule positions:")[1:]
+    ]  # one per replicate, any order
     for r in (0, 1):  # profiled like PI's
         assert any(f"results/drafters/r{r}/pi_copy" in p and f"results/drafters/r{r}/rs" in p for p in profiles), r
     figure = next(block for block in plan.split("rule figure:")[1:] if "policies" in block.split("output:")[1][:80])

@@ -341,7 +341,7 @@ ROUND_FOUR = {  # an attempt of the hostile rounds (issue 46) -> the one line it
     "warm-owner-2**40": (["warm", "--socket", "s", "--owner", str(2**40)], f"argument --owner: {2**40}: must be <="),
     "profile-one-label-twice": (
         [
-            "profile",
+            "positions",
             "--targets",
             "t",
             "--prompts",

@@ -327,28 +327,28 @@ def test_an_edited_or_damaged_profile_or_prefill_file_is_named_and_set_aside(tmp
     from budgetdraft.report.profiles import load_profile
 
     monkeypatch.chdir(tmp_path)
-    os.makedirs("results/profile")
+    os.makedirs("results/positions")
     os.makedirs("results/prefill/gs")
     rows = pd.DataFrame(
         [("sd", 0, "gs", 0, 0, 128, 40, 128)], columns=profilefile.COLUMNS
     )  # one bucket: 40 of 128 positions agreed
-    profilefile.save_rows(rows, "results/profile/r0.parquet")
-    assert guard("results/profile/r0.parquet", {}) == [] and len(load_profile(["results/profile/r0.parquet"])) == 1
+    profilefile.save_rows(rows, "results/positions/r0.parquet")
+    assert guard("results/positions/r0.parquet", {}) == [] and len(load_profile(["results/positions/r0.parquet"])) == 1
     edited = rows.assign(agreed=-100)
-    pq.write_table(sealed.seal(pa.Table.from_pandas(edited, preserve_index=False)), "results/profile/r0.parquet")
-    with pytest.raises(ValueError, match=r"results/profile/r0.parquet: row 0: agreed < 0"):
-        load_profile(["results/profile/r0.parquet"])
+    pq.write_table(sealed.seal(pa.Table.from_pandas(edited, preserve_index=False)), "results/positions/r0.parquet")
+    with pytest.raises(ValueError, match=r"results/positions/r0.parquet: row 0: agreed < 0"):
+        load_profile(["results/positions/r0.parquet"])
     tensors = {"a.0.k": torch.arange(6.0).reshape(2, 3)}
     save_file(tensors, "results/prefill/gs/1K.safetensors", metadata=sealed_metadata(tensors, {"x": "1"}))
     assert guard("results/prefill/gs/1K.safetensors", {}) == []
     data = bytearray(open("results/prefill/gs/1K.safetensors", "rb").read())
     data[-4] ^= 0x01
     open("results/prefill/gs/1K.safetensors", "wb").write(bytes(data))
-    (profile,) = guard("results/profile/r0.parquet", {})
+    (profile,) = guard("results/positions/r0.parquet", {})
     (prefill,) = guard("results/prefill/gs/1K.safetensors", {})
     said = capsys.readouterr().err
-    assert "profile file results/profile/r0.parquet (row 0: agreed < 0): job set_aside moves it to" in said
+    assert "positional profile file results/positions/r0.parquet (row 0: agreed < 0): job set_aside moves it to" in said
     assert "verifier prefill file results/prefill/gs/1K.safetensors (its tensors do not match the digest" in said
-    for marker, path in ((profile, "results/profile/r0.parquet"), (prefill, "results/prefill/gs/1K.safetensors")):
+    for marker, path in ((profile, "results/positions/r0.parquet"), (prefill, "results/prefill/gs/1K.safetensors")):
         assert set_aside(marker, {}).endswith(f"moved to {path}.unreadable, making it again")
         assert not os.path.exists(path) and os.path.exists(f"{path}.unreadable")

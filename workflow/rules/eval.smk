@@ -68,9 +68,9 @@ use rule eval_cell as eval_replicate_cell with:
         **PLAN.cells.cell_wildcards(replicated=True),
 
 
-rule profile_targets:
+rule positions_targets:
     """The verifier's greedy next token at every position of the longest context's prompts, once for every
-    replicate's positional profile (rule profile): the 30-layer verifier's forward with logits at every position is
+    replicate's positional profile (rule positions): the 30-layer verifier's forward with logits at every position is
     most of the profile's work.
     """
     input:
@@ -80,14 +80,14 @@ rule profile_targets:
             dataset=PLAN.datasets,
             context=PLAN.longest_context,
         ),
-        code=PLAN.code.digest("profile"),
-        setaside=lambda wc: set_aside_marker("results/profile/verifier.parquet"),
+        code=PLAN.code.digest("positions"),
+        setaside=lambda wc: set_aside_marker("results/positions/verifier.parquet"),
     output:
-        "results/profile/verifier.parquet",
+        "results/positions/verifier.parquet",
     log:
-        "logs/profile/verifier.log",
+        "logs/positions/verifier.log",
     benchmark:
-        "benchmarks/profile/verifier.tsv"
+        "benchmarks/positions/verifier.tsv"
     conda:
         "../../envs/budgetdraft.yaml"
     threads: config["threads"]
@@ -98,32 +98,34 @@ rule profile_targets:
         device=config["device"],
         dtype=config["verifier_dtype"],
     shell:
-        "python -m budgetdraft profile --verifier {input.verifier} --prompts {input.prompts}"
+        "python -m budgetdraft positions --verifier {input.verifier} --prompts {input.prompts}"
         " --datasets {params.datasets} --device {params.device} --verifier-dtype {params.dtype}"
         " --threads {threads} --out {output} > {log} 2>&1"
 
 
-rule profile:
+rule positions:
     """The positional profile of one training replicate: each drafter's teacher-forced top-1 agreement with the
-    verifier's next tokens (rule profile_targets) by position bucket (buckets of the base drafter's native range),
-    full cache, real positions (`budgetdraft profile`); the claims report's section and figure read it.
+    verifier's next tokens (rule positions_targets) by position bucket (buckets of the base drafter's native range),
+    full cache, real positions (`budgetdraft positions`); the claims report's section and figure read it.
     """
     input:
-        targets="results/profile/verifier.parquet",
+        targets="results/positions/verifier.parquet",
         prompts=expand(
             "results/data/prompts/{dataset}/{context}.parquet",
             dataset=PLAN.datasets,
             context=PLAN.longest_context,
         ),
         drafters=lambda wc: list(PLAN.drafters.profiled(wc.replicate).values()),
-        code=PLAN.code.digest("profile"),
-        setaside=lambda wc: set_aside_marker(f"results/profile/r{wc.replicate}.parquet"),
+        code=PLAN.code.digest("positions"),
+        setaside=lambda wc: set_aside_marker(
+            f"results/positions/r{wc.replicate}.parquet"
+        ),
     output:
-        "results/profile/r{replicate}.parquet",
+        "results/positions/r{replicate}.parquet",
     log:
-        "logs/profile/r{replicate}.log",
+        "logs/positions/r{replicate}.log",
     benchmark:
-        "benchmarks/profile/r{replicate}.tsv"
+        "benchmarks/positions/r{replicate}.tsv"
     wildcard_constraints:
         replicate=r"\d+",
     conda:
@@ -140,7 +142,7 @@ rule profile:
         device=config["device"],
         drafter_dtype=config["drafter_dtype"],
     shell:
-        "python -m budgetdraft profile --targets {input.targets} --prompts {input.prompts}"
+        "python -m budgetdraft positions --targets {input.targets} --prompts {input.prompts}"
         " --datasets {params.datasets} {params.drafters} --replicate {wildcards.replicate}"
         " --device {params.device} --drafter-dtype {params.drafter_dtype}"
         " --threads {threads} --out {output} > {log} 2>&1"

@@ -171,7 +171,7 @@ rule claims:
     a verdict per finding (results/claims.md and .json), from every cell of the grid."""
     input:
         cells=PLAN.cells.all_cells(),
-        profile=PLAN.cells.profile_files(),
+        positions=PLAN.cells.profile_files(),
         settings="results/settings/claims.json",
         code=PLAN.code.digest("claims"),
         render=RENDER,
@@ -203,7 +203,7 @@ rule claims:
         "../../envs/budgetdraft.yaml"
     shell:
         "python -m budgetdraft claims --out {output.md} --settings {input.settings}"
-        " --cells {input.cells} --profile {input.profile} --profile-figure {output.positions} > {log} 2>&1; "
+        " --cells {input.cells} --positions {input.positions} --positions-figure {output.positions} > {log} 2>&1; "
         "python {input.render} markdown {output.md} {output.html} >> {log} 2>&1; "
         "python {input.render} cells {output.cells} --title 'Findings F1-F8 (claims)' --files {input.cells} >> {log} 2>&1"
 

@@ -9,7 +9,7 @@ rule set_aside:
     log:
         "logs/setaside/{guarded}.{n}.log",
     wildcard_constraints:
-        guarded=r"(cells|profile|prefill|settings|report)/.+",
+        guarded=r"(cells|positions|prefill|settings|report)/.+",
         n=r"\d+",
     localrule: True
     run:

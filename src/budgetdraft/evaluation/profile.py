@@ -12,11 +12,11 @@ Two steps, as the workflow runs them: the verifier's greedy next tokens once (no
 the 30-layer verifier's forward with logits at every position is most of the work), then each replicate's drafters
 against them (``--targets``):
 
-    budgetdraft profile --verifier results/models/verifier --prompts results/data/prompts/*/1K.parquet \\
-        --datasets gs longbench lwm --out results/profile/verifier.parquet
-    budgetdraft profile --targets results/profile/verifier.parquet --prompts results/data/prompts/*/1K.parquet \\
+    budgetdraft positions --verifier results/models/verifier --prompts results/data/prompts/*/1K.parquet \\
+        --datasets gs longbench lwm --out results/positions/verifier.parquet
+    budgetdraft positions --targets results/positions/verifier.parquet --prompts results/data/prompts/*/1K.parquet \\
         --datasets gs longbench lwm --drafter sd=results/models/drafter_base/r0 \\
-        --drafter lambda0.5=results/drafters/r0/lambda0.5 --replicate 0 --out results/profile/r0.parquet
+        --drafter lambda0.5=results/drafters/r0/lambda0.5 --replicate 0 --out results/positions/r0.parquet
 
 One row per (drafter, prompt, bucket): ``agreed`` of ``total`` positions. Both files are sealed
 (`budgetdraft.evaluation.sealed`) and their rows checked on every read (`read_rows`): an edited or damaged one is

@@ -3,9 +3,9 @@ sealed (`budgetdraft.evaluation.sealed`) and their rows checked on every read, s
 refused by every reader, named, and set aside and measured again by the workflow. Only numpy, pandas and pyarrow:
 the workflow imports this module at plan time.
 
-- ``results/profile/verifier.parquet`` (``TARGET_COLUMNS``): the verifier's greedy next token at every position of
+- ``results/positions/verifier.parquet`` (``TARGET_COLUMNS``): the verifier's greedy next token at every position of
   every longest prompt;
-- ``results/profile/rR.parquet`` (``COLUMNS``): one row per (drafter, prompt, bucket): ``agreed`` of ``total``
+- ``results/positions/rR.parquet`` (``COLUMNS``): one row per (drafter, prompt, bucket): ``agreed`` of ``total``
   positions.
 """
 
@@ -21,19 +21,20 @@ from budgetdraft.evaluation.sealed import Damaged, read_sealed, write_sealed
 
 COLUMNS = ["label", "replicate", "dataset", "sample", "bucket_start", "bucket_end", "agreed", "total"]
 TARGET_COLUMNS = ["dataset", "sample", "next_ids"]
-TARGETS_NAME = "verifier.parquet"  # the workflow's file of the verifier's targets (results/profile/)
+TARGETS_NAME = "verifier.parquet"  # the workflow's file of the verifier's targets (results/positions/)
 
 
 class BadProfile(Damaged):
-    fix = "the workflow sets it aside and measures it again (budgetdraft profile)"
+    fix = "the workflow sets it aside and measures it again (budgetdraft positions)"
 
 
 def check_rows(table: pa.Table, path, columns=COLUMNS) -> None:
-    """A profile file's rows hold what `profile` writes: its columns, and for each bucket 0 <= agreed <= total and
-    0 <= bucket_start < bucket_end (a hand edit that keeps the seal cannot publish an agreement past 0-100 %)."""
+    """A profile file's rows hold what `budgetdraft positions` writes: its columns, and for each bucket
+    0 <= agreed <= total and 0 <= bucket_start < bucket_end (a hand edit that keeps the seal cannot publish an
+    agreement past 0-100 %)."""
     missing = [c for c in columns if c not in table.column_names]
     if missing:
-        raise BadProfile(path, f"no column(s) {missing}: written by another version of `budgetdraft profile`")
+        raise BadProfile(path, f"no column(s) {missing}: written by another version of `budgetdraft positions`")
     if columns is not COLUMNS:
         return
     agreed, total = (np.asarray(table[c].to_numpy(zero_copy_only=False)) for c in ("agreed", "total"))
@@ -64,7 +65,7 @@ def read_rows(path: str | Path, columns=COLUMNS) -> pd.DataFrame:
 
 
 def problem(path: str | Path) -> str | None:
-    """Why an existing profile file (rows or, results/profile/verifier.parquet, targets) cannot be used, or None."""
+    """Why an existing profile file (rows or, results/positions/verifier.parquet, targets) cannot be used, or None."""
     columns = TARGET_COLUMNS if Path(path).name == TARGETS_NAME else COLUMNS
     try:
         read_rows(path, columns)

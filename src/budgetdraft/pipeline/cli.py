@@ -41,7 +41,7 @@ COMMANDS = {
         "budgetdraft.pipeline.commands.cmd_eval_cell",
         "run one evaluation grid cell and write its parquet file",
     ),
-    "profile": (
+    "positions": (
         "budgetdraft.pipeline.commands.cmd_profile",
         "teacher-forced top-1 agreement of drafters with the verifier, by position",
     ),

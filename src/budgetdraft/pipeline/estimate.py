@@ -264,9 +264,9 @@ def costs(cfg: dict, jobs, est: Estimator) -> dict[str, Cost]:
             out["exports"].add(Cost(1, 0, 0, 0, 1, 2 * model.load_s))
         elif rule in EXPORTED_DRAFTERS:  # a drafter kind made by exporting the base drafter again (e.g. PI's)
             out["exports"].add(Cost(1, 0, 0, 0, 1, 2 * est.drafter.load_s))
-        elif rule == "profile_targets":
+        elif rule == "positions_targets":
             out["positional profiles"].add(est.profile(0))
-        elif rule == "profile":  # results/profile/rR.parquet: the drafters the plan profiles in replicate R
+        elif rule == "positions":  # results/positions/rR.parquet: the drafters the plan profiles in replicate R
             drafters = est.plan.drafters.profiled(int(Path(path).stem.removeprefix("r")))
             out["positional profiles"].add(est.profile(len(drafters)))
     for stage in out.values():  # every job's fixed cost beyond its model work (measured here; 0 for a named device)

@@ -45,7 +45,7 @@ STAGE_COMMANDS = {
     "train": "train",
     "eagle3": "train-eagle3",
     "prefill": "prefill",
-    "profile": "profile",
+    "positions": "positions",
     "paper": "paper",
     "claims": "claims",
     "paper_diff": "paper-diff",
@@ -347,8 +347,8 @@ class CellGrid:
         ]
 
     def profile_files(self) -> list[str]:
-        """The positional profile of each training replicate (rule profile), read by the claims."""
-        return [f"results/profile/r{r}.parquet" for r in self.plan.replicates]
+        """The positional profile of each training replicate (rule positions), read by the claims."""
+        return [f"results/positions/r{r}.parquet" for r in self.plan.replicates]
 
     def artifact_files(self, keys) -> list[str]:
         """The files of tables and figures (by key): results/tables/KEY.tex, results/figures/STEM.{pdf,png}."""

@@ -87,7 +87,7 @@ def stale_problem(planned: str):
 # what a file of each kind must be (its readers' check), and the name its set-aside copy takes
 KINDS = {  # path prefix under results/ -> (what it is, its check, the set-aside suffix)
     "cells/": ("cell file", cellfile.problem, "unreadable"),
-    "profile/": ("profile file", profilefile.problem, "unreadable"),
+    "positions/": ("positional profile file", profilefile.problem, "unreadable"),
     "prefill/": ("verifier prefill file", prefill_problem, "unreadable"),
 }
 

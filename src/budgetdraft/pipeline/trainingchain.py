@@ -81,7 +81,7 @@ class TrainingChain:
         return self.config["contexts"][self.plan.longest_context]
 
     def profiled(self, replicate) -> dict[str, str]:
-        """{label: drafter directory} of the positional profile of one replicate (rule profile): the base drafter
+        """{label: drafter directory} of the positional profile of one replicate (rule positions): the base drafter
         (SD's) and every drafter a method has of its own (`DrafterKind.own`: PI's when it runs, every variant)."""
         own = [label for label, m in self.labels.methods.items() if methods.KINDS[m.drafter].own]
         return {label: self.drafter_dir(label, replicate) for label in [methods.SD, *own]}

@@ -22,7 +22,7 @@ from budgetdraft.report.evidence import Evidence
 TEXT = (
     "Teacher-forced top-1 agreement of each drafter with the verifier, by position: one forward of each over the "
     "longest context's prompts, full cache, real positions, and at every position whether the two greedy next tokens "
-    "agree (`budgetdraft profile`). Buckets are the base drafter's native range wide: the first is where it was "
+    "agree (`budgetdraft positions`). Buckets are the base drafter's native range wide: the first is where it was "
     "trained, each later one a further multiple of it. Values: agreement in % pooled over the training replicates "
     "and prompts; the last column, agreement in the last bucket ÷ in the first, with its 95 % interval (replicates × "
     "prompts)."

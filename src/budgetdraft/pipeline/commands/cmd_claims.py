@@ -14,10 +14,14 @@ def configure_parser(parser) -> None:
     )
     parser.add_argument("--cells", required=True, nargs="+", help="cell parquet files")
     parser.add_argument("--out", required=True, type=Path, help="claims .md; the .json goes next to it")
-    parser.add_argument("--profile", nargs="*", default=[], help="positional profile files (`budgetdraft profile`)")
-    parser.add_argument("--profile-figure", type=Path, help="draw the positional profile here (.pdf, and .png beside)")
+    parser.add_argument("--positions", nargs="*", default=[], help="positional profile files (`budgetdraft positions`)")
+    parser.add_argument(
+        "--positions-figure", type=Path, help="draw the positional profile here (.pdf, and .png beside)"
+    )
 
 
 def run(args) -> None:
-    for path in build(args.cells, args.settings, args.out, profile=args.profile, profile_figure=args.profile_figure):
+    for path in build(
+        args.cells, args.settings, args.out, profile=args.positions, profile_figure=args.positions_figure
+    ):
         print(path)

@@ -1,4 +1,4 @@
-"""`python -m budgetdraft profile`: the positional profile (``budgetdraft.evaluation.profile``) in its two steps,
+"""`python -m budgetdraft positions`: the positional profile (``budgetdraft.evaluation.profile``) in its two steps,
 the verifier's next tokens (``--verifier``) or each replicate's drafters against them (``--targets``,
 ``--drafter LABEL=DIR``)."""
 
