@@ -60,7 +60,7 @@ def split_policy_label(label: str, default: str) -> tuple[str, str]:
 # With `engine: graphs` the run also decodes AR, SD and BudgetDraft eagerly, at γ_fixed on the comparison dataset,
 # under labels LABEL+eager (results/cells/ar+eager/...): their speedups beside the graphs ones say how much of a
 # speedup survives a fast baseline (claims, finding E1). Each speedup divides by the AR of its own engine.
-# (ENGINE_SEP) The eager companions' engine is EAGER (budgetdraft.base.defaults, the engines' one home).
+# The eager companions' engine is EAGER (budgetdraft.base.defaults, the engines' one home); the suffix: ENGINE_SEP.
 
 
 def engine_label(label: str, engine: str, default: str) -> str:

@@ -183,7 +183,7 @@ class Labels:
         label = self.drafter_label(label)
         return self.methods.get(label) or methods.get(label)
 
-    def budgets_of(self, label: str) -> str:
+    def budget_kind(self, label: str) -> str:
         """Which budgets a cell label's cells take (methods.BUDGETS): its method's, none under a policy that keeps
         every position (sd@full)."""
         return methods.NO_BUDGET if self.policy_of(label) in self.unbudgeted else self.method_of(label).budgets
@@ -225,7 +225,7 @@ class CellGrid:
 
     def budgets_of(self, label: str) -> list[int]:
         """The budgets a label's cells take (its method's `budgets`): every B, the largest only, or B0."""
-        kind = self.labels.budgets_of(label)
+        kind = self.labels.budget_kind(label)
         plan = self.plan
         return {methods.GRID: plan.budgets, methods.LARGEST: [plan.baseline_budget], methods.NO_BUDGET: [0]}[kind]
 
