@@ -76,10 +76,11 @@ def check_policy_control(config: dict, key: str, label: str) -> None:
     drafting += list(config.get("variants", {}))
     if drafter not in drafting:
         raise ValueError(f"{key} = {label!r}: {drafter!r} is not a method that drafts; one of {', '.join(drafting)}")
-    if policy not in registered_policies():
+    known = list(registered_policies())
+    if policy not in known:
         raise ValueError(
             f"{key} = {label!r}: {policy!r} is not a sparse policy of budgetdraft.decoding.policies; one of "
-            + ", ".join(registered_policies())
+            + ", ".join(known)
         )
 
 

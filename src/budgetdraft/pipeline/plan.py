@@ -184,9 +184,10 @@ class Labels:
         return self.methods.get(label) or methods.get(label)
 
     def budget_kind(self, label: str) -> str:
-        """Which budgets a cell label's cells take (methods.BUDGETS): its method's, none under a policy that keeps
-        every position (sd@full)."""
-        return methods.NO_BUDGET if self.policy_of(label) in self.unbudgeted else self.method_of(label).budgets
+        """Which budgets a cell label's cells take (methods.BUDGETS): its method's, none when the label names a policy
+        of its own that keeps every position (sd@full). A config whose own `policy` is such a one keeps its grid."""
+        own = names.split_policy_label(label, "")[1]  # "" under the config's policy
+        return methods.NO_BUDGET if own in self.unbudgeted else self.method_of(label).budgets
 
     def replicated(self, label: str) -> bool:
         """Whether a cell label's drafter is trained once per replicate: every trained variant, and SD, TriForce and
