@@ -209,20 +209,89 @@ def _narrativeqa_lwm(seed: int, revision: str = "") -> Iterator[Doc]:  # pragma:
 AUTHORS_FILES = {"authors_gs": "gs.jsonl", "authors_longbench": "longbench.jsonl", "authors_lwm": "lwm.jsonl"}
 
 
-def authors_rows(path: str | Path, source: str) -> Iterator[dict]:
+@dataclass(frozen=True)
+class RowField:
+    """A field of the rows of an authors' prompts file, as their loader reads it: a string, or an integer index
+    (``integer``); ``required`` in every row, or read only when there; ``unique`` when it names the row, so that two
+    rows of one file never share it (a second `idx 0` would silently replace the first)."""
+
+    name: str
+    required: bool = True
+    integer: bool = False
+    unique: bool = False
+
+
+# The fields each source reads from its file's rows (their src/data_loader.py, and the document id `_id`).
+AUTHORS_FIELDS = {
+    "authors_gs": (RowField("text"),),
+    "authors_longbench": (
+        RowField("context", required=False),
+        RowField("input", required=False),
+        RowField("_id", required=False, unique=True),
+    ),
+    "authors_lwm": (RowField("idx", integer=True, unique=True), RowField("document_text")),
+}
+JSON_KINDS = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def _json_kind(value) -> str:
+    return "null" if value is None else JSON_KINDS[type(value)]
+
+
+def _shown(value) -> str:
+    """A value of a row as JSON, for a message: its first 40 characters (a book's text is never written out whole)."""
+    text = json.dumps(value[:40] if isinstance(value, str) else value)
+    return text if len(text) <= 40 else text[:36] + " ..."
+
+
+def _field_problem(row: dict, field: RowField, seen: dict) -> str | None:
+    """What is wrong with ``field`` of ``row`` (``seen``: the line of each of its values so far), or None."""
+    if field.name not in row:
+        return f'no field "{field.name}"' if field.required else None
+    value = row[field.name]
+    if field.integer and isinstance(value, (dict, list)):
+        return f"{field.name} is {_json_kind(value)}, not an integer"
+    if field.integer and type(value) is not int:  # true, 50.9, "5x": their loader's dict would take them as keys
+        return f"{field.name} {_shown(value)} is not an integer"
+    if not field.integer and not isinstance(value, str):
+        return f'"{field.name}" is {_json_kind(value)}, not a string'
+    if field.unique and value in seen:
+        return f"{field.name} {_shown(value)} repeats line {seen[value]}'s"
+    return None
+
+
+def authors_rows(path: str | Path, source: str) -> list[dict]:
     """The rows of the authors' prompts file of ``source`` (their repository's data/gs.jsonl, longbench.jsonl or
-    lwm.jsonl): ``path`` is the file, or the folder holding it (their data/)."""
+    lwm.jsonl): ``path`` is the file, or the folder holding it (their data/). Every row is checked before one is
+    used: a JSON object with the fields of ``AUTHORS_FIELDS`` of their types, its index unique; otherwise one line
+    names the file, the line (from 1) and the field. Lines are split at "\\n" only, as their loader's `for line in
+    f`: a JSON string may hold U+2028 or U+0085, which `str.splitlines` would split at."""
     file = Path(path)
     if file.is_dir():
         file = file / AUTHORS_FILES[source]
     if not file.is_file():
         raise FileNotFoundError(f"{source}: no file {file} (the authors' data/{AUTHORS_FILES[source]})")
-    for i, line in enumerate(decode_text(file.read_bytes(), str(file), "prompts file").splitlines()):
-        if line.strip():
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{file}: line {i + 1} is not JSON ({err.msg})") from None
+    fields = AUTHORS_FIELDS[source]
+    seen: dict[str, dict] = {field.name: {} for field in fields}
+    rows = []
+    for number, line in enumerate(decode_text(file.read_bytes(), str(file), "prompts file").split("\n"), 1):
+        if not line or line.isspace():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as err:
+            why = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
+            raise ValueError(f"{file}: line {number} is not JSON ({why})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{file}: line {number}: {_json_kind(row)}, not a JSON object")
+        for field in fields:
+            problem = _field_problem(row, field, seen[field.name])
+            if problem:
+                raise ValueError(f"{file}: line {number}: {problem}")
+            if field.unique and field.name in row:
+                seen[field.name][row[field.name]] = number
+        rows.append(row)
+    return rows
 
 
 def _authors_gs(seed: int, path: str = "") -> Iterator[Doc]:
@@ -244,7 +313,7 @@ def _authors_longbench(seed: int, path: str = "") -> Iterator[Doc]:
 def _authors_lwm(seed: int, path: str = "") -> Iterator[Doc]:
     """Their data/lwm.jsonl (the 20 NarrativeQA rows, `idx` and `document_text`), by `idx` as their loader takes
     them: the book's first N - 100 tokens in the LWM summary prompt, its first N tokens."""
-    rows = {int(row["idx"]): row["document_text"] for row in authors_rows(path, "authors_lwm")}
+    rows = {row["idx"]: row["document_text"] for row in authors_rows(path, "authors_lwm")}
     for idx in sorted(set(rows) & set(LWM_NARRATIVEQA_ROWS)):
         if rows[idx]:
             yield Doc(f"authors:lwm:{idx}", rows[idx], prefix=LWM_PREFIX, suffix=LWM_SUFFIX, cut="book", shortest=0)
@@ -297,14 +366,41 @@ class Encoder:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
+HEAD_MARGIN = 32  # tokens past the n kept that a cut text must still yield: the cut changes only its last tokens
+CHARS_PER_TOKEN = 6  # the first guess of the characters n tokens take (English runs at about 4); doubled until enough
+
+
+def head_tokens(tokenize: Callable[[str], list[int]], text: str, n: int) -> list[int]:
+    """``tokenize(text)[:n]``, from a prefix of ``text`` only: one that ends where a space or newline begins (its
+    last word whole) and yields ``n + HEAD_MARGIN`` tokens or more, its length doubled from a guess until it does
+    (or the text ends). A cut can change only the tokens of the pieces at its end (the word it cuts, the spaces
+    before it), which lie past the ``n`` kept, so the tokens are those of the whole text; and a book is tokenized
+    over a few times the characters of its first ``n`` tokens, never whole (one 200 MB line of their gs.jsonl took
+    24 GB so)."""
+    chars = CHARS_PER_TOKEN * (n + HEAD_MARGIN)
+    while chars < len(text):
+        end = max(text.rfind(" ", chars // 2, chars), text.rfind("\n", chars // 2, chars))
+        ids = tokenize(text[: end if end > 0 else chars])
+        if len(ids) >= n + HEAD_MARGIN:
+            return ids[:n]
+        chars *= 2
+    return tokenize(text)[:n]
+
+
 def build_prompt(doc: Doc, encode: Encoder, length: int) -> list[int] | None:
     """Exactly `length` token ids: specials + prefix + cut body + suffix; None when the body is too short. (The
-    authors' rules, `Doc.cut` "text" / "book": at most `length`, at least `Doc.shortest` of it.)"""
+    authors' rules, `Doc.cut` "text" / "book": at most `length`, at least `Doc.shortest` of it.) A body is cut
+    before it is tokenized (``head_tokens``), but in the middle: the same ids as cutting the ids of the whole."""
     if doc.cut in ("text", "book"):
         body = doc.body
         if doc.cut == "book":  # their LWM: the book's first length - 100 tokens, decoded into the template
-            body = encode.decode(encode.whole(body)[: length - 100])
-        ids = encode.whole(doc.prefix + body + doc.suffix)[:length]
+            if length <= 100:
+                raise ValueError(
+                    f"prompt length {length} leaves no room for the book of {doc.doc_id}: their LWM prompt holds "
+                    "the book's first length - 100 tokens; give a length over 100"
+                )
+            body = encode.decode(head_tokens(encode.whole, body, length - 100))
+        ids = head_tokens(encode.whole, doc.prefix + body + doc.suffix, length)
         return ids if len(ids) >= doc.shortest * length else None
     head = encode.specials + encode(doc.prefix)
     tail = encode(doc.suffix)
@@ -313,13 +409,11 @@ def build_prompt(doc: Doc, encode: Encoder, length: int) -> list[int] | None:
         raise ValueError(
             f"prompt length {length} leaves no room for the body of {doc.doc_id}: template is {length - room}"
         )
-    body = encode(doc.body)
+    body = encode(doc.body) if doc.cut == "middle" else head_tokens(encode, doc.body, room)
     if len(body) < room:
         return None
     if doc.cut == "middle":  # LongBench: keep the first and last halves of the context
         body = body[: room // 2] + body[len(body) - (room - room // 2) :]
-    else:
-        body = body[:room]
     ids = head + body + tail
     assert len(ids) == length, (doc.doc_id, len(ids), length)
     return ids
