@@ -168,6 +168,20 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text)
 
 
+@contextmanager
+def file_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``PATH.lock`` (made if missing) while the block runs: the processes of a run that
+    measure one thing and cache it at ``path`` (the decoding layout, the machine probe) take turns, so the second
+    reads what the first wrote instead of measuring it again beside it."""
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def file_sha256(path: str | Path) -> str:
     """sha256 (hex) of a file's bytes, read in 16 MiB blocks."""
     digest = hashlib.sha256()

@@ -129,8 +129,7 @@ def machine_key(model) -> dict:
 
 def machine_layout(model) -> str:
     """This machine's layout for ``model``'s weights (its linear shapes): cached, or measured now under a lock."""
-    import fcntl
-
+    from budgetdraft.base.atomic import file_lock
     from budgetdraft.base.cache import cache_root
 
     if sum(p.numel() for p in model.parameters()) > MEASURED_UP_TO:
@@ -138,9 +137,7 @@ def machine_layout(model) -> str:
     key = machine_key(model)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_root() / "machine" / f"layout-{digest}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{path}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(path):
         try:
             found = json.loads(path.read_text())
             if found.get("choice") in LAYOUTS:

@@ -13,13 +13,17 @@ constants the estimate uses (`budgetdraft.pipeline.roofline.Device`) are solved 
 - disk: the bytes of a model over the seconds ``from_pretrained`` takes to load it.
 
 The result is cached per machine (CPU model, visible cores, torch, device, threads, parallel jobs, the shapes probed)
-under ``$BUDGETDRAFT_CACHE/machine/``: measured once, reused, re-measured with ``--remeasure``.
+under ``$BUDGETDRAFT_CACHE/machine/``: measured once, reused, re-measured with ``--remeasure``. The file is written
+whole, with a lock held, so two runs that start at once probe once (``base.atomic``), and read back only when it is
+this machine's and every figure is one a probe gives (`measure_problem`): a file forged or damaged (a bandwidth of
+-3, NaN, 1e300, a key of another CPU) is probed again, saying so in one line that names it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -37,6 +41,7 @@ PROBE_LAYERS = 16  # layers of the verifier's probe at most (its width, vocabula
 DECODE_TOKENS = 24  # steps timed per model (after 4 untimed)
 PREFILL_TOKENS = 256
 VERIFY_ROWS = 6
+PROBE_CONTEXT = 512  # prompt tokens of the probe's decode steps at most (the shortest context, when shorter)
 
 
 @dataclass(frozen=True)
@@ -367,22 +372,116 @@ def available_memory(device: str) -> float:
     return device_memory_gb(device) * 2**30 if device.startswith("cuda") else psutil.virtual_memory().available
 
 
+# Each figure of a cached measure (`probe`'s result) -> (the least, whether the least itself may be, the most) a
+# probe gives: no step, load or job of a probe takes an hour, and the rates are far past any machine's (an H200
+# reads 4.8e12 bytes/s), so a file past them was not written by a probe (a bandwidth of 1e300 predicted a run of a
+# 300-digit number of hours; -3, a negative one)
+SECONDS = (0.0, False, 3600.0)
+FIGURES = {
+    "bandwidth": (0.0, False, 1e16),  # bytes/s of memory a decode step reads
+    "flops": (0.0, False, 1e20),
+    "disk": (0.0, False, 1e16),  # bytes/s of a model's load
+    "layer_overhead_s": (0.0, True, 3600.0),  # 0 where the two steps do not separate it (`solve`)
+    "drafter_step_s": SECONDS,
+    "verify_factor": (0.0, False, 1e3),
+    "job_s": SECONDS,
+    "probe_s": (0.0, False, 86400.0),
+    "context": (0.0, False, PROBE_CONTEXT),
+    "verifier_step.fixed_s": (0.0, True, 3600.0),
+    "verifier_step.per_layer_s": (0.0, True, 3600.0),
+    "timings.verifier_layers": (0.0, False, PROBE_LAYERS),
+    "timings.verifier_step_s": SECONDS,
+    "timings.drafter_step_s": SECONDS,
+    "timings.prefill_s": SECONDS,
+    "timings.load_s": SECONDS,
+    "timings.load_bytes": (0.0, False, 1e15),
+}
+
+
+def figure_problem(name: str, value, bounds: tuple) -> str | None:
+    """Why ``value`` is not the figure ``name`` a probe gives (None: it is), within ``bounds`` (`FIGURES`)."""
+    least, inclusive, most = bounds
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name} {value!r} is not a number"
+    if not (value >= least if inclusive else value > least) or not math.isfinite(value):
+        return f"{name} {value!r} is not " + ("a finite number >= 0" if inclusive else "a positive number")
+    if value > most:
+        return f"{name} {value!r} is more than {most:g}, which no probe measures"
+    return None
+
+
+def measure_problem(found, key: dict) -> str | None:
+    """Why ``found``, a cached measure, is not this machine's measure under ``key`` (None: it is): not a JSON
+    object, a figure missing or not one a probe gives (`FIGURES`, and the training steps' seconds), or measured
+    under another key (another CPU, core count, torch, config shapes: a file copied or forged)."""
+    if not isinstance(found, dict):
+        return f"holds {type(found).__name__}, not a measure (a JSON object)"
+    for name, bounds in FIGURES.items():
+        value = found
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            return f"{name} is missing"
+        if why := figure_problem(name, value, bounds):
+            return why
+    steps = found.get("train_step_s")
+    if not isinstance(steps, dict):
+        return f"train_step_s {steps!r} is not a mapping of training steps to seconds"
+    for recipe, seconds in steps.items():
+        if why := figure_problem(f"train_step_s[{recipe}]", seconds, SECONDS):
+            return why
+    if not isinstance(found.get("measured"), str):
+        return f"measured {found.get('measured')!r} is not a date"
+    ours = json.loads(json.dumps(key))
+    theirs = found.get("key") if isinstance(found.get("key"), dict) else {}
+    for field, value in ours.items():
+        if theirs.get(field) != value:
+            return f"it was measured with {field} {theirs.get(field)!r}, and this machine and config have {value!r}"
+    return None
+
+
+def read_measure(path: Path, key: dict) -> tuple[dict | None, str | None]:
+    """(the measure cached at ``path``, None) when it is this machine's under ``key``, else (None, why not)."""
+    try:
+        found = json.loads(path.read_text())
+    except UnicodeDecodeError:
+        return None, "is not text"
+    except ValueError as err:
+        return None, f"is not JSON ({err})"
+    why = measure_problem(found, key)
+    return (None, why) if why else (found, None)
+
+
 def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dict:
     """This machine's constants for ``cfg`` (its models' shapes, dtypes, device and threads) with ``parallel``
-    jobs side by side: from the cache, or probed now (``parallel`` processes at once) and cached."""
-    from concurrent.futures import ProcessPoolExecutor
-
+    jobs side by side: from the cache when it holds this machine's measure (`read_measure`), else probed now
+    (``parallel`` processes at once) and cached; a cached file that cannot be used is named, with why, by ``say``."""
+    from budgetdraft.base.atomic import atomic_write_text, file_lock
     from budgetdraft.base.cache import cache_root
-    from budgetdraft.pipeline.roofline import shape
 
     device = cfg.get("device", "cpu")
     check_measurable(device)
     key = key_of(cfg, device, parallel)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     cached = cache_root() / "machine" / f"{digest}.json"
-    if cached.is_file() and not remeasure:
-        return json.loads(cached.read_text())
-    context = min(min(cfg["contexts"].values()), 512)
+    with file_lock(cached):  # a second run started beside this one waits, then reads what this one measured
+        if not remeasure and cached.is_file():
+            found, problem = read_measure(cached, key)
+            if problem is None:
+                return found
+            say(f"{cached}: {problem}; probing again")
+        result = probe(cfg, device, key, parallel, say)
+        atomic_write_text(cached, json.dumps(result, indent=1))
+    return result
+
+
+def probe(cfg: dict, device: str, key: dict, parallel: int, say=print) -> dict:
+    """This machine's constants for ``cfg``, probed now (``parallel`` processes at once), under its ``key``."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from budgetdraft.pipeline.roofline import shape
+
+    context = min(min(cfg["contexts"].values()), PROBE_CONTEXT)
     verifier = shape(cfg["verifier"])
     layers = probe_layers(verifier, cfg["verifier_dtype"], parallel, available_memory(device))
     args = (verifier, shape(cfg["drafter"]), cfg["verifier_dtype"], cfg["drafter_dtype"], device,
@@ -396,8 +495,6 @@ def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dic
         probes = [probe_once(*args)]
     result = {**solve(probes), "context": context, "job_s": job_seconds(), "key": key}
     result.update(probe_s=time.perf_counter() - start, measured=time.strftime("%F %T"))
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps(result, indent=1))
     return result
 
 
