@@ -247,7 +247,8 @@ def test_a_cell_label_parses_one_way():
     assert p.cells.budgets_of("sd@snapkv") == p.cells.budgets_of(names.SD) == p.budgets
     assert p.labels.method_of("lambda0.5@full+eager") is p.labels.methods[names.BD]
     # only a label's own policy takes the budget away: a config decoding everything under `full` keeps its budgets
-    whole = Plan(config("ci", policy="full"))
+    # (without the control sd@full, which would measure SD's cells under `full` again: refused, tests/test_leftovers)
+    whole = Plan(config("ci", policy="full", controls=["pi"]))
     assert whole.cells.budgets_of(names.SD) == whole.cells.budgets_of(names.BD) == whole.budgets
     with pytest.raises(ValueError, match=r"method 'sd@streaming': a label has no '@'.*parses one way"):
         methods.Method("sd@streaming", "SD (streaming)", "sd", methods.BASE)

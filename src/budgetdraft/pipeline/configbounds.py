@@ -157,9 +157,9 @@ def check_seeds(config: dict) -> None:
 
 
 def check_baselines(config: dict) -> None:
-    """The baselines' sizes: TriForce's inner draft and StreamingLLM cache (both pre-allocated in every cache it
-    keeps) within what its cells decode, its sinks within that cache; EAGLE-3's feature layers within the verifier's
-    and its unroll within the window it scores."""
+    """The baselines' sizes: TriForce's inner draft, retrieval cache and StreamingLLM cache (each pre-allocated in
+    every cache it keeps) within what its cells decode, its sinks within that cache; EAGLE-3's feature layers within
+    the verifier's, its windows within its training sequences and its unroll within the window it scores."""
     enabled = config["baselines"].get("enabled", [])
     if names.TRIFORCE in enabled:
         triforce = {**TRIFORCE_DEFAULTS, **(config["baselines"].get(names.TRIFORCE) or {})}
@@ -177,6 +177,13 @@ def check_baselines(config: dict) -> None:
                 "prompt tokens (comparison.contexts): its small drafter's StreamingLLM cache would keep the whole "
                 f"prompt and pre-allocate {triforce['streaming_budget']} slots a layer; lower it"
             )
+        if triforce["retrieval_budget"] > tokens:
+            raise ValueError(
+                f"{key}.retrieval_budget = {triforce['retrieval_budget']} is more than contexts.{label} = {tokens} "
+                "prompt tokens (comparison.contexts): its verifier's retrieval cache would keep the whole prompt, a "
+                f"full cache under TriForce's name, and pre-allocate {triforce['retrieval_budget']} slots a layer; "
+                "lower it"
+            )
         if not triforce["sinks"] < triforce["streaming_budget"]:
             raise ValueError(
                 f"{key}.sinks = {triforce['sinks']} must be less than streaming_budget = {triforce['streaming_budget']}"
@@ -188,14 +195,28 @@ def check_baselines(config: dict) -> None:
 
 def check_eagle3(config: dict) -> None:
     """EAGLE-3's head reads the outputs of verifier layers ``layer_ids`` (an IndexError in training past the
-    verifier's last layer: its layer count read from its config.json, or the shapes the estimate knows) and unrolls
-    ``ttt_steps`` steps over the last ``ttt_window`` positions (a step past the window scores nothing)."""
+    verifier's last layer: its layer count read from its config.json, or the shapes the estimate knows), scores
+    ``step0_positions`` and unrolls over the last ``ttt_window`` positions of the training sequences (more than a
+    sequence has is the whole sequence under a larger number: ``ttt_window: 1e8`` said nothing), and unrolls
+    ``ttt_steps`` steps (a step past the window scores nothing)."""
     from budgetdraft.pipeline.roofline import shape
 
     key = "baselines.eagle3.training"
-    hp = Eagle3Hparams.from_json(
-        {"device": config["device"], **config["baselines"].get(names.EAGLE3, {}).get("training", {})}
-    )
+    try:
+        hp = Eagle3Hparams.from_json(
+            {"device": config["device"], **config["baselines"].get(names.EAGLE3, {}).get("training", {})}
+        )
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{key}: {err}") from None
+    data = config["training_data"]  # the head trains on the training sequences' targets (rule train_eagle3)
+    positions = data["prefix_len"] + data["cont_len"] - 1  # base positions of a sequence, each with a next token
+    for name in ("ttt_window", "step0_positions"):
+        if getattr(hp, name) > positions:
+            raise ValueError(
+                f"{key}.{name} = {getattr(hp, name)} is more than the {positions} positions of a training sequence "
+                "(training_data.prefix_len + cont_len - 1): it would take the whole sequence under a larger number; "
+                f"lower it to at most {positions}"
+            )
     try:
         layers = shape(config["verifier"]).layers
     except (ValueError, OSError, KeyError):

@@ -43,6 +43,7 @@ from budgetdraft.pipeline.configrefs import (
     check_path_names,
     check_policies,
     check_references,
+    check_revisions,
     check_sources,
     check_variant_names,
     order_contexts,
@@ -387,6 +388,7 @@ def check_consistency(config: dict) -> None:
     check_models(config)
     check_engine_device(config)
     check_references(config)
+    check_revisions(config)
     check_sources(config)
     order_contexts(config)
     check_gammas(config)

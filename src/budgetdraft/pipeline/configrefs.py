@@ -1,8 +1,8 @@
 """What a config's sections name and must agree on, beyond what its schema can express (called by
 `budgetdraft.pipeline.configcheck.check_consistency`): names that become folders of results/, the methods and
 variants a config runs, its models and their positions, what one section names in another (datasets, contexts,
-budgets, γ), the authors' prompt files, and the contexts in order of their length. Each raises a ValueError naming
-the key and its value.
+budgets, γ), the repositories `revisions` pins, the authors' prompt files, and the contexts in order of their
+length. Each raises a ValueError naming the key and its value.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import os
 import sys
 from pathlib import Path
 
-from budgetdraft.base import methods, names
+from budgetdraft.base import methods, names, revisions
 from budgetdraft.base.defaults import ENGINE, GRAPHS, POLICY
-from budgetdraft.decoding.loading import check_spec, max_positions
+from budgetdraft.decoding.loading import check_spec, max_positions, parse_spec
 
 SEGMENT_LENGTH = 64  # characters of a name that becomes a folder: far below a file system's 255 bytes per name
 
@@ -70,7 +70,9 @@ def check_methods(config: dict) -> None:
 
 
 def check_policy_control(config: dict, key: str, label: str) -> None:
-    """A control LABEL@POLICY: LABEL drafts with the paper's loop (SD or a variant) and POLICY is registered."""
+    """A control LABEL@POLICY: LABEL drafts with the paper's loop (SD or a variant) and POLICY is registered, and
+    is not the config's own `policy`, under which LABEL's cells of the grid run already (`sd@topk_chunks` under
+    `policy: topk_chunks` planned a second copy of SD's grid)."""
     drafter, policy = names.split_policy_label(label, "")
     drafting = [m for m, d in methods.REGISTRY.items() if d.decodes == methods.SD and not d.enabled_by]
     drafting += list(config.get("variants", {}))
@@ -81,6 +83,11 @@ def check_policy_control(config: dict, key: str, label: str) -> None:
         raise ValueError(
             f"{key} = {label!r}: {policy!r} is not a sparse policy of budgetdraft.decoding.policies; one of "
             + ", ".join(known)
+        )
+    if policy == config.get("policy", POLICY):
+        raise ValueError(
+            f"{key} = {label!r}: {policy!r} is the config's own policy, under which {drafter}'s cells run already; "
+            "a control of it would measure them again: remove it, or name another policy"
         )
 
 
@@ -167,6 +174,7 @@ def check_models(config: dict) -> None:
             check_spec(config[key])
         except ValueError as e:
             raise ValueError(f"{key} = {config[key]!r}: {e}") from None
+        check_spec_numbers(key, config[key])
     limit = config["verifier_max_positions"]
     own = max_positions(config["verifier"])  # the configured verifier's own limit, where its config.json is readable
     limit = min(limit, own or limit)
@@ -187,6 +195,18 @@ def check_models(config: dict) -> None:
             f"exceeds verifier_max_positions = {limit}"
         )
     check_base_range(config)
+
+
+def check_spec_numbers(key: str, spec: str) -> None:
+    """An embedded spec's numbers written as the numbers they are: ``positions=0064`` is ``positions=64`` to the
+    model, but another spec (a second converted copy of the model in the cache, named by the spec, and another
+    drafter to every record that names it)."""
+    for option, value in parse_spec(spec)[1].items():
+        if value.isdigit() and value != str(int(value)):
+            raise ValueError(
+                f"{key} = {spec!r}: {option}={value} has a leading zero, and names another converted model than "
+                f"{option}={int(value)}; write {option}={int(value)}"
+            )
 
 
 def check_base_range(config: dict) -> None:
@@ -253,6 +273,12 @@ def check_references(config: dict) -> None:
                 )
             if label not in run:
                 raise ValueError(f"long_generation.methods[{i}] = {label!r}: not a method or variant this config runs")
+        if long["max_new_tokens"] <= config["max_new_tokens"]:
+            raise ValueError(
+                f"long_generation.max_new_tokens = {long['max_new_tokens']} is no more than max_new_tokens = "
+                f"{config['max_new_tokens']}: the long generations would be no longer than the grid's own; raise it "
+                "past max_new_tokens, or set long_generation: null"
+            )
         if long["max_new_tokens"] < config["gamma_fixed"]:
             raise ValueError(
                 f"long_generation.max_new_tokens = {long['max_new_tokens']} is less than gamma_fixed = "
@@ -262,6 +288,20 @@ def check_references(config: dict) -> None:
         raise ValueError(
             f"single_budget.trained_budget = {config['single_budget']['trained_budget']} is not in budgets"
         )
+
+
+def check_revisions(config: dict) -> None:
+    """Each key of `revisions` is a hub repository the config reads (``revisions.hub_repos``): a revision of any
+    other (a typo, ``nobody/unused``, ``../../etc``) pins nothing, and the repository it was meant for stays
+    unpinned without a word."""
+    read = revisions.hub_repos(config)
+    for repo in config.get("revisions") or {}:
+        if repo not in read:
+            raise ValueError(
+                f"revisions: {repo!r} is no hub repository this config reads (it reads "
+                f"{', '.join(sorted(read)) or 'none'}), so its revision pins nothing; remove it, or correct the name "
+                "(python -m budgetdraft pin prints the block)"
+            )
 
 
 def check_sources(config: dict) -> None:

@@ -42,6 +42,41 @@ def _refuse_non_finite(data: dict, what: str) -> None:
             raise ValueError(f"{what} key '{key}' must be a finite number, got {value!r}")
 
 
+LEARNING_RATES = (0.0, 1.0)  # (exclusive, inclusive): an lr of 1e308 passed as finite and ended in a RuntimeError
+MAX_THREADS = 1024  # torch threads of one job: no machine gives it more (the config schema's bound); 0: torch's default
+MAX_POSITIONS = 2**20  # positions of a sequence the pipeline trains on at most (the schema's verifier_max_positions)
+
+
+def _whole_numbers(cls, data: dict, what: str) -> dict:
+    """``data`` with each value of a whole-number field of ``cls`` (annotated ``int``) read as that integer: a
+    whole-number float (``1e8``, as JSON writes it) is the integer it is; any other value (``2.5``, ``true``,
+    ``"5"``) is refused naming the key, not cut to an integer or left for ``range()`` to refuse mid-run."""
+    counts = {f.name for f in fields(cls) if f.type == "int"}
+    out = dict(data)
+    for key in counts & set(data):
+        value = data[key]
+        if isinstance(value, float) and value.is_integer():
+            out[key] = int(value)
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{what} key '{key}' must be a whole number, got {value!r}")
+    return out
+
+
+def _refuse_out_of_range(hp, what: str) -> None:
+    """The bounds every trainer's hyper-parameters share, which the config schema gives the pipeline's and a
+    command line's ``--hparams`` must meet too: a learning rate in (0, 1] (a finite 1e308 passes the finite check
+    and ends in a RuntimeError at the first step), and torch threads in [0, ``MAX_THREADS``] (-3 reached
+    ``torch.set_num_threads``)."""
+    low, high = LEARNING_RATES
+    if not low < hp.lr <= high:
+        raise ValueError(f"{what} key 'lr' must be a learning rate in ({low:g}, {high:g}], got {hp.lr!r}")
+    if not 0 <= hp.threads <= MAX_THREADS:
+        raise ValueError(
+            f"{what} key 'threads' must be in [0, {MAX_THREADS}] (torch threads; 0: torch's default), got "
+            f"{hp.threads!r}"
+        )
+
+
 @dataclass(frozen=True)
 class TrainingHparams(_Hparams):
     """`budgetdraft train --hparams`: the paper's §3.5, plus the machine knobs. A variant (L_A only, λ = 1,
@@ -71,6 +106,7 @@ class TrainingHparams(_Hparams):
     def from_json(cls, data: dict | None = None) -> TrainingHparams:
         d = checked_keys(cls, dict(data or {}), "hparams")
         _refuse_non_finite(d, "hparams")
+        d = _whole_numbers(cls, d, "hparams")
         hp = {**TrainingHparams().to_json(), **d}
         counts = ("steps", "warmup_steps", "chunk_size", "score_window", "seed", "checkpoint_every", "threads")
         for name in (*counts, "prefill_chunk", "heldout"):
@@ -99,6 +135,7 @@ class TrainingHparams(_Hparams):
             raise ValueError(f"lambda_c must be >= 0, got {self.lambda_c}")
         if self.lambda_c > 0 and self.score_window < 1:
             raise ValueError("TopKChunks needs attention scores: score_window must be >= 1 when lambda_c > 0")
+        _refuse_out_of_range(self, "hparams")
 
 
 @dataclass(frozen=True)
@@ -120,19 +157,26 @@ class Eagle3Hparams(_Hparams):
     verifier_dtype: str = DTYPE
     device: str = DEVICE
     threads: int = THREADS
-    feature_cache_mb: int = 2048
+    feature_cache_mb: float = 2048  # MB of verifier features kept between visits (any number, as the schema says)
     log_every: int = 10
 
     @classmethod
     def from_json(cls, data: dict | None = None) -> Eagle3Hparams:
         d = checked_keys(cls, dict(data or {}), "train-eagle3 hparams")
         _refuse_non_finite(d, "train-eagle3 hparams")
-        return cls(**d)
+        return cls(**_whole_numbers(cls, d, "train-eagle3 hparams"))
 
     def __post_init__(self):
         for name in ("steps", "ttt_steps", "ttt_window", "step0_positions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train-eagle3 hparam {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("ttt_window", "step0_positions"):  # positions of one training sequence
+            if getattr(self, name) > MAX_POSITIONS:
+                raise ValueError(
+                    f"train-eagle3 hparam {name} must be at most {MAX_POSITIONS} (positions of a training sequence), "
+                    f"got {getattr(self, name)}"
+                )
+        _refuse_out_of_range(self, "train-eagle3 hparams")
 
 
 def resolve_hparams(hparams: dict | TrainingHparams | None = None) -> TrainingHparams:

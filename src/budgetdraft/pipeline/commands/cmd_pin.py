@@ -12,7 +12,14 @@ def run(args) -> None:
     from budgetdraft.base.revisions import pinned_block
 
     with open(args.configfile) as f:
-        text = pinned_block(yaml.safe_load(f))
+        try:
+            cfg = yaml.safe_load(f)
+        except yaml.YAMLError as err:
+            raise ValueError(f"{args.configfile}: not YAML ({' '.join(str(err).split())})") from None
+    if not isinstance(cfg, dict):
+        held = "nothing" if cfg is None else f"a {type(cfg).__name__}"
+        raise ValueError(f"{args.configfile}: holds {held}, not a pipeline config (a mapping of its settings)")
+    text = pinned_block(cfg)
     if text is None:
         print(f"{args.configfile} reads no hub repository: nothing to pin")
         return

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from budgetdraft.evaluation.profile import write_profile, write_verifier_targets
+from budgetdraft.evaluation.profile import read_prompts, write_profile, write_verifier_targets
 from budgetdraft.pipeline.commands.flags import add_machine_flags, count
 
 
@@ -41,14 +41,42 @@ def drafter_dirs(specs: list[str]) -> dict[str, str]:
     return out
 
 
+def prompt_files(prompts: list[str], datasets: list[str]) -> dict[str, str]:
+    """{dataset: prompts file} of ``--prompts`` and ``--datasets`` paired in order; a ValueError when they do not
+    pair up, or a dataset is named twice (one of its files would be dropped without a word)."""
+    if len(prompts) != len(datasets):
+        raise ValueError(f"--prompts gives {len(prompts)} files but --datasets {len(datasets)} names")
+    files = {}
+    for dataset, path in zip(datasets, prompts):
+        if dataset in files:
+            raise ValueError(
+                f"--datasets names {dataset!r} twice ({files[dataset]} and {path}): each --prompts file is one "
+                "dataset's; name each dataset once"
+            )
+        files[dataset] = path
+    return files
+
+
+def check_bucket(bucket: int | None, files: dict[str, str]) -> None:
+    """A ``--bucket`` shorter than the longest prompt of ``files``: a bucket as long puts every position into one
+    (``--bucket 10**12`` did), and the profile has nothing to compare by position."""
+    if bucket is None:
+        return
+    longest = max((len(ids) for samples in read_prompts(files).values() for ids in samples), default=0)
+    if bucket >= longest:
+        raise ValueError(
+            f"--bucket {bucket} is not shorter than the longest prompt of --prompts ({longest} tokens): every position "
+            f"would fall in the first bucket; give fewer than {longest}"
+        )
+
+
 def run(args) -> None:
-    if len(args.prompts) != len(args.datasets):
-        raise ValueError(f"--prompts gives {len(args.prompts)} files but --datasets {len(args.datasets)} names")
+    prompts = prompt_files(args.prompts, args.datasets)
     if bool(args.drafter) == bool(args.verifier) or bool(args.drafter) != bool(args.targets):
         raise ValueError("give --verifier (its next tokens) or --targets with --drafter (the drafters against them)")
     drafters = drafter_dirs(args.drafter)
+    check_bucket(args.bucket, prompts)
     torch.set_num_threads(args.threads)
-    prompts = dict(zip(args.datasets, args.prompts))
     if args.verifier:
         write_verifier_targets(args.verifier, prompts, args.out, args.device, args.verifier_dtype)
     else:
