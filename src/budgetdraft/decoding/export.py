@@ -5,13 +5,21 @@ loads those directories.
 
 A checkpoint is refused, naming it and the tensor, before anything is written:
 
+- when its ``subfolder`` leaves it (``..``, an absolute path: `subfolder_problem`);
+- when a hub file in the local cache is not the file the hub named (its blob's sha256 is not its name: damaged or
+  cut short since the download, `check_hub_blobs`);
+- when a safetensors file is damaged (a header too large or cut short, a tensor named twice, two tensors on the same
+  bytes: `stored_tensors`), or its config is one transformers refuses (``hidden_size`` not a multiple of
+  ``num_attention_heads``);
 - when its config's sizes disagree with its weights (`check_headers`: read from the safetensors headers, before the
   model is built, so that ``num_hidden_layers: 100000`` is a line, not a model growing without bound, and a wrong
-  width is a line, not transformers' traceback);
+  width is a line, not transformers' traceback), or a floating weight is stored in an integer dtype (it would be
+  cast, rc 0, to a weight of whole numbers);
 - when a weight the model needs is not in it, or it holds one the model has no place for (`check_loaded`:
   transformers would otherwise initialise the missing one at random: a partial download becomes a partly random
   drafter);
 - when a tensor is not finite (NaN or ±inf);
+- when its tokenizer.json is not a tokenizer (not JSON, not an object, an empty vocabulary: `tokenizer_json`);
 - when it does not share the verifier's vocabulary (a drafter given as a checkpoint: `vocabulary_problem`).
 
 A hub repository is read through the hub's own client (``huggingface_hub.snapshot_download``, only the model's
@@ -24,13 +32,17 @@ import hashlib
 import json
 import os
 import re
-from pathlib import Path
+import shlex
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
-from budgetdraft.base.atomic import atomic_path, check_out
+from budgetdraft.base.atomic import atomic_path, check_out, file_sha256
 from budgetdraft.base.defaults import DTYPE
 from budgetdraft.base.revisions import hub_model
 from budgetdraft.decoding import positions
 from budgetdraft.decoding.loading import (
+    dropped_text,
+    hub_failure,
     load_error,
     load_tokenizer,
     max_positions,
@@ -43,6 +55,22 @@ from budgetdraft.decoding.loading import (
 # what a model's folder in a hub repository holds besides its weights: config, generation config, tokenizer files
 MODEL_FILES = ("*.json", "*.model", "*.txt", "*.tiktoken")
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+# safetensors' names of the floating dtypes a floating weight may be stored in (an integer one would be cast)
+FLOATING = ("F32", "F16", "BF16", "F64")
+# the name of a blob in the hub cache that the hub named by its content: the sha256 of an LFS file
+CONTENT_NAME = re.compile(r"[0-9a-f]{64}")
+
+
+def subfolder_problem(subfolder: str) -> str | None:
+    """Why ``subfolder`` cannot name a model's folder inside a checkpoint (an absolute path, or a ``..`` segment that
+    leaves it: the model exported would be whatever is there); None where it is a relative path inside it."""
+    if not subfolder:
+        return None
+    if PurePosixPath(subfolder).is_absolute():
+        return "a subfolder is a relative path inside the checkpoint, not an absolute one"
+    if ".." in PurePosixPath(subfolder).parts:
+        return "a subfolder is a relative path inside the checkpoint, with no '..' segment that leaves it"
+    return None
 
 
 def checkpoint_dir(spec: str, revision: str = "", subfolder: str = "") -> Path:
@@ -50,6 +78,8 @@ def checkpoint_dir(spec: str, revision: str = "", subfolder: str = "") -> Path:
     cache, a local directory, or a hub repository's snapshot at ``revision`` (downloaded through the hub's client,
     only ``subfolder`` and one weight format: safetensors where the repository has them). Refused naming the path
     when it holds no config.json; ``revision`` is refused for anything but a hub repository."""
+    if why := subfolder_problem(subfolder):
+        raise ValueError(f"{spec}: subfolder {subfolder!r}: {why}")
     repo = hub_model(spec)
     if revision and repo is None:
         raise ValueError(f"--revision {revision}: {spec!r} is not a hub repository (a revision pins a hub commit)")
@@ -60,6 +90,8 @@ def checkpoint_dir(spec: str, revision: str = "", subfolder: str = "") -> Path:
     where = root / subfolder
     if not (where / "config.json").is_file():
         raise ValueError(f"{spec}{'/' + subfolder if subfolder else ''}: no config.json in {where}")
+    if repo is not None:
+        check_hub_blobs(where)
     return where
 
 
@@ -85,44 +117,102 @@ def hub_snapshot(repo: str, revision: str, subfolder: str) -> Path:
         raise ValueError(hub_error(repo, revision, err)) from None
 
 
+def check_hub_blobs(where: Path) -> None:
+    """Refuse a file of a hub snapshot's folder ``where`` whose blob is not the file the hub named: the hub cache
+    keeps an LFS file (weights, most often) as ``blobs/<its sha256>`` and the snapshot links to it, and nothing
+    compares them again after the download (offline, or online once cached), so a blob zeroed in place or cut short
+    would load. One line names the file and says to delete the blob and download it again. Blobs named otherwise
+    (a git file's sha1) and copies that are not links are left to the checks after."""
+    for path in sorted(where.iterdir()):
+        if not path.is_symlink():
+            continue
+        blob = path.resolve()
+        if not (CONTENT_NAME.fullmatch(blob.name) and blob.parent.name == "blobs" and blob.is_file()):
+            continue
+        if file_sha256(blob) != blob.name:
+            raise ValueError(
+                f"hub cache file {path} is not the file the hub sent: the sha256 of its blob {blob} is not the one "
+                f"it is named by (cut short or damaged since the download); delete it (rm {shlex.quote(str(blob))}) "
+                "and download it again"
+            )
+
+
 def hub_error(repo: str, revision: str, err: Exception) -> str:
     if unreachable(err):
         return offline_text(repo)
+    if hub_failure(err) == "dropped":
+        return dropped_text(repo, err)
     at = f" at revision {revision}" if revision else ""
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"cannot read the hub repository {repo}{at}: {first}"
 
 
-def weight_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
-    """{tensor name: shape} of the safetensors files in ``directory``, read from their headers (no weight read);
-    empty when it has none (PyTorch weights: checked once loaded)."""
-    from safetensors import safe_open
+@dataclass(frozen=True)
+class Stored:
+    """A tensor as a safetensors header declares it: the file holding it, its shape and its dtype (``F32``, ``I8``)."""
 
-    shapes = {}
+    path: Path
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def stored_tensors(directory: Path) -> dict[str, Stored]:
+    """{tensor name: Stored} of the safetensors files in ``directory``, read from their headers (no weight read);
+    empty when it has none (PyTorch weights: checked once loaded). A file safetensors cannot open (a header too
+    large, cut short, two tensors on the same bytes), a tensor named twice in one header (safetensors keeps the
+    last) or in two files is a ValueError naming the file and the tensor."""
+    from safetensors import SafetensorError, safe_open
+
+    stored: dict[str, Stored] = {}
     for path in sorted(directory.glob("*.safetensors")):
-        with safe_open(str(path), "pt") as f:
-            shapes.update({key: tuple(f.get_slice(key).get_shape()) for key in f.keys()})
-    return shapes
+        try:
+            with safe_open(str(path), "pt") as f:
+                here = {key: Stored(path, tuple(f.get_slice(key).get_shape()), f.get_slice(key).get_dtype())
+                        for key in f.keys()}  # fmt: skip
+        except SafetensorError as err:
+            why = str(err).removeprefix("Error while deserializing header: ")
+            raise ValueError(
+                f"{path}: not a whole safetensors file ({why}): it is damaged or cut short; restore it or download "
+                "it again"
+            ) from None
+        if twice := named_twice(path):
+            raise ValueError(f"{path}: tensor {twice} is named twice in its header: the file is damaged")
+        if elsewhere := next((key for key in here if key in stored), None):
+            raise ValueError(f"{path}: tensor {elsewhere} is also in {stored[elsewhere].path}: one of them is stray")
+        stored.update(here)
+    return stored
+
+
+def named_twice(path: Path) -> str | None:
+    """The first tensor name a safetensors header (read whole by safetensors already) gives twice, or None."""
+    with open(path, "rb") as f:
+        header = f.read(int.from_bytes(f.read(8), "little"))
+    objects: list[list[str]] = []  # the names of each JSON object, inner ones first: the header's is the last
+    json.loads(header, object_pairs_hook=lambda pairs: objects.append([k for k, _ in pairs]) or dict(pairs))
+    seen: set[str] = set()
+    return next((name for name in objects[-1] if name in seen or seen.add(name)), None)
 
 
 def check_headers(directory: Path, name: str) -> None:
     """Refuse, before the model is built, a config whose sizes disagree with the weights' headers: its layer count
     first (the model would be built with that many layers), then every tensor's shape against the one the config
-    gives it (the model built on the meta device: no memory)."""
+    gives it and its dtype against the model's (the model built on the meta device: no memory): a floating weight
+    stored as integers (I8, BOOL, I64) would be cast to a weight of whole numbers and exported."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    shapes = weight_shapes(directory)
-    if not shapes:
+    stored = stored_tensors(directory)
+    config = model_config(directory)
+    if not stored:
         return
-    config = AutoConfig.from_pretrained(directory, trust_remote_code=False)
     text = config.get_text_config()
+    shapes = {key: entry.shape for key, entry in stored.items()}
     layers = {int(m.group(1)) for key in shapes if (m := LAYER.search(key))}
-    stored = max(layers) + 1 if layers else 0
+    held = max(layers) + 1 if layers else 0
     declared = getattr(text, "num_hidden_layers", None)
-    if declared is not None and declared != stored:
+    if declared is not None and declared != held:
         raise ValueError(
-            f"checkpoint {name}: config.json says num_hidden_layers = {declared}, its weights hold {stored} layers"
+            f"checkpoint {name}: config.json says num_hidden_layers = {declared}, its weights hold {held} layers"
         )
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
@@ -132,6 +222,26 @@ def check_headers(directory: Path, name: str) -> None:
                 f"checkpoint {name}: tensor {key} has shape {list(shapes[key])} in the weights, the config gives it "
                 f"{list(tensor.shape)}: config.json does not describe these weights"
             )
+        if key in stored and tensor.is_floating_point() and stored[key].dtype not in FLOATING:
+            raise ValueError(
+                f"{stored[key].path}: {key} is stored as {stored[key].dtype}; a floating weight must be "
+                f"{', '.join(FLOATING[:-1])} or {FLOATING[-1]}"
+            )
+
+
+def model_config(directory: Path):
+    """transformers' config of a model directory; one it refuses (``hidden_size`` not a multiple of
+    ``num_attention_heads``, a file that is not JSON) is a ValueError naming config.json and the last line of
+    transformers' reason (its validators' errors come as several lines, the validator's name first)."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(directory, trust_remote_code=False)
+    except (ValueError, OSError, StrictDataclassError) as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
+        why = lines[-1].removeprefix("ValueError: ")
+        raise ValueError(f"{directory / 'config.json'}: transformers cannot build a model from it: {why}") from None
 
 
 def check_loaded(model, info: dict, name: str) -> None:
@@ -183,6 +293,7 @@ def export(
         limit = max_positions(str(verifier)) if verifier is not None else None
         positions.check_cover(cover, max_positions(str(source)) or 1, limit)
     check_headers(source, name)
+    tokenizer_json(source)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             source, dtype=torch_dtype(dtype), trust_remote_code=False, output_loading_info=True
@@ -209,12 +320,30 @@ def vocabulary(directory: str | Path) -> tuple[int | None, str | None]:
     if (directory / "config.json").is_file():
         size = json.loads((directory / "config.json").read_text()).get("vocab_size")
     digest = None
-    if (directory / "tokenizer.json").is_file():
-        model = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8")).get("model") or {}
-        vocab = model.get("vocab")
+    if (tokenizer := tokenizer_json(directory)) is not None:
+        vocab = tokenizer["model"].get("vocab")
         if vocab is not None:
             digest = hashlib.sha256(json.dumps(vocab, sort_keys=True).encode()).hexdigest()
     return size, digest
+
+
+def tokenizer_json(directory: str | Path) -> dict | None:
+    """The tokenizer.json of a model directory, read as JSON (None where there is none); one that is not a
+    tokenizer (not JSON, not an object, a ``model`` that is no object, an empty vocabulary) is a ValueError naming
+    the file: the tokenizers library says only "expected value at line 1" or exports a model that knows no token."""
+    path = Path(directory) / "tokenizer.json"
+    if not path.is_file():
+        return None
+    try:
+        tokenizer = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a tokenizer: it is not JSON ({err})") from None
+    if not isinstance(tokenizer, dict) or not isinstance(tokenizer.get("model"), dict):
+        raise ValueError(f"{path}: not a tokenizer: it holds no JSON object with a model in it")
+    vocab = tokenizer["model"].get("vocab")
+    if vocab is not None and (not isinstance(vocab, dict | list) or not vocab):
+        raise ValueError(f"{path}: not a tokenizer: its vocabulary (model.vocab) is empty or not a map of tokens")
+    return tokenizer
 
 
 def vocabulary_problem(drafter: str | Path, verifier: str | Path, drafter_name: str, verifier_name: str) -> str | None:

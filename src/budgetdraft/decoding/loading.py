@@ -13,7 +13,10 @@ A model is named by one *spec* string (see docs/architecture.md):
 Embedded GGUFs are dequantised once and cached as safetensors under ``$BUDGETDRAFT_CACHE`` (default
 ``~/.cache/budgetdraft``), so every later load is a plain ``from_pretrained`` of a local directory (< 1 s). The
 conversion records the sha256 of each file it wrote (``CACHE_RECORD``) and every use checks them (``checked_cache``):
-a cache someone else can write (shared on a cluster, a copied home) does not decide what a spec is unnoticed.
+a file damaged since (a disk error, a copy cut short, an edit by mistake) or a conversion whose write was cut off is
+named, not loaded. The record sits beside the files it guards, so it does not stand against a writer of the cache
+(shared on a cluster, a copied home) who rewrites the record with the files: what is derived there is trusted as
+much as whoever can write ``$BUDGETDRAFT_CACHE``; keep it private to you.
 """
 
 from __future__ import annotations
@@ -484,12 +487,62 @@ def load_error(spec: str, path: str, err: OSError) -> str:
         return f"cannot load model {spec!r}: {local / 'model.safetensors'} is missing: " + remake_text(local)
     if hub_model(spec) and not local.exists() and unreachable(err):
         return offline_text(spec)
+    if hub_model(spec) and not local.exists() and hub_failure(err) == "dropped":
+        return dropped_text(spec, err)
     return f"cannot load model {spec!r}: {text.strip().splitlines()[0] if text.strip() else type(err).__name__}"
 
 
-def unreachable(err: Exception) -> bool:
+def unreachable(err: BaseException) -> bool:
     """Whether ``err`` (transformers' or the hub client's) says the hub cannot be reached: offline or no network."""
-    return any(w in str(err).lower() for w in ("couldn't connect", "offline", "cannot reach", "connection"))
+    return hub_failure(err) == "unreachable"
+
+
+def hub_failure(err: BaseException) -> str | None:
+    """What went wrong with the hub, read from the type of ``err`` or of an exception it was raised from
+    (transformers raises an OSError from the hub client's): "unreachable" (offline, not in the hub cache, no
+    connection made), "dropped" (a transfer begun and cut off: it resumes when run again) or None (anything else).
+    Never a word of the message: "connection" is also in "peer closed connection without sending complete message
+    body", a dropped transfer, which offline_text would send the user to the wrong fix for."""
+    unreachable, dropped = _network_errors()
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, dropped):
+            return "dropped"
+        if isinstance(err, unreachable):
+            return "unreachable"
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _network_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(the exception types that say no connection to the hub was made, those that say a transfer was cut off), of
+    the hub client (huggingface_hub and its HTTP library, httpx2) and of requests / urllib3 where installed."""
+    import http.client
+    import importlib
+    import socket
+
+    unreachable: list[type] = [ConnectionRefusedError, socket.gaierror]
+    dropped: list[type] = [ConnectionResetError, ConnectionAbortedError, BrokenPipeError, http.client.IncompleteRead]
+    httpx = (
+        ("ConnectError", "ConnectTimeout", "ProxyError", "PoolTimeout"),
+        ("ReadError", "ReadTimeout", "WriteError", "WriteTimeout", "RemoteProtocolError", "CloseError"),
+    )
+    named = {  # module: (its names of no connection, its names of a transfer cut off)
+        "huggingface_hub.errors": (("OfflineModeIsEnabled", "LocalEntryNotFoundError"), ()),
+        "httpx2": httpx,  # huggingface_hub's HTTP library
+        "httpx": httpx,
+        "requests.exceptions": (("ConnectionError",), ("ChunkedEncodingError", "ReadTimeout")),
+        "urllib3.exceptions": (("NewConnectionError",), ("ProtocolError", "IncompleteRead")),
+    }
+    for module_name, (no_connection, cut_off) in named.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        unreachable += [getattr(module, n) for n in no_connection if hasattr(module, n)]
+        dropped += [getattr(module, n) for n in cut_off if hasattr(module, n)]
+    return tuple(unreachable), tuple(dropped)
 
 
 def offline_text(spec: str) -> str:
@@ -499,6 +552,18 @@ def offline_text(spec: str) -> str:
         f"hub cache: fetch it where the hub is reachable (`huggingface-cli download {spec}`, pinned by `python -m "
         "budgetdraft pin`) and run with HF_HUB_OFFLINE=1, or export it there (snakemake results/models/verifier) "
         "and set verifier / drafter to that local directory"
+    )
+
+
+def dropped_text(spec: str, err: BaseException) -> str:
+    """The line for a download of a hub model cut off mid-transfer (the network dropped it): the hub client keeps
+    what arrived and resumes it on the next run."""
+    while err.__cause__ is not None and hub_failure(err.__cause__) == "dropped":
+        err = err.__cause__  # the hub client's own error, not transformers' wrapping of it
+    first = str(err).strip().splitlines()[0] if str(err).strip() else "no reason given"
+    return (
+        f"the download of {spec!r} was cut off mid-transfer ({type(err).__name__}: {first}): the network dropped it; "
+        "run the command again to resume it"
     )
 
 

@@ -18,7 +18,7 @@ def check_given(config: dict) -> None:
     (refused, naming it), a revision pins only a hub checkpoint, and a local checkpoint must exist and share the
     verifier's vocabulary (refused naming both; a hub checkpoint is checked when exported, the verifier too when it
     is a hub id)."""
-    from budgetdraft.decoding.export import vocabulary_problem
+    from budgetdraft.decoding.export import subfolder_problem, vocabulary_problem
 
     for label, given in config["variants"].items():
         if "checkpoint" not in given:
@@ -29,6 +29,8 @@ def check_given(config: dict) -> None:
                     f"variants.{label}.{key}: {label} is given as a checkpoint, not trained here, so {key} has no "
                     f"effect; remove it (with checkpoint, only {', '.join(GIVEN_KEYS[1:])} say what it is)"
                 )
+        if why := subfolder_problem(str(given.get("subfolder") or "")):
+            raise ValueError(f"variants.{label}.subfolder = {given['subfolder']!r}: {why}")
         where = Path(os.path.expanduser(str(given["checkpoint"] or ""))) / given.get("subfolder", "")
         checkpoint = str(given["checkpoint"] or "")
         if given.get("not_run") and checkpoint:

@@ -11,7 +11,11 @@ def configure_parser(parser) -> None:
     parser.add_argument("--out", required=True, help="output Hugging Face directory")
     parser.add_argument("--dtype", default=DTYPE, choices=DTYPES, help="dtype the weights are stored in")
     parser.add_argument("--revision", default="", help="hub commit to read a hub id at (config `revisions:`)")
-    parser.add_argument("--subfolder", default="", help="the model's folder inside the hub repository or directory")
+    parser.add_argument(
+        "--subfolder",
+        default="",
+        help="the model's folder inside the hub repository or directory (a relative path inside it)",
+    )
     parser.add_argument(
         "--verifier",
         help="a verifier directory whose vocabulary the model must share (a drafter given as a checkpoint)",
