@@ -2,7 +2,8 @@
 
 A decode step is one forward of a decoder over a fixed-capacity ``PreallocatedCache`` in fixed mode: q new
 tokens are written at the device slot, and the queries attend over all ``capacity`` slots through a mask (slot
-index ≤ the query's own slot). Its shapes depend on q and the capacity alone, never on how far decoding has got:
+index ≤ the query's own slot). What every layer shares is made once a step, not once a layer: the slots written and
+the mask, additive in the cache's dtype. Its shapes depend on q and the capacity alone, never on how far decoding has got:
 the verifier's AR step (q = 1), its verify (q = γ + 1, padded on the last round), the drafter's step (q = 1). The
 slot and the real position (slot + a per-generation offset: a sparse drafter's cache holds fewer slots than the
 positions it has seen) are device tensors, so a step reads nothing from the host.
@@ -58,14 +59,15 @@ def decode_step(decoder, cache: PreallocatedCache, tokens: torch.Tensor, output_
     """One fixed-shape forward of ``tokens`` [1, q] at the cache's device slot: positions slot + offset + i, a mask
     over all ``capacity`` slots; the slot is advanced by q on the device. Returns the decoder's output."""
     q = tokens.shape[1]
-    steps = torch.arange(q, device=tokens.device)
-    query_slots = cache.slot + steps  # [q]
-    mask = torch.arange(cache.capacity, device=tokens.device)[None, :] <= query_slots[:, None]  # [q, capacity]
+    query_slots = cache.slot + torch.arange(q, device=tokens.device)  # [q]
+    cache.writes = query_slots  # every layer writes its keys/values there (one index a step, not one a layer)
+    # [1, 1, q, capacity], additive (0 / −inf): SDPA would turn a boolean mask into this in every layer
+    mask = torch.where(cache.slot_index <= query_slots.view(1, 1, q, 1), *cache.mask_values)
     out = decoder(
         input_ids=tokens,
         past_key_values=cache,
-        position_ids=(query_slots + cache.position_offset)[None],
-        attention_mask=mask[None, None],
+        position_ids=(query_slots + cache.position_offset).view(1, q),
+        attention_mask=mask,
         use_cache=True,
         output_hidden_states=output_hidden_states,
     )

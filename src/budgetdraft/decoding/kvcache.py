@@ -58,11 +58,17 @@ class PreallocatedLayer(CacheLayerMixin):
             setattr(self, name, new)
         self.capacity = capacity
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, writes=None, **kwargs):
+        """Write the step's keys/values; fixed mode writes them at ``writes`` ([q] slots, computed once a step for
+        every layer by the step, ``PreallocatedCache.writes``; else slot … slot + q − 1 here)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         if self.slot is not None:  # fixed mode: the host-side length is advanced by the caller, outside the step
-            where = self.slot + torch.arange(key_states.shape[-2], device=self.slot.device)
+            where = (
+                writes
+                if writes is not None
+                else self.slot + torch.arange(key_states.shape[-2], device=self.slot.device)
+            )
             self.keys.index_copy_(2, where, key_states)
             self.values.index_copy_(2, where, value_states)
             return self.keys, self.values
@@ -103,6 +109,13 @@ class PreallocatedCache(Cache):
         super().__init__(layers=[PreallocatedLayer(capacity) for _ in range(num_layers)])
         self.slot: torch.Tensor | None = None  # fixed mode (``fix``): [] long on the cache's device
         self.position_offset: torch.Tensor | None = None  # fixed mode: real position − slot (a sparse drafter's gap)
+        self.slot_index: torch.Tensor | None = None  # fixed mode: [1, 1, 1, capacity] long, 0 … capacity − 1
+        self.mask_values: tuple[torch.Tensor, torch.Tensor] | None = None  # fixed mode: 0 and −inf, the KV's dtype
+        self.writes: torch.Tensor | None = None  # fixed mode, set by each step: [q] the slots its queries write
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        """A layer's write: in fixed mode at the step's ``writes`` (one index for every layer, not one a layer)."""
+        return self.layers[layer_idx].update(key_states, value_states, writes=self.writes)
 
     @classmethod
     def from_kv(cls, kv: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> PreallocatedCache:
@@ -130,6 +143,14 @@ class PreallocatedCache(Cache):
         if self.slot is None or self.slot.device != device:
             self.slot = torch.zeros((), dtype=torch.long, device=device)
             self.position_offset = torch.zeros((), dtype=torch.long, device=device)
+        if self.slot_index is None or self.slot_index.device != device or self.slot_index.shape[-1] != self.capacity:
+            self.slot_index = torch.arange(self.capacity, device=device).view(1, 1, 1, self.capacity)
+        dtype = self.layers[0].keys.dtype
+        if self.mask_values is None or self.mask_values[0].device != device or self.mask_values[0].dtype != dtype:
+            self.mask_values = (
+                torch.zeros((), dtype=dtype, device=device),
+                torch.full((), -torch.inf, dtype=dtype, device=device),
+            )
         self.slot.fill_(length)
         self.position_offset.fill_(position_offset)
         for layer in self.layers:

@@ -23,9 +23,10 @@ from budgetdraft.decoding.sampling import Sampler
 
 
 def top2(logits: torch.Tensor) -> tuple[int, float]:
-    """The runner-up token of ``logits`` [V] and the top-1 − top-2 margin."""
+    """The runner-up token of ``logits`` [V] and the top-1 − top-2 margin (taken on the host, as ``greedy_top2``)."""
     values, ids = logits.float().topk(2)
-    return int(ids[1]), float(values[0] - values[1])
+    best, second = values.double().tolist()
+    return int(ids[1]), best - second
 
 
 def position_range(start: int, length: int, device) -> torch.Tensor:
@@ -137,8 +138,8 @@ class Verifier:
         """The greedy token after the last row of ``hidden``, its runner-up and their logit margin (one read of
         the device; the logit soft-capping or scaling some models apply after the head is monotonic)."""
         values, ids = self.lm_head(hidden[0, -1]).float().topk(2)
-        first, runner_up, margin = torch.cat([ids.double(), (values[:1] - values[1:]).double()]).tolist()
-        return int(first), int(runner_up), margin
+        first, runner_up, best, second = torch.cat([ids.double(), values.double()]).tolist()
+        return int(first), int(runner_up), best - second  # the margin on the host: no kernel a step for it
 
     @torch.no_grad()
     def verify(self, hidden: torch.Tensor, drafts: torch.Tensor) -> tuple[list[int], int, int]:
