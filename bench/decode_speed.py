@@ -41,7 +41,8 @@ from pathlib import Path
 
 import torch
 
-from budgetdraft.decoding import attention, hf
+from budgetdraft import hf
+from budgetdraft.decoding import attention
 from budgetdraft.decoding.draftvocab import ReducedHead, frequent_tokens
 from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers, prefill
 from budgetdraft.decoding.loading import load_model, load_tokenizer
