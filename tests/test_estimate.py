@@ -14,9 +14,12 @@ from budgetdraft.pipeline import estimate, roofline
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def paper_estimator(device="a100-80g", alpha=0.5, engine="eager", cache="preallocated", **changes):
+def paper_estimator(device="a100-80g", alpha=0.5, engine="eager", cache="preallocated", measured=False, **changes):
+    """The paper config's estimator; the roofline's steps unless ``measured`` (then bench/gpu_decode.py's, where
+    it measured these models: tests/test_gpusteps.py)."""
     cfg = {**yaml.safe_load((ROOT / "config/paper.yaml").read_text()), **changes}
-    return cfg, estimate.Estimator(cfg, estimate.DEVICES[device], alpha, engine=engine, cache=cache)
+    est = estimate.Estimator(cfg, estimate.DEVICES[device], alpha, engine=engine, cache=cache, gpu_measured=measured)
+    return cfg, est
 
 
 def test_the_per_layer_cost_reproduces_the_papers_own_ar_throughput_on_dynamic_cache_traffic():

@@ -37,6 +37,7 @@ from budgetdraft.base.defaults import EAGER, ENGINE, ENGINES, GRAPHS, PREFILL_RU
 from budgetdraft.base.names import SHARED, split_engine_label, split_length_label
 from budgetdraft.evaluation.cellfile import path_key
 from budgetdraft.evaluation.cellspec import CellSpec
+from budgetdraft.pipeline import gpusteps
 from budgetdraft.pipeline.configcheck import check_config
 from budgetdraft.pipeline.plan import Plan
 from budgetdraft.pipeline.roofline import BYTES, DEVICES, Device, Model, shape, tokens_per_round
@@ -90,10 +91,12 @@ class Estimator:
         cells_per_process: int = 0,
         engine: str = ENGINE,
         cache: str = "preallocated",
+        gpu_measured: bool = True,
     ):
         """``engine``: how the cells' decode steps run (our engine: one of ``ENGINES``, checked where it is read,
         ``run``); ``cache="dynamic"``: as HF's DynamicCache decoding instead (the paper's own timings, what the
-        per-layer cost is calibrated on)."""
+        per-layer cost is calibrated on); ``gpu_measured``: on a GPU, our engine's steps as bench/gpu_decode.py
+        measured them where it measured these models (`budgetdraft.pipeline.gpusteps`), else the roofline's."""
         if engine == GRAPHS and not device.cuda:
             raise ValueError(
                 f"--engine graphs: CUDA graphs need a GPU, and {device.name} is none (the pipeline refuses "
@@ -103,6 +106,15 @@ class Estimator:
         v, d = device.measured.get("verifier"), device.measured.get("drafter")
         self.verifier = Model(shape(cfg["verifier"]), BYTES[cfg["verifier_dtype"]], device, engine, cache, v)
         self.drafter = Model(shape(cfg["drafter"]), BYTES[cfg["drafter_dtype"]], device, engine, cache, d)
+        # on a GPU our engine's steps cost what bench/gpu_decode.py measured, where it measured these models
+        dtypes = (cfg["verifier_dtype"], cfg["drafter_dtype"])
+        found = None
+        if gpu_measured and device.cuda and cache == "preallocated":
+            found = gpusteps.applying(self.verifier.shape, self.drafter.shape, dtypes, engine)
+        self.gpu_steps = found[0] if found else None
+        if self.gpu_steps:
+            self.verifier = replace(self.verifier, slowdown=found[1])
+            self.drafter = replace(self.drafter, slowdown=found[2]) if found[2] else self.drafter
         self.trainee = Model(self.drafter.shape, BYTES[cfg["training"].get("dtype", "float32")], device)
         # which process loads a cell's models (workflow/rules/warm.smk): on the CPU the forking warm process, once
         # for all cells; on a GPU the resident process, once per `cells_per_process` cells (0: all of them); with
@@ -302,6 +314,25 @@ def check_fits(cfg: dict, est: Estimator, gpu: str) -> None:
 # ------------------------------------------------------------------------------------------------------ report
 
 
+def engine_line(est: Estimator) -> str:
+    """The report's assumption about the decode steps: our engine's fixed shape, and whose steps cost it (measured
+    on a GPU: `gpusteps`; else the roofline's, its per-layer cost under eager)."""
+    line = (
+        f"- engine {est.engine}: a decode step is one fixed shape over the whole pre-allocated cache (prompt + new "
+        f"tokens + γ + 1, rounded up to {SLOT_ROUNDING} slots, masked), "
+    )
+    if est.gpu_steps:
+        return line + est.gpu_steps.says(est.engine) + " (compiling and capturing in a cell's warm-up not costed)."
+    if est.engine == EAGER:
+        line += "with the per-layer overhead (eager: op by op)."
+    else:
+        line += (
+            "without the per-layer overhead (graphs: one CUDA graph a step; compiling and capturing each shape in a "
+            "cell's warm-up is not costed); prefills and training run eagerly."
+        )
+    return line + (" No GPU measurement of these models: guessed efficiencies." if est.device.cuda else "")
+
+
 def report(cfg: dict, stages: dict[str, Cost], est: Estimator, gpu: str) -> str:
     dev = est.device
     lines = [
@@ -340,14 +371,7 @@ def report(cfg: dict, stages: dict[str, Cost], est: Estimator, gpu: str) -> str:
         "- a forward takes max(FLOPs / throughput, bytes / bandwidth) + layers x overhead; its bytes are the weights "
         "and the KV cache it attends over, read once (pre-allocated: written in place, never copied); training steps "
         "cost 3x a forward.",
-        f"- engine {est.engine}: a decode step is one fixed shape over the whole pre-allocated cache (prompt + new "
-        f"tokens + γ + 1, rounded up to {SLOT_ROUNDING} slots, masked), "
-        + (
-            "with the per-layer overhead (eager: op by op)."
-            if est.engine == EAGER
-            else "without the per-layer overhead (graphs: one CUDA graph a step; compiling and capturing each "
-            "shape in a cell's warm-up is not costed); prefills and training run eagerly."
-        ),
+        engine_line(est),
         "- a speculative round: γ drafter steps on its sparse cache (B kept + new tokens + γ + 1 slots) and one "
         "verifier step of γ + 1 tokens, (1 − α^(γ+1)) / (1 − α) tokens per round; TriForce and EAGLE-3 cells are costed as SD.",
         (

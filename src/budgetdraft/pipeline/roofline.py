@@ -157,6 +157,9 @@ class Model:
     # measured on this machine (`budgetdraft.pipeline.machine`): a decode step's seconds, fixed + per layer, at the
     # probe's context, and a verify of `verify_rows` tokens as a multiple of a step; None: the roofline's
     measured: dict | None = None
+    # measured on a GPU by bench/gpu_decode.py (`budgetdraft.pipeline.gpusteps.Slowdown`): a step's time ÷ its
+    # bandwidth bound, which a step here costs on top of its own bound; None: the roofline's
+    slowdown: object = None
 
     def forward(
         self, tokens: float, context: float, logits: float = 1, train: bool = False, overhead: bool = True
@@ -179,6 +182,9 @@ class Model:
         per-layer cost under eager, none under graphs (the step is one CUDA graph). DynamicCache: over ``cached``."""
         if self.cache == "dynamic":
             return self.forward(tokens, cached)
+        if self.slowdown is not None:  # the bench's bound (stored weights + the KV held) x its measured slowdown
+            s, b = self.shape, self.dtype_bytes
+            return self.slowdown.seconds((s.params * b + s.kv_bytes(cached, b)) / self.device.bandwidth, cached, tokens)
         if self.measured:  # the measured step, its KV beyond the probe's context read at the measured bandwidth
             m = self.measured
             step = m["fixed_s"] + self.shape.layers * m["per_layer_s"]
