@@ -16,7 +16,7 @@ from pathlib import Path
 
 # src/ is on sys.path (Snakefile): the workflow runs the library it declares as code inputs.
 from budgetdraft.base import defaults, names, revisions
-from budgetdraft.evaluation.cellfile import cell_path
+from budgetdraft.evaluation.cellfile import cell_path, path_key
 from budgetdraft.pipeline.plan import Plan
 from budgetdraft.pipeline.setaside import guard, set_aside
 
@@ -63,10 +63,22 @@ def planned_files():
     return {**PLAN.settings.files(), RUN_RECORD: run_record_json()}
 
 
+def planned_cell(path):
+    """The CellSpec the plan measures at cell file ``path`` (its job's, as cell_spec renders it), which the file's
+    record must be (budgetdraft.evaluation.cellfile.problem), when Snakemake plans and in rule set_aside's job; None
+    for a path that is no cell of a label of the plan (its checks alone)."""
+    key = path_key(path)
+    if key.get("label") not in PLAN.labels.method:
+        return None
+    replicate = None if key["replicate"] == names.SHARED else key["replicate"]
+    cell = [key[c] for c in ("label", "dataset", "context", "budget", "gamma")]
+    return PLAN.jobs.spec(*cell, replicate)
+
+
 def set_aside_marker(path):
     """The marker input of the job that makes ``path`` (budgetdraft.pipeline.setaside.guard): [] for a whole file
     never set aside."""
-    return guard(path, planned_files())
+    return guard(path, planned_files(), cells=planned_cell)
 
 
 # ---------------------------------------------------------------- input functions and params

@@ -6,12 +6,16 @@ parquet footer, a CRC on every data page), and a file whose bytes changed after 
 hand edit, a half-finished copy) no longer gives its digest, or no longer parses, and is refused. Identity: its rows
 hold one cell, the one its path names (results/cells/LABEL[/rR]/DATASET/CONTEXT/B{B}_g{γ}.parquet, `cell_parts`).
 Invariants: counts are non-negative, `accepted` ≤ `drafted` and `accepted` < `new_tokens` (`check_rows`),
-`new_tokens` ≥ 1, times are non-negative, and the derived columns (`REDUNDANT`) are what their inputs give. Every
-reader verifies all of it (`read_checked`): a file without a digest is refused.
+`new_tokens` ≥ 1, times are non-negative, and the derived columns (`REDUNDANT`) are what their inputs give. Its
+record (the `config` column: `budgetdraft.evaluation.cellspec.CellSpec.record`) is one for all its rows, of a version
+this code reads, and names the cell its rows are (`check_record`). Every reader verifies all of it (`read_checked`):
+a file without a digest is refused. The workflow's plan-time check (`problem`) also compares the record with the
+spec the plan measures at the file's path (`budgetdraft.evaluation.cellspec.record_difference`): a cell copied in
+from another checkout, of another budget, drafter or number of new tokens, is measured again.
 
 Every refusal is a `BadCell` (a ValueError) naming the file and the reason in one line; a write that fails (a full
 disk) is a ValueError naming the file, with nothing left behind (`write_cell`). Only the standard library, numpy,
-pandas and pyarrow: the workflow imports this module at plan time.
+pandas and pyarrow (and `cellspec`, which needs no more): the workflow imports this module at plan time.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from budgetdraft.base.jsonio import first_difference
 from budgetdraft.base.names import SHARED
+from budgetdraft.evaluation.cellspec import CellSpec, UnknownRecord, read_record, record_difference
 from budgetdraft.evaluation.sealed import Damaged, read_sealed, write_sealed
 
 FIX = "delete it and re-run to re-measure it"  # the workflow sets such a file aside by itself (docs/pipeline.md)
@@ -78,10 +84,12 @@ class BadCell(Damaged):
 
 def write_cell(frame: pd.DataFrame, out: str | Path) -> None:
     """Write a cell's rows to ``out`` atomically, sealed (`budgetdraft.evaluation.sealed.write_sealed`); rows that
-    break a cell's invariants, or that are not the cell ``out`` names, are refused before anything is written."""
+    break a cell's invariants, that are not the cell ``out`` names, or whose record a reader refuses
+    (`check_record`), are refused before anything is written."""
     table = pa.Table.from_pandas(frame, preserve_index=False)
     check_rows(table, out)
     check_identity(table, out)
+    check_record(table, out)
     write_sealed(table, out)
 
 
@@ -213,13 +221,48 @@ def path_text(key: dict) -> str:
     return ", ".join(f"{c} {key[c]!r}" for c in IDENTITY if c in key)
 
 
-def read_checked(path: str | Path) -> pa.Table:
-    """A cell file's table once it has proven its integrity (`read_table`), its invariants (`check_rows`) and its
-    identity (`check_identity`): what every reader of a cell reads (the tables', the claims', the workflow's), so
-    none uses a file that the others would refuse. Any failure is a `BadCell` naming the file."""
+RECORD = "config"  # the column holding a cell's record (CellSpec.record), the same in every row
+
+
+def check_record(table: pa.Table, path, planned: CellSpec | None = None) -> dict:
+    """A cell file's record as {field: value} (`read_record`: any version written so far; {} for a file without
+    one, which no eval-cell wrote: it has recorded its flags since its first version), refused when its rows hold
+    more than one, when it is not text, of a version this code does not know or no JSON object, when it is not the
+    cell ``planned`` (`record_difference`; None: not compared), or when an identity field it holds (label, dataset,
+    context, B, γ, replicate) is not its rows' (that is, its path's)."""
+    if RECORD not in table.column_names:
+        return {}
+    texts = pc.unique(table.column(RECORD)).to_pylist()
+    if len(texts) > 1:
+        raise BadCell(path, f"its rows hold more than one record ({RECORD} {texts[0]!r:.80} and {texts[1]!r:.80})")
+    text = texts[0] if texts else ""
+    if text is not None and not isinstance(text, str):
+        raise BadCell(path, f"its record ({RECORD}) is {type(text).__name__} {text!r:.80}, not text")
+    try:
+        record = read_record(text or "")
+    except UnknownRecord as e:
+        raise BadCell(path, f"its record ({RECORD}) {e.reason}") from None
+    if planned is not None and (difference := record_difference(record, planned)) is not None:
+        raise BadCell(path, difference)
+    cell = {**path_key(path), **{c: table.column(c)[0].as_py() for c in IDENTITY if c in table.column_names}}
+    cell.setdefault("replicate", SHARED)
+    for column in IDENTITY:
+        if column in record and column in cell and first_difference(record[column], cell[column]) is not None:
+            found, rows = f"{column} {record[column]!r}", f"{column} {cell[column]!r}"
+            raise BadCell(path, f"its record ({RECORD}) is another cell ({found}) than its rows ({rows})")
+    return record
+
+
+def read_checked(path: str | Path, planned: CellSpec | None = None) -> pa.Table:
+    """A cell file's table once it has proven its integrity (`read_table`), its invariants (`check_rows`), its
+    identity (`check_identity`) and that its record is one this code reads, of that cell (`check_record`): what
+    every reader of a cell reads (the tables', the claims', the workflow's), so none uses a file that the others
+    would refuse; the workflow also gives the cell it plans there (``planned``). Any failure is a `BadCell` naming
+    the file."""
     table = read_table(path)
     check_rows(table, path)
     check_identity(table, path)
+    check_record(table, path, planned)
     return table
 
 
@@ -232,11 +275,13 @@ def read_frame(path: str | Path, columns=None) -> pd.DataFrame:
         raise BadCell(path, f"its rows do not decode ({type(e).__name__}: {str(e)[:200]})") from None
 
 
-def problem(path: str | Path) -> str | None:
-    """Why an existing cell file cannot be used (a sealed cell whose rows hold), or None when it can: the
-    workflow's plan-time check, which sets such a file aside to measure the cell again."""
+def problem(path: str | Path, planned: CellSpec | None = None) -> str | None:
+    """Why an existing cell file cannot be used, or None when it can: the workflow's plan-time check (and its
+    set_aside job's), which sets such a file aside to measure the cell again. A cell is used when it passes every
+    reader's check (`read_checked`) and its record is the cell ``planned``, the spec the plan measures at its path
+    (`record_difference`: every field that defines the measurement; None: the checks alone)."""
     try:
-        read_checked(path)
+        read_checked(path, planned)
     except BadCell as e:
         return e.reason
     return None

@@ -3,7 +3,8 @@
 The plan builds it for every cell of a config (``budgetdraft.pipeline.plan``), `eval-cell` parses its flags into it,
 and the library takes nothing else: ``make_decoder``, every drafter factory, the warm process's sharing and the cost
 estimate read its fields. Each row of a cell file records it (``record``) under a versioned schema
-(``CELL_SCHEMA``); ``read_record`` reads every version written so far and refuses one it does not know.
+(``CELL_SCHEMA``); ``read_record`` reads every version written so far and refuses one it does not know
+(``UnknownRecord``), and ``record_difference`` says where a record is not the cell the plan measures at its path.
 
 When a cell may share work with the cells beside it is decided here once (``shares_warm_up``,
 ``shares_drafter_prefill``): the forking warm process, the shared drafter prefill and the cost estimate all ask.
@@ -13,9 +14,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 
 from budgetdraft.base.defaults import CHUNK_SIZE, DEVICE, DTYPE, EAGER, ENGINE, POLICY, SCORE_WINDOW, THREADS
+from budgetdraft.base.jsonio import first_difference
 from budgetdraft.base.names import SHARED, SHARED_DRAFTER_PREFILL
 
 # Version of the record a cell row carries in its `config` column. 1: eval-cell's flags as parsed (no version key;
@@ -25,6 +27,9 @@ SCHEMA_KEY = "cell_schema"
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")  # a cell's sampling settings (config `sampling`)
 FORKED_METHODS = ("ar", "sd")  # methods whose warm-up and drafter state a forking warm process may make for a cell
 PREFILLED_METHODS = ("sd",)  # ... and whose drafter's full prefill it may make once for all cells of a drafter
+# The one field of a cell that does not define what it measured (record_difference): Snakemake gives a job config
+# `threads` capped at --cores, so the same cell records 1 when measured under --cores 1 and 2 under --cores 2.
+UNCOMPARED = ("threads",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,19 +102,64 @@ class CellSpec:
         return json.dumps(dict(sorted(out.items())))
 
 
+class UnknownRecord(ValueError):
+    """A cell row's record this code cannot read: ``reason`` says why (``has cell_schema 3; ...``), without the
+    remedy that ``str()`` adds, so that a reader naming the file adds its own."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"a cell row's config {reason}: remove the cell file and measure it again")
+
+
 def read_record(text: str) -> dict:
     """A cell row's recorded `config` as {field: value} of the current schema, from any version written so far:
     version 1 (eval-cell's flags, no version key) has the same names, and lacks the sampling flags when it predates
-    sampling mode (greedy, their defaults). A version newer than this code's is refused, naming it: such a cell is
-    measured again, never misread. An empty record (cells before any record) reads as {}."""
+    sampling mode (greedy, their defaults). A version newer than this code's, or a record that is no JSON object, is
+    refused (``UnknownRecord``), naming it: such a cell is measured again, never misread. An empty record (cells
+    before any record) reads as {}."""
     if not text:
         return {}
-    values = json.loads(text)
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError:
+        raise UnknownRecord("is not JSON") from None
+    if not isinstance(values, dict):
+        raise UnknownRecord(f"is a JSON {type(values).__name__}, not an object")
     version = values.pop(SCHEMA_KEY, 1)
-    if not isinstance(version, int) or not 1 <= version <= CELL_SCHEMA:
-        raise ValueError(
-            f"a cell row's config has {SCHEMA_KEY} {version!r}; this code reads versions 1 to {CELL_SCHEMA}: "
-            "remove the cell file and measure it again"
-        )
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= CELL_SCHEMA:
+        raise UnknownRecord(f"has {SCHEMA_KEY} {version!r}; this code reads versions 1 to {CELL_SCHEMA}")
     values.pop("out", None)  # version 1: the file's own path
     return values
+
+
+def record_difference(recorded: Mapping, planned: CellSpec) -> str | None:
+    """Where a cell's record (``read_record``, any version) first differs from the spec the plan measures at the
+    cell's path, in the order of the spec's fields, as ``its record says budget 64, the plan wants 128``; None when
+    it is the plan's cell. Every field that defines the measurement is compared; a field an older record lacks takes
+    its default, and one without a default (the cell's label, method, models, prompts, new tokens) that a record
+    lacks cannot be shown to be the plan's. Not compared: ``UNCOMPARED`` (the threads a run gave the job), and in
+    greedy mode the sampling settings but the temperature, which eval-cell's command line carries only in sampling
+    mode (``budgetdraft.pipeline.plan.CellJobs.eval_cell_flags``), so a greedy cell records their defaults whatever
+    the config's `sampling` holds. Keys that are no field (the shared drafter prefill: how the process ran) are not
+    compared either."""
+    for field in fields(CellSpec):
+        sampling_only = not planned.temperature and field.name in SAMPLING_FIELDS and field.name != "temperature"
+        if field.name in UNCOMPARED or sampling_only:
+            continue
+        wanted = getattr(planned, field.name)
+        if field.name not in recorded and field.default is MISSING:
+            return f"its record says no {field.name}, the plan wants {wanted!r}"
+        found = recorded.get(field.name, field.default)
+        if first_difference(_compared(field.name, found), _compared(field.name, wanted)) is not None:
+            return f"its record says {field.name} {found!r}, the plan wants {wanted!r}"
+    return None
+
+
+def _compared(name: str, value):
+    """A field's value as compared: a baseline's ``extra`` settings as the JSON they hold, not as they are spelled."""
+    if name == "extra" and isinstance(value, str) and value:
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value

@@ -1,7 +1,9 @@
 """A file the workflow made that can no longer be used is set aside (never deleted) and made again, by a job, under
 Snakemake's lock: a grid cell, a positional profile or a shared verifier prefill that is cut short, damaged or
-edited (each is sealed: budgetdraft.evaluation.sealed), and a settings file or the run record that is not what the
-plan writes there (edited by hand). Unchecked, such a file would stop every job that reads it, or be published.
+edited (each is sealed: budgetdraft.evaluation.sealed), a grid cell whose record is not the cell the plan measures
+at its path (copied in from another checkout or config: budgetdraft.evaluation.cellfile.problem), and a settings
+file or the run record that is not what the plan writes there (edited by hand). Unchecked, such a file would stop
+every job that reads it, or be published.
 
 How, with Snakemake's own means (no step before its lock, no patch of its internals):
 
@@ -92,15 +94,19 @@ KINDS = {  # path prefix under results/ -> (what it is, its check, the set-aside
 }
 
 
-def kind_of(path: str, planned: dict[str, str]) -> tuple[str, object, str | None]:
+def kind_of(path: str, planned: dict[str, str], cells=None) -> tuple[str, object, str | None]:
     """(what it is, its check, the suffix of its set-aside copy, None: removed) of a file the workflow guards: a file
-    written from the plan alone (``planned``: {path: JSON}) must hold that JSON."""
+    written from the plan alone (``planned``: {path: JSON}) must hold that JSON, and a cell file must be the cell
+    that ``cells`` (a cell file's path -> the CellSpec the plan measures there, or None: its checks alone) gives for
+    its path, asked only of a file that is there."""
     if path in planned:  # made from the config alone: nothing to keep, removed (its marker names the difference)
         return "settings file", stale_problem(planned[path]), None
     inside = path.removeprefix(f"{ROOT}/")
-    for prefix, kind in KINDS.items():
+    for prefix, (what, check, suffix) in KINDS.items():
         if inside.startswith(prefix):
-            return kind
+            if prefix == "cells/" and cells is not None:
+                return what, lambda p, check=check: check(p, cells(path)), suffix
+            return what, check, suffix
     raise ValueError(f"{path}: not a file the workflow sets aside")
 
 
@@ -132,11 +138,12 @@ def marker_path(path: str, n: int) -> str:
 _said: set[str] = set()
 
 
-def guard(path: str, planned: dict[str, str], say=None) -> list[str]:
+def guard(path: str, planned: dict[str, str], say=None, cells=None) -> list[str]:
     """The marker input of the job that makes ``path`` (in its rule's input function): the latest marker of a file
     set aside before (its input ever since), a new one (`damage_id`) when the file has a problem now, else none.
-    Reads only; a problem is said once per process (``say``: where, default stderr)."""
-    what, check, suffix = kind_of(path, planned)
+    Reads only; a problem is said once per process (``say``: where, default stderr). ``planned`` and ``cells``: what
+    the plan writes there (`kind_of`)."""
+    what, check, suffix = kind_of(path, planned, cells)
     done = markers(path)
     problem = thing_problem(Path(path), check)
     if problem is None:
@@ -165,11 +172,12 @@ def guarded_path(marker: str) -> str:
     return str(Path(ROOT) / MARKER.sub("", str(inside)))
 
 
-def set_aside(marker: str, planned: dict[str, str]) -> str:
-    """Rule set_aside's job: check the file of ``marker`` again, move it aside when it still has a problem (never
-    delete it), and write the marker saying what was done; returns that line."""
+def set_aside(marker: str, planned: dict[str, str], cells=None) -> str:
+    """Rule set_aside's job: check the file of ``marker`` again, as `guard` did (``planned`` and ``cells`` the
+    same), move it aside when it still has a problem (never delete it), and write the marker saying what was done;
+    returns that line."""
     path = guarded_path(marker)
-    what, check, suffix = kind_of(path, planned)
+    what, check, suffix = kind_of(path, planned, cells)
     problem = thing_problem(Path(path), check)
     if problem is None:
         line = f"{what} {path}: found whole when this job ran; nothing moved"
