@@ -83,6 +83,14 @@ def expected_cells(cfg: dict) -> set:
     return cells
 
 
+def copies(cfg: dict, label: str) -> list[str]:
+    """The folders of a cell's files under results/cells/: LABEL/rR per replicate of a replicated cell (a long
+    generation's, LABEL~N: the first replicate only, issue 56), LABEL for a shared one."""
+    if not replicated(cfg, label):
+        return [label]
+    return [f"{label}/r{r}" for r in range(1 if "~" in label else cfg["replicates"])]
+
+
 def replicated(cfg: dict, label: str) -> bool:
     """A cell measured once per training replicate: a trained variant, or SD / TriForce / PI / SD's full cache on a
     trained base drafter."""
@@ -96,10 +104,7 @@ PAPER_TABLES = ["main", "ablation_lc", "lambda", "comparison", "single_budget", 
 def cell_files(cfg: dict, grid: set) -> set:
     """The files of ``grid``'s cells: results/cells/LABEL/rR/... per replicate, results/cells/LABEL/... shared."""
 
-    def where(label):
-        return [f"{label}/r{r}" for r in range(cfg["replicates"])] if replicated(cfg, label) else [label]
-
-    return {f"results/cells/{w}/{d}/{c}/B{b}_g{g}.parquet" for label, d, c, b, g in grid for w in where(label)}
+    return {f"results/cells/{w}/{d}/{c}/B{b}_g{g}.parquet" for label, d, c, b, g in grid for w in copies(cfg, label)}
 
 
 def key(path: str) -> dict:
@@ -119,9 +124,9 @@ def drafters(p: Plan, cells) -> set:
 # (config, its grid cells, its cell files): grid + controls; shared cells + replicated cells x replicates
 GRID_SIZES = [
     # the copier (lookup) at every dataset x context, and the long generations (config: 4 methods x 3 contexts; ci:
-    # 3 x 2; paper: 4 x 3), of which SD's and λ = 0.5's are per replicate
-    ("config", 185 + 45 + 9 + 12, 11 + 9 + 6 + (174 + 45 + 6) * 3),
-    ("ci", 84 + 18 + 6 + 6, 8 + 6 + 4 + (76 + 18 + 2) * 2),
+    # 3 x 2; paper: 4 x 3), of which SD's and λ = 0.5's are on the first replicate only
+    ("config", 185 + 45 + 9 + 12, 11 + 9 + 6 + 6 + (174 + 45) * 3),
+    ("ci", 84 + 18 + 6 + 6, 8 + 6 + 4 + 2 + (76 + 18) * 2),
     ("paper", 693 + 45 + 9 + 12, 693 + 45 + 9 + 12),
 ]
 
@@ -131,7 +136,7 @@ def test_the_grid_is_every_cell_the_artifacts_ask_for(name, cells, files):
     cfg = config(name)
     grid = expected_cells(cfg)
     assert len(grid) == cells
-    assert sum(cfg["replicates"] if replicated(cfg, c[0]) else 1 for c in grid) == files
+    assert sum(len(copies(cfg, c[0])) for c in grid) == files
     p = Plan(cfg)
     assert len(p.cells.all_cells()) == files and set(p.cells.all_cells()) == cell_files(cfg, grid)
     shared = [c for c in p.cells.all_cells() if key(c)["replicate"] == names.SHARED]
@@ -298,7 +303,7 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers():
     assert len(drafters(p, p.cells.all_cells())) == 6 * reps + reps and p.cells.in_all.count("variants") == 1  # + PI's
     places = [(d, c, b) for d in cfg["datasets"] for c in cfg["contexts"] for b in cfg["budgets"]]
     per_replicate = [c for c in p.cells.all_cells() if key(c)["replicate"] != names.SHARED]
-    assert len(per_replicate) == (76 + 18 + 2) * reps + 2 * len(places) * reps  # + SD's long generations
+    assert len(per_replicate) == (76 + 18) * reps + 2 + 2 * len(places) * reps  # + the long generations: r0's
     for label in EXTRA_VARIANTS:
         assert all(f"results/drafters/r{r}/{label}" in drafters(p, p.cells.all_cells()) for r in range(reps))
         for r in range(reps):

@@ -305,7 +305,9 @@ class CellGrid:
 
     def long_cells(self) -> list[str]:
         """The long-generation control's cells (`long_generation`): each of its labels (LABEL~N) on its dataset at
-        every context, at its budget (AR and the copier: none) and γ_fixed (AR: 0)."""
+        every context, at its budget (AR and the copier: none) and γ_fixed (AR: 0); a trained drafter's on its first
+        training replicate only (CP-long has stayed far from its threshold in every run: its interval then covers
+        prompts, and the report's row says so, `budgetdraft.report.claims.spread_text`)."""
         ls, long = self.labels, self.labels.long
         if not long:
             return []
@@ -315,9 +317,10 @@ class CellGrid:
             budgets = [long["budget"]] if self.budgets_of(label) == self.plan.budgets else self.budgets_of(label)
             for c in self.plan.contexts:
                 for b in budgets:
-                    out += self.cell_files(
+                    files = self.cell_files(
                         label, long["dataset"], c, 0 if ar else b, 0 if ar else self.config["gamma_fixed"]
                     )
+                    out.append(files[0])  # the shared file, or the first replicate's
         return out
 
     def all_cells(self) -> list[str]:
