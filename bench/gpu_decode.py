@@ -6,6 +6,7 @@ a speculative speedup: a verify of γ + 1 tokens and a drafter step, each per AR
     python bench/gpu_decode.py --contexts 4096 8192 16384 --out gpu_decode.md
     python bench/gpu_decode.py --quick                          # 3 repeats of 16 steps (default 5 of 32)
     python bench/gpu_decode.py --smoke                          # tiny models on the CPU: the code path, no numbers
+    python bench/gpu_decode.py --attentions sdpa flex           # our rows under each attention (the CUDA default)
 
 Models: the published config.json of the paper's verifier (NousResearch/Yarn-Llama-2-7b-128k: hidden 4,096, 32
 layers, 32 heads, MLP 11,008, vocabulary 32,000, YaRN x32 over 4,096 positions, 131,072 positions) in float16 and
@@ -15,8 +16,13 @@ holds both configs), with the attention ``load_model`` gives every model (``budg
 drafter object per budget, so that each keeps its cache (and, under ``graphs``, its captured steps) from one
 context to the next: its capacity depends on B alone.
 
-Per context (a prompt of random token ids), for each engine (``budgetdraft.decoding.engine``) on a cache of
-prompt + 256 + γ + 1 slots (a grid cell's: 256 new tokens, γ = 5):
+Our rows run under each attention of ``--attentions`` (``budgetdraft.decoding.attention.ATTENTIONS``): ``sdpa``, the
+default (rows "eager", "graphs"), and ``flex``, FlexAttention (rows "eager flex", "graphs flex"), set on the verifier
+and the drafters alike; on CUDA its step runs the fused Triton kernel under both engines (``graphs`` compiles it with
+the step, ``eager`` compiles it alone: ``attention.flex_kernel``).
+
+Per context (a prompt of random token ids), for each attention and engine (``budgetdraft.decoding.engine``) on a
+cache of prompt + 256 + γ + 1 slots (a grid cell's: 256 new tokens, γ = 5):
 - AR step: ``Verifier.hidden`` of one token + ``greedy_top2``, the body of ``decoding.autoregressive``'s loop
   (one read of the device a step), ``--steps`` steps a repeat, the cache rolled back to the prompt after each;
 - verify: ``Verifier.check`` of the last token + γ random drafts (one step of γ + 1 tokens, the LM head, one read,
@@ -86,27 +92,27 @@ class Sample:
 class Row:
     context: int
     bound_ms: float = math.nan
-    ours: dict[str, dict[str, Sample]] = field(default_factory=dict)  # engine -> {"ar", "verify", "draft B"}
+    ours: dict[str, dict[str, Sample]] = field(default_factory=dict)  # run (`run_name`) -> {"ar", "verify", "draft B"}
     hf: dict[str, Sample] = field(default_factory=dict)  # "dynamic", "static"
-    peak_gb: dict[str, float] = field(default_factory=dict)  # "eager", "graphs", "HF dynamic", "HF static"
+    peak_gb: dict[str, float] = field(default_factory=dict)  # each run ("eager", "graphs flex", ...), "HF dynamic", ...
     profiles: dict[str, dict] = field(default_factory=dict)  # "eager ar", ..., "HF dynamic": `per_step` (--profile)
 
-    def ar(self, engine: str) -> float:
-        return self.ours[engine]["ar"].ms if engine in self.ours else math.nan
+    def ar(self, run: str) -> float:
+        return self.ours[run]["ar"].ms if run in self.ours else math.nan
 
-    def verify_ratio(self, engine: str) -> float:
-        return self.ours[engine]["verify"].ms / self.ar(engine) if engine in self.ours else math.nan
+    def verify_ratio(self, run: str) -> float:
+        return self.ours[run]["verify"].ms / self.ar(run) if run in self.ours else math.nan
 
-    def c(self, engine: str, budget: int) -> float:
-        runs = self.ours.get(engine, {})
-        return runs[f"draft B={budget}"].ms / self.ar(engine) if f"draft B={budget}" in runs else math.nan
+    def c(self, run: str, budget: int) -> float:
+        runs = self.ours.get(run, {})
+        return runs[f"draft B={budget}"].ms / self.ar(run) if f"draft B={budget}" in runs else math.nan
 
     def hf_ms(self, cache: str) -> float:
         return self.hf[cache].ms if cache in self.hf else math.nan
 
-    def warmup_s(self, engine: str) -> float:
-        """Seconds of the engine's untimed first runs at this context (under graphs: compiling and capturing)."""
-        runs = self.ours.get(engine)
+    def warmup_s(self, run: str) -> float:
+        """Seconds of the run's untimed first runs at this context (under graphs: compiling and capturing)."""
+        runs = self.ours.get(run)
         return sum(s.warmup_s for s in runs.values()) if runs else math.nan
 
     def as_json(self) -> dict:
@@ -117,6 +123,12 @@ class Row:
         hf = {cache: sample(s) for cache, s in self.hf.items()}
         return {"context": self.context, "bound_ms": self.bound_ms, "ours": ours, "hf": hf, "peak_gb": self.peak_gb,
                 "profiles": self.profiles}  # fmt: skip
+
+
+def run_name(engine: str, attention: str) -> str:
+    """The key of our rows under ``engine`` and ``attention``: the engine alone under the default attention (sdpa),
+    "eager flex", "graphs flex" under another."""
+    return engine if attention == "sdpa" else f"{engine} {attention}"
 
 
 def label(tokens: int) -> str:
@@ -157,14 +169,22 @@ def build(config: dict, dtype, device, seed: int):
 
 @contextlib.contextmanager
 def stock_attention(model):
-    """transformers' own ``sdpa`` for the HF rows (what a user of plain transformers gets), ours afterwards."""
-    from budgetdraft.decoding import attention
-
+    """transformers' own ``sdpa`` for the HF rows (what a user of plain transformers gets), the model's own
+    afterwards."""
+    own = model.config._attn_implementation
     model.set_attn_implementation("sdpa")
     try:
         yield
     finally:
-        model.set_attn_implementation(attention.NAME)
+        model.set_attn_implementation(own)
+
+
+def use_attention(models, attention: str) -> None:
+    """Our rows' ``attention`` (a key of ``budgetdraft.decoding.attention.ATTENTIONS``) on every model."""
+    from budgetdraft.decoding.attention import ATTENTIONS
+
+    for model in models:
+        model.set_attn_implementation(ATTENTIONS[attention])
 
 
 # ------------------------------------------------------------------------------------------------------ timing
@@ -246,8 +266,9 @@ def reset_peak(device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row) -> None:
-    """AR step, verify and drafter steps of one engine at one context."""
+def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row, attention: str = "sdpa") -> None:
+    """AR step, verify and drafter steps of one engine at one context, under the models' attention (``attention``
+    names it in the row's keys: `run_name`)."""
     import torch
 
     from budgetdraft.decoding.drafter import READS_NOTHING
@@ -257,7 +278,7 @@ def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row) -> None:
     from budgetdraft.decoding.verifier import Verifier, ids_tensor, weight_bytes
     from budgetdraft.evaluation.measure import device_bandwidth
 
-    device, runs = plan.device, {}
+    device, runs, name = plan.device, {}, run_name(engine, attention)
     reset_peak(device)
     v = Verifier(verifier, engine=engine)
     first = v.prefill(prompt, prompt.shape[1] + NEW_TOKENS + GAMMA + 1)
@@ -281,8 +302,8 @@ def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row) -> None:
     runs["ar"] = timed(device, ar, plan.repeats, plan.steps)
     runs["verify"] = timed(device, verify, plan.repeats, plan.steps)
     if plan.profile:
-        row.profiles[f"{engine} ar"] = per_step(profiled(device, ar), plan.steps)
-        row.profiles[f"{engine} verify"] = per_step(profiled(device, verify), plan.steps)
+        row.profiles[f"{name} ar"] = per_step(profiled(device, ar), plan.steps)
+        row.profiles[f"{name} verify"] = per_step(profiled(device, verify), plan.steps)
     if math.isnan(row.bound_ms):
         step_bytes = weight_bytes(verifier) + kv_bytes_per_token(v.cache) * prompt.shape[1]
         row.bound_ms = step_bytes / (device_bandwidth(device) * 1e9) * 1e3
@@ -298,10 +319,18 @@ def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row) -> None:
 
         runs[f"draft B={budget}"] = timed(device, draft, plan.repeats, drafts_per_repeat * GAMMA)
         if plan.profile and budget == min(drafters):
-            row.profiles[f"{engine} draft B={budget}"] = per_step(profiled(device, draft), drafts_per_repeat * GAMMA)
-    row.ours[engine] = runs
-    row.peak_gb[engine] = peak_gb(device)
+            row.profiles[f"{name} draft B={budget}"] = per_step(profiled(device, draft), drafts_per_repeat * GAMMA)
+    row.ours[name] = runs
+    row.peak_gb[name] = peak_gb(device)
     steps_for(verifier, engine, "verifier").cache = None  # the next context allocates its own; drop this one
+
+
+def our_runs(plan, verifier, drafters: dict, prompt, row: Row) -> None:
+    """Our rows at one context: under each attention of the plan (set on every model), each engine's."""
+    for attention in plan.attentions:
+        use_attention([verifier, *drafters.values()], attention)
+        for engine in plan.engines:
+            ours(plan, verifier, drafters, prompt, engine, row, attention)
 
 
 def hf(plan, verifier, prompt, cache: str, row: Row) -> None:
@@ -347,47 +376,37 @@ def fmt(x: float, digits: int = 2) -> str:
     return "—" if x is None or math.isnan(x) else f"{x:.{digits}f}"
 
 
-COLUMNS = (
-    "context",
-    "AR eager ms",
-    "AR graphs ms",
-    "HF dynamic ms",
-    "HF static ms",
-    "bound ms",
-    "bound ÷ eager",
-    "bound ÷ graphs",
-    "bound ÷ HF static",
-    "verify(6) ÷ AR eager",
-    "verify(6) ÷ AR graphs",
-    "c eager B={b}",
-    "c graphs B={b}",
-    "graphs warm-up s",
-    "peak GB eager / graphs / HF dyn / HF static",
-)
+ENGINES = ("eager", "graphs")  # every table has both engines' columns ("—" where one was not run)
 
 
-def table(rows: list[Row], budgets) -> list[str]:
-    b = "/".join(f"{x:,}" for x in budgets)
-    head = [c.format(b=b) for c in COLUMNS]
+def run_names(attentions) -> list[str]:
+    """Our runs' keys in the table's order: both engines under each attention ("eager", "graphs", "eager flex", ...)."""
+    return [run_name(engine, attention) for attention in attentions for engine in ENGINES]
+
+
+def table(rows: list[Row], budgets, attentions=("sdpa",)) -> list[str]:
+    """One row a context: our runs under each of ``attentions`` beside HF's and the bound."""
+    b, runs = "/".join(f"{x:,}" for x in budgets), run_names(attentions)
+    graphs = [run for run in runs if run.startswith("graphs")]
+    head = ["context", *(f"AR {run} ms" for run in runs), "HF dynamic ms", "HF static ms", "bound ms",
+            *(f"bound ÷ {run}" for run in runs), "bound ÷ HF static", *(f"verify(6) ÷ AR {run}" for run in runs),
+            *(f"c {run} B={b}" for run in runs), *(f"{run} warm-up s" for run in graphs),
+            f"peak GB {' / '.join(runs)} / HF dyn / HF static"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         hf_ms = {k: s.ms for k, s in r.hf.items()}
         cells = [
             f"{label(r.context)} ({r.context:,})",
-            fmt(r.ar("eager")),
-            fmt(r.ar("graphs")),
+            *(fmt(r.ar(run)) for run in runs),
             fmt(hf_ms.get("dynamic", math.nan)),
             fmt(hf_ms.get("static", math.nan)),
             fmt(r.bound_ms),
-            fmt(r.bound_ms / r.ar("eager")),
-            fmt(r.bound_ms / r.ar("graphs")),
+            *(fmt(r.bound_ms / r.ar(run)) for run in runs),
             fmt(r.bound_ms / hf_ms.get("static", math.nan)),
-            fmt(r.verify_ratio("eager")),
-            fmt(r.verify_ratio("graphs")),
-            " / ".join(fmt(r.c("eager", x), 3) for x in budgets),
-            " / ".join(fmt(r.c("graphs", x), 3) for x in budgets),
-            fmt(r.warmup_s("graphs"), 1),
-            " / ".join(fmt(r.peak_gb.get(k, math.nan), 1) for k in ("eager", "graphs", "HF dynamic", "HF static")),
+            *(fmt(r.verify_ratio(run)) for run in runs),
+            *(" / ".join(fmt(r.c(run, x), 3) for x in budgets) for run in runs),
+            *(fmt(r.warmup_s(run), 1) for run in graphs),
+            " / ".join(fmt(r.peak_gb.get(k, math.nan), 1) for k in (*runs, "HF dynamic", "HF static")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -409,20 +428,22 @@ def details(rows: list[Row]) -> list[str]:
     return lines
 
 
-def verdicts(rows: list[Row], budgets, device) -> list[str]:
-    """Each target (`TARGETS`) against what was measured: "met", "NOT met" with the worst value, or "not measured"."""
+def verdicts(rows: list[Row], budgets, device, attention: str = "sdpa") -> list[str]:
+    """Each target (`TARGETS`) against what was measured under ``attention``: "met", "NOT met" with the worst
+    value, or "not measured"."""
     if device.type != "cuda":
         return [f"- {target}: not judged (a CPU smoke test)" for target in TARGETS]
     small = [b for b in budgets if b <= 1024]
     at_most, at_least = (lambda x, t: x <= t), (lambda x, t: x >= t)
+    eager, graphs = run_name("eager", attention), run_name("graphs", attention)
     checks = [  # per target: (value, threshold) pairs and the comparison
-        ([(r.bound_ms / r.ar("graphs"), 0.68 if label(r.context) == "4K" else 0.6) for r in rows], at_least),
-        ([(r.ar("graphs") / r.hf_ms("static"), 0.8) for r in rows], at_most),
-        ([(r.ar("eager") / r.hf_ms("dynamic"), 1.0) for r in rows], at_most),
-        ([(r.verify_ratio(e), 1.1) for r in rows for e in ("eager", "graphs")], at_most),
-        ([(r.c(e, b), 0.03 if e == "graphs" else 0.06) for r in rows for e in ("eager", "graphs") for b in small],
+        ([(r.bound_ms / r.ar(graphs), 0.68 if label(r.context) == "4K" else 0.6) for r in rows], at_least),
+        ([(r.ar(graphs) / r.hf_ms("static"), 0.8) for r in rows], at_most),
+        ([(r.ar(eager) / r.hf_ms("dynamic"), 1.0) for r in rows], at_most),
+        ([(r.verify_ratio(e), 1.1) for r in rows for e in (eager, graphs)], at_most),
+        ([(r.c(e, b), 0.03 if e == graphs else 0.06) for r in rows for e in (eager, graphs) for b in small],
          at_most),
-        ([(r.warmup_s("graphs"), 15.0) for r in rows], at_most),
+        ([(r.warmup_s(graphs), 15.0) for r in rows], at_most),
     ]  # fmt: skip
     lines = []
     for target, (pairs, ok) in zip(TARGETS, checks):
@@ -477,7 +498,8 @@ def header(plan, verifier, drafter) -> list[str]:
         f"{verifier.dtype}, {params(verifier) / 1e9:.3f} B parameters ({weight_bytes(verifier) / 1e9:.2f} GB); "
         f"drafter: llama-68m's config{' (cut: smoke)' if plan.smoke else ''}, {drafter.dtype}, "
         f"{params(drafter) / 1e6:.1f} M parameters, one per budget",
-        f"- engines: {', '.join(plan.engines)}; γ = {GAMMA}; caches of prompt + {NEW_TOKENS} + γ + 1 slots; "
+        f"- engines: {', '.join(plan.engines)}; attentions: {', '.join(plan.attentions)}; γ = {GAMMA}; "
+        f"caches of prompt + {NEW_TOKENS} + γ + 1 slots; "
         f"each number the median of {plan.repeats} repeats of {plan.steps} steps ({max(1, plan.steps // GAMMA)} "
         f"drafts of γ for c; HF: {plan.repeats} pairs of {plan.steps + 1}- and 1-token generates), min–max below",
         "- HF generate: greedy, stock sdpa; static = cache_implementation='static'"
@@ -505,13 +527,15 @@ class Plan:
     max_s: float = math.inf
     profile: bool = False
     layers: int = 2  # the verifier's layers in a smoke test
+    attentions: tuple = ("sdpa",)  # keys of budgetdraft.decoding.attention.ATTENTIONS: our rows run under each
 
 
 def parse(argv=None) -> tuple[Plan, Path | None]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--contexts", type=int, nargs="+", help=f"prompt tokens (default {CONTEXTS})")
     parser.add_argument("--budgets", type=int, nargs="+", help=f"drafter KV budgets B (default {BUDGETS})")
-    parser.add_argument("--engines", nargs="+", choices=("eager", "graphs"), help="default both (--smoke: eager)")
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, help="default both (--smoke: eager)")
+    parser.add_argument("--attentions", nargs="+", help="sdpa and/or flex for our rows (default both; --smoke: sdpa)")
     parser.add_argument("--steps", type=int, help="steps a timed repeat (default 32; --quick 16; --smoke 4)")
     parser.add_argument("--repeats", type=int, help="timed repeats (default 5; --quick 3; --smoke 2)")
     parser.add_argument("--quick", action="store_true", help="3 repeats of 16 steps")
@@ -540,6 +564,11 @@ def parse(argv=None) -> tuple[Plan, Path | None]:
 
     if not args.smoke and not torch.cuda.is_available():
         sys.exit(NO_CUDA)
+    from budgetdraft.decoding.attention import ATTENTIONS
+
+    unknown = [a for a in args.attentions or () if a not in ATTENTIONS]
+    if unknown:
+        parser.error(f"--attentions {' '.join(unknown)}: not one of {', '.join(ATTENTIONS)}")
     steps, repeats = (4, 2) if args.smoke else (16, 3) if args.quick else (32, 5)
     plan = Plan(
         device=torch.device("cpu" if args.smoke else "cuda"),
@@ -548,7 +577,8 @@ def parse(argv=None) -> tuple[Plan, Path | None]:
         # longer one would read a cache longer than its own
         contexts=tuple(sorted(args.contexts or (SMOKE_CONTEXTS if args.smoke else CONTEXTS))),
         budgets=tuple(args.budgets or (SMOKE_BUDGETS if args.smoke else BUDGETS)),
-        engines=tuple(args.engines or (("eager",) if args.smoke else ("eager", "graphs"))),
+        engines=tuple(args.engines or (("eager",) if args.smoke else ENGINES)),
+        attentions=tuple(dict.fromkeys(args.attentions or (("sdpa",) if args.smoke else tuple(ATTENTIONS)))),
         steps=args.steps or steps,
         repeats=args.repeats or repeats,
         hf=not args.no_hf,
@@ -582,7 +612,7 @@ def main(argv=None) -> None:
     rows = [Row(context) for context in plan.contexts]
     # our engines (and HF's dynamic cache, no compilation) at every context first; then HF's static cache, whose
     # compilation per context is what a time limit cuts: the longest context is never the one our rows skip
-    stages = [("ours", lambda row, prompt: [ours(plan, verifier, drafters, prompt, e, row) for e in plan.engines])]
+    stages = [("ours", lambda row, prompt: our_runs(plan, verifier, drafters, prompt, row))]
     if plan.hf:
         stages.append(("HF dynamic", lambda row, prompt: hf(plan, verifier, prompt, "dynamic", row)))
         stages.append(("HF static", lambda row, prompt: hf(plan, verifier, prompt, "static", row)))
@@ -598,11 +628,13 @@ def main(argv=None) -> None:
             run(row, prompt_of(verifier, row.context, plan.device))
             last_s = time.perf_counter() - started
             progress(f"{label(row.context)} {stage} done at {time.perf_counter() - begun:.0f} s")
-    lines += ["", *table(rows, plan.budgets)]
+    lines += ["", *table(rows, plan.budgets, plan.attentions)]
     if skipped:
         lines.append(f"\nNot measured, to stay within --max-minutes {plan.max_s / 60:g}: {', '.join(skipped)}.")
-    judged = verdicts(rows, plan.budgets, plan.device)
-    lines += ["", "Targets (issue 55):", *judged, ""]
+    judged = {a: verdicts(rows, plan.budgets, plan.device, a) for a in plan.attentions}
+    for attention, verdict in judged.items():
+        lines += ["", "Targets (issue 55)" + (f", attention {attention}:" if len(judged) > 1 else ":"), *verdict]
+    lines.append("")
     if plan.profile:
         lines += ["Kernels a step (--profile; HF: its N-token generate less its 1-token one, per step):", ""]
         lines += [*kernel_table(rows), *top_kernels(rows), ""]
