@@ -476,6 +476,25 @@ def top_kernels(rows: list[Row]) -> list[str]:
     return lines
 
 
+def identity(plan) -> dict:
+    """What the json names the run by (what `estimate` reads, budgetdraft.pipeline.gpusteps): the device, the UTC
+    date, the measured bandwidth and where the numbers come from."""
+    import torch
+    import transformers
+
+    from budgetdraft.evaluation.measure import device_bandwidth
+
+    cuda = plan.device.type == "cuda"
+    return {
+        "device": torch.cuda.get_device_name(plan.device) if cuda else "CPU (smoke test)",
+        "date": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d}",
+        "bandwidth_gbs": device_bandwidth(plan.device),
+        "source": f"bench/gpu_decode.py {' '.join(sys.argv[1:])} (torch {torch.__version__}"
+        + (f" + CUDA {torch.version.cuda}" if cuda else "")
+        + f", transformers {transformers.__version__})",
+    }
+
+
 def header(plan, verifier, drafter) -> list[str]:
     import torch
     import transformers
@@ -628,6 +647,7 @@ def main(argv=None) -> None:
             run(row, prompt_of(verifier, row.context, plan.device))
             last_s = time.perf_counter() - started
             progress(f"{label(row.context)} {stage} done at {time.perf_counter() - begun:.0f} s")
+    rows = [r for r in rows if r.ours or r.hf]  # a context every stage skipped is named below, not a row of dashes
     lines += ["", *table(rows, plan.budgets, plan.attentions)]
     if skipped:
         lines.append(f"\nNot measured, to stay within --max-minutes {plan.max_s / 60:g}: {', '.join(skipped)}.")
@@ -643,7 +663,7 @@ def main(argv=None) -> None:
     report = "\n".join(lines) + "\n"
     print(report, end="")
     out.write_text(report, encoding="utf-8")
-    record = {"header": lines[: lines.index("")], "targets": judged, "skipped": skipped,
+    record = {**identity(plan), "header": lines[: lines.index("")], "targets": judged, "skipped": skipped,
               "rows": [r.as_json() for r in rows]}  # fmt: skip
     out.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
     progress(f"wrote {out} and {out.with_suffix('.json')}")

@@ -2,6 +2,7 @@
 models, eager engine, a few steps) and prints the table's columns; without CUDA and without ``--smoke`` it says in
 one line what it needs. Its numbers are measured only on a GPU."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ def test_smoke_prints_every_column_for_every_context(tmp_path):
         "verify(6) ÷ AR graphs",
         "c eager B=16/32",
         "c graphs B=16/32",
+        "graphs warm-up s",
         "peak GB eager / graphs / HF dyn / HF static",
     ]
     rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in lines[lines.index(header) + 2 :][:2]}
@@ -55,16 +57,41 @@ def test_smoke_prints_every_column_for_every_context(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present: the benchmark would run")
-def test_without_cuda_it_says_what_it_needs_in_one_line():
-    run = bench()
+def test_without_cuda_it_says_what_it_needs_in_one_line(tmp_path):
+    run = bench("--out", str(tmp_path / "report.md"))
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1] == "needs a CUDA device; --smoke runs a CPU smoke test"
     assert run.stdout == ""
 
 
-def test_a_context_past_the_time_budget_is_skipped_and_named():
-    """The first context always runs; a later one that would take the run past --max-minutes is named, not run."""
-    run = bench("--smoke", "--contexts", "32", "48", "--budgets", "16", "--no-hf", "--max-minutes", "0.01")
+def test_a_context_past_the_time_budget_is_skipped_and_named(tmp_path):
+    """The first context always runs; a later one that would take the run past --max-minutes is named, not run;
+    the report's json copy lies beside it."""
+    out = tmp_path / "report.md"
+    run = bench(
+        "--smoke", "--contexts", "32", "48", "--budgets", "16", "--no-hf", "--max-minutes", "0.01", "--out", str(out)
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "| 32 (32) |" in run.stdout and "| 48 (48) |" not in run.stdout
-    assert "Not measured, to stay within --max-minutes 0.01: 48 (48) (run them alone)." in run.stdout
+    assert "Not measured, to stay within --max-minutes 0.01: ours at 48 (48)." in run.stdout
+    assert [row["context"] for row in json.loads(out.with_suffix(".json").read_text())["rows"]] == [32]
+
+
+def test_its_json_is_what_the_estimate_reads(tmp_path):
+    """The run's json names its device, date, bandwidth and source, and budgetdraft.pipeline.gpusteps reads it
+    (a CPU smoke run has no bound: a GPU's is put in its place here)."""
+    from budgetdraft.pipeline import gpusteps
+
+    out = tmp_path / "report.md"
+    run = bench("--smoke", "--contexts", "32", "--budgets", "16", "--no-hf", "--out", str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["device"] == "CPU (smoke test)" and record["source"].startswith("bench/gpu_decode.py --smoke")
+    record.update(bandwidth_gbs=4100.0)
+    record["rows"][0]["bound_ms"] = 3.77
+    measured = tmp_path / "gpu-2026-11-28.json"
+    measured.write_text(json.dumps(record))
+    steps = gpusteps.read(measured)
+    assert steps.device == "CPU (smoke test)" and set(steps.verifier) == {"eager"} and set(steps.drafter) == {"eager"}
+    ar_ms = record["rows"][0]["ours"]["eager"]["ar"]["ms"]
+    assert steps.verifier["eager"].seconds(3.77e-3, 32) * 1e3 == pytest.approx(ar_ms)

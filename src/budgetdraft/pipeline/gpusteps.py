@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from budgetdraft.base.defaults import ENGINES
+
 FOLDER = Path(__file__).with_name("gpu_steps")
 VERIFIER, DRAFTER = "NousResearch/Yarn-Llama-2-7b-128k", "JackFram/llama-68m"  # what gpu_decode.py builds
 DTYPES = {VERIFIER: "float16", DRAFTER: "float32"}
@@ -123,6 +125,8 @@ def read(path: Path) -> Measured:
         ar, drafts, verify = {}, {}, {}
         for row in run["rows"]:
             for engine, steps in row["ours"].items():
+                if engine not in ENGINES:  # another attention's rows ("eager flex"): not what a cell runs today
+                    continue
                 ar.setdefault(float(row["context"]), {})[engine] = steps["ar"]["ms"]
                 verify.setdefault(engine, []).append(steps["verify"]["ms"] / steps["ar"]["ms"])
                 for name, sample in steps.items():
