@@ -154,3 +154,9 @@ def tiny_cell_args(tmp_path, out, label="x", method="sd", new_tokens=8, repeats=
         "--prompts", str(tmp_path / "p.parquet"), "--dataset", "d", "--context", "c", "--budget", "16",
         "--gamma", "3", "--max-new-tokens", str(new_tokens), "--repeats", str(repeats), *extra, "--out", str(out),
     ]  # fmt: skip
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A tiny 2-layer Llama checkpoint folder (tiny_model_dir): what export-model's tests export and damage."""
+    return tiny_model_dir(tmp_path / "ckpt", layers=2)

@@ -12,26 +12,13 @@ import struct
 import huggingface_hub.constants
 import pytest
 import torch
-from conftest import ROOT, tiny_model_dir
+from conftest import ROOT
 from safetensors.torch import load_file, save_file
+from test_export import refused
 
 from budgetdraft.decoding.export import export
-from budgetdraft.pipeline import cli
 
 UP = "model.layers.0.mlp.up_proj.weight"
-
-
-@pytest.fixture
-def checkpoint(tmp_path):
-    return tiny_model_dir(tmp_path / "ckpt", layers=2)
-
-
-def refused(argv) -> str:
-    with pytest.raises(SystemExit) as stop:
-        cli.main(argv)
-    assert isinstance(stop.value.code, str), stop.value.code
-    assert "\n" not in stop.value.code, stop.value.code
-    return stop.value.code
 
 
 def export_refused(spec, out, *flags: str) -> str:

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import tiny_llama, tiny_model_dir
+from conftest import tiny_llama
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
@@ -17,15 +17,11 @@ from budgetdraft.decoding.loading import load_model
 from budgetdraft.pipeline import cli
 
 
-@pytest.fixture
-def checkpoint(tmp_path):
-    return tiny_model_dir(tmp_path / "ckpt", layers=2)
-
-
 def refused(argv) -> str:
     with pytest.raises(SystemExit) as stop:
         cli.main(argv)
     assert isinstance(stop.value.code, str), stop.value.code
+    assert "\n" not in stop.value.code, stop.value.code  # one line
     return stop.value.code
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from test_configcheck import eagle3, triforce
 
 from budgetdraft.pipeline import cli, machine
 from budgetdraft.pipeline.configcheck import check_config
@@ -200,14 +201,6 @@ def refusal(edit) -> str:
     with pytest.raises(ValueError) as err:
         check_config(cfg, schema=SCHEMA)
     return str(err.value)
-
-
-def triforce(**settings):
-    return lambda c: c["baselines"]["triforce"].update(settings)
-
-
-def eagle3(**settings):
-    return lambda c: c["baselines"]["eagle3"]["training"].update(settings)
 
 
 @pytest.mark.parametrize(
