@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -240,14 +241,18 @@ def test_the_cell_counts_the_docs_state_are_the_plans():
     assert stated and int(stated[1].replace(",", "")) == len(files)
     pipeline = (ROOT / "docs" / "pipeline.md").read_text()
     m = re.search(
-        r"([\d,]+) grid cells \(([\d,]+) cell files: (\d+) cells × (\d+) training replicates \+ (\d+) shared", pipeline
+        r"([\d,]+) grid cells \(([\d,]+) cell files: (\d+) cells × (\d+) training replicates \+ (\d+) on the first "
+        r"replicate only \+ (\d+) shared",
+        pipeline,
     )
     assert m, "docs/pipeline.md no longer states the default's cell counts"
-    grid, total, per, reps, one = (int(x.replace(",", "")) for x in m.groups())
-    assert (grid, total, per, reps, one) == (
+    grid, total, per, reps, first, one = (int(x.replace(",", "")) for x in m.groups())
+    replicates = Counter(re.sub(r"/r\d+/", "/", f) for f in files if f not in shared)
+    assert (grid, total, per, reps, first, one) == (
         len(cells),
         len(files),
-        len(cells) - len(shared),
+        sum(n == cfg["replicates"] for n in replicates.values()),
         cfg["replicates"],
+        sum(n == 1 for n in replicates.values()),
         len(shared),
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from budgetdraft.base.defaults import ENGINES
+from budgetdraft.base.defaults import ENGINES, GRAPHS
 
 FOLDER = Path(__file__).with_name("gpu_steps")
 VERIFIER, DRAFTER = "NousResearch/Yarn-Llama-2-7b-128k", "JackFram/llama-68m"  # what gpu_decode.py builds
@@ -103,11 +103,11 @@ def median(values: list[float]) -> float:
 def slowdowns(steps: dict[float, dict[str, float]], bound_ms, verify: dict[str, list[float]]) -> dict[str, Slowdown]:
     """{engine: Slowdown} from {x: {engine: ms}} and each x's bound (``bound_ms(x)``): the device part from the
     graphs steps (the engine's own where graphs was measured nowhere), eager's excess over it as host time."""
-    graphs = tuple((x, ms["graphs"] / bound_ms(x)) for x, ms in sorted(steps.items()) if "graphs" in ms)
+    graphs = tuple((x, ms[GRAPHS] / bound_ms(x)) for x, ms in sorted(steps.items()) if GRAPHS in ms)
     out = {}
     for engine in sorted({e for ms in steps.values() for e in ms}):
         own = [(x, ms[engine]) for x, ms in sorted(steps.items()) if engine in ms]
-        if engine == "graphs" or not graphs:
+        if engine == GRAPHS or not graphs:
             device, host = tuple((x, ms / bound_ms(x)) for x, ms in own), ()
         else:
             device = graphs
