@@ -15,7 +15,5 @@ rule set_aside:
     localrule: True
     run:
         # one write of the whole line: this job runs in a thread of Snakemake's (force-use-threads), beside its log
-        sys.stderr.write(
-            set_aside(output[0], planned_files(), cells=planned_cell) + "\n"
-        )
+        sys.stderr.write(set_aside(output[0], planned_files(), planned_cell) + "\n")
         sys.stderr.flush()
