@@ -1,9 +1,7 @@
 """`estimate --gpu here`: the machine a run is on, measured by a probe (`budgetdraft.pipeline.machine`)."""
 
-import contextlib
 import json
 import math
-from dataclasses import replace
 
 import pytest
 import torch
@@ -18,14 +16,13 @@ TINY_DRAFTER = Shape(layers=2, hidden=32, ffn=64, heads=4, kv_heads=2, vocab=102
 
 def synthetic_probe(bandwidth=20e9, overhead=2e-4, head_s=3e-3, flops=5e10) -> machine.Probe:
     """Timings a machine with these constants would give: a step = layers × overhead + bytes / bandwidth."""
-    lv, ld, bv, bd = 6, 4, 4e8, 5e7
+    lv, ld, bv, bd = 16, 4, 4e8, 5e7
     tv, td = lv * overhead + bv / bandwidth, ld * overhead + bd / bandwidth
     per_layer = (tv - head_s) / lv
     return machine.Probe(
         verifier_step_s=tv, drafter_step_s=td, prefill_s=1e12 / flops + lv * overhead, load_s=2.0, load_bytes=8e8,
         verifier_layers=lv, drafter_layers=ld, verifier_bytes=bv, drafter_bytes=bd, prefill_flops=1e12,
-        verifier_step2_s=head_s + 2 * per_layer, shallow_layers=2, verify_rows_s=1.5 * tv,
-        train_steps_s=(((128, 16, 1), 0.3),),
+        verifier_step2_s=head_s + 4 * per_layer, verify_rows_s=1.5 * tv, train_steps_s=(((128, 16, 1), 0.3),),
     )  # fmt: skip
 
 
@@ -37,7 +34,7 @@ def test_the_roofline_constants_are_solved_back_from_the_timings_they_would_give
     assert solved["disk"] == pytest.approx(4e8)
     assert solved["verify_factor"] == pytest.approx(1.5)
     step = solved["verifier_step"]
-    assert step["fixed_s"] + 6 * step["per_layer_s"] == pytest.approx(synthetic_probe().verifier_step_s)
+    assert step["fixed_s"] + 16 * step["per_layer_s"] == pytest.approx(synthetic_probe().verifier_step_s)
     assert step["fixed_s"] == pytest.approx(3e-3)
     assert json.loads(next(iter(solved["train_step_s"]))) == [128, 16, 1]
 
@@ -48,27 +45,16 @@ def test_a_probe_runs_our_decode_loop_and_gives_positive_timings():
     for name, value in vars(probe).items():
         if isinstance(value, float):
             assert math.isfinite(value) and value > 0, name
-    assert (probe.verifier_layers, probe.shallow_layers) == (machine.PROBE_LAYERS, 2) and probe.load_bytes > 0
+    assert probe.verifier_layers == 8 and probe.load_bytes > 0
     solved = machine.solve([probe])
     assert solved["bandwidth"] > 0 and solved["flops"] > 0
-
-
-class NoServer(contextlib.nullcontext):
-    """job_seconds's warm process, not started (job_seconds itself is replaced)."""
-
-    def __enter__(self):
-        return self
-
-    def ready(self) -> None:
-        pass
 
 
 def test_the_machine_is_probed_once_then_read_from_the_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("BUDGETDRAFT_CACHE", str(tmp_path))
     calls = []
     monkeypatch.setattr(machine, "probe_once", lambda *a: calls.append(a) or synthetic_probe())
-    monkeypatch.setattr(machine, "job_seconds", lambda server: 0.5)
-    monkeypatch.setattr(machine, "WarmServer", NoServer)
+    monkeypatch.setattr(machine, "job_seconds", lambda: 0.5)
     cfg = yaml.safe_load(open("config/ci.yaml"))
     first = machine.measure(cfg, 1, say=lambda line: None)
     assert len(calls) == 1 and first["job_s"] == 0.5
@@ -81,25 +67,6 @@ def test_the_machine_is_probed_once_then_read_from_the_cache(monkeypatch, tmp_pa
     assert (
         device.bandwidth == pytest.approx(20e9) and device.job_s == 0.5 and "measured on this machine" in device.basis
     )
-
-
-def test_the_probe_times_nothing_until_the_dry_run_beside_it_is_done(monkeypatch, tmp_path):
-    """`estimate` plans its jobs (a dry run of seconds) while the probe imports and starts its warm process; a
-    probe's timings begin only when the dry run is over (``quiet``), so they never share the CPU with it."""
-    monkeypatch.setenv("BUDGETDRAFT_CACHE", str(tmp_path))
-    events = []
-
-    class Server(NoServer):
-        def __enter__(self):
-            events.append("warm process")
-            return self
-
-    monkeypatch.setattr(machine, "WarmServer", Server)
-    monkeypatch.setattr(machine, "probe_once", lambda *a: events.append("probe") or synthetic_probe())
-    monkeypatch.setattr(machine, "job_seconds", lambda server: events.append("jobs") or 0.5)
-    cfg = yaml.safe_load(open("config/ci.yaml"))
-    machine.measure(cfg, 1, say=lambda line: None, quiet=lambda: events.append("dry run done"))
-    assert events == ["warm process", "dry run done", "probe", "jobs"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
@@ -124,7 +91,7 @@ def test_a_probe_builds_only_the_verifier_layers_that_fit_beside_its_twins():
     from budgetdraft.pipeline.roofline import shape
 
     llama7b = shape("NousResearch/Yarn-Llama-2-7b-128k")
-    assert machine.probe_layers(replace(TINY_VERIFIER, layers=4), "float32", 2, 24 * 2**30) == 4  # all of a small one
+    assert machine.probe_layers(TINY_VERIFIER, "float32", 2, 24 * 2**30) == 8  # all of a small one
     assert machine.probe_layers(llama7b, "float16", 1, 80 * 2**30) == machine.PROBE_LAYERS
     layers = machine.probe_layers(llama7b, "float16", 2, 20 * 2**30)
     layer_bytes = 2 * (llama7b.body / llama7b.layers)

@@ -2,27 +2,15 @@
 another machine (a clean default run took 43 min on one 2-core CPU and 79 min on another of the same kind).
 
 A probe of a few seconds times what the jobs do, on the run's own device and dtypes, with random-weight models of
-the configured shapes: the verifier scaled down to a few of its layers (its width, vocabulary and layers as they
-are, only fewer of them), the drafter whole. It times our decode loop's steps on each model, a verify, a prefill,
-the drafter's training steps and a model's load from disk. ``parallel`` copies run at once, as the workflow runs
-that many jobs side by side on the machine, so memory bandwidth is shared as in the run. The roofline constants the
-estimate uses (`budgetdraft.pipeline.roofline.Device`) are solved from the timings:
+the configured shapes (the verifier's width and vocabulary at up to ``PROBE_LAYERS`` layers, the drafter whole): our
+decode loop's steps on each model, a prefill, and a model's load from disk. ``parallel`` copies run at once, as the
+workflow runs that many jobs side by side on the machine, so memory bandwidth is shared as in the run. The roofline
+constants the estimate uses (`budgetdraft.pipeline.roofline.Device`) are solved from the timings:
 
-- the verifier's decode step, extrapolated: measured at ``SHALLOW_LAYERS`` and at ``PROBE_LAYERS`` layers (fewer
-  when it has fewer or they do not fit), it is ``fixed + layers × per_layer`` (its head and embedding once, then
-  each layer), the line through the two, taken to the verifier's own layers (bench/README.md, "The machine probe":
-  30 layers from 2 and 6 against 30 measured);
 - bandwidth and the fixed cost per layer: a decode step takes ``layers × overhead + bytes / bandwidth`` (its weights
-  and KV cache read once); the verifier's probe and the drafter give two equations for the two unknowns;
+  and KV cache read once); the verifier's and the drafter's steps give two equations for the two unknowns;
 - matmul throughput: a 256-token prefill, less its fixed cost, over its FLOPs;
 - disk: the bytes of a model over the seconds ``from_pretrained`` takes to load it.
-
-What is not the machine's work runs beside the estimate's dry run of the workflow, out of the timings: this process
-imports everything a warm process imports (torch, transformers, the commands' modules) and forks the warm process
-`job_seconds` times cells through; the probes begin once the dry run is done (``quiet``), forked from this process
-with nothing left to import. The verifier's probes, the drafter whole and its training steps took 47 s of a 2-core
-CPU at 16 and 4 layers with random weights; at 6 and 2, weights of a constant and a training step untimed no more,
-14 s, and `estimate` answers in about 30 s from a fresh cache, its dry run included.
 
 The result is cached per machine (CPU model, visible cores, torch, device, threads, parallel jobs, the shapes probed)
 under ``$BUDGETDRAFT_CACHE/machine/``: measured once, reused, re-measured with ``--remeasure``. The file is written
@@ -47,12 +35,10 @@ from pathlib import Path
 
 from budgetdraft.pipeline.roofline import BYTES
 
-PROBE_LAYERS = 6  # layers of the verifier's deeper probe at most (its width, vocabulary and per-layer cost are the
-# verifier's); the shallower one at SHALLOW_LAYERS separates the per-layer cost from the head's. 16 and 4 took 47 s
-# of a 2-core CPU for SmolLM2's 30 layers; 6 and 2 extrapolate its step within a few % (bench/README.md)
-SHALLOW_LAYERS = 2
-DECODE_TOKENS = 16  # steps timed per model, each on its own (the median), after UNTIMED_STEPS
-UNTIMED_STEPS = 3  # a generation's first steps (the cache fixed, the first step's allocations)
+PROBE_LAYERS = 16  # layers of the verifier's probe at most (its width, vocabulary and per-layer cost are the
+# verifier's); a second probe at a quarter of them separates the per-layer cost from the head's, and the wider the
+# gap the less a timing's noise grows when the step is extrapolated to the verifier's own layers
+DECODE_TOKENS = 24  # steps timed per model (after 4 untimed)
 PREFILL_TOKENS = 256
 VERIFY_ROWS = 6
 PROBE_CONTEXT = 512  # prompt tokens of the probe's decode steps at most (the shortest context, when shorter)
@@ -72,8 +58,7 @@ class Probe:
     verifier_bytes: float  # weights + KV a verifier step reads
     drafter_bytes: float
     prefill_flops: float
-    verifier_step2_s: float = 0.0  # a step of the verifier at `shallow_layers`: the head's share apart
-    shallow_layers: int = 0
+    verifier_step2_s: float = 0.0  # a step of the verifier's probe at a quarter of its layers: the head's share apart
     verify_rows_s: float = 0.0  # a step of VERIFY_ROWS tokens (a γ = 5 verify) of the verifier's probe
     train_steps_s: tuple = ()  # ((P, C, branches), seconds of one training step of the drafter), per recipe
 
@@ -93,13 +78,10 @@ def cores() -> int:
 
 
 def llama(shape, layers: int, dtype: str, device: str):
-    """A Llama of ``shape`` (budgetdraft.pipeline.roofline.Shape) at ``layers`` layers, as the pipeline loads a model
-    (our attention, the decoding layout), made on ``device`` in ``dtype`` (a 7B's layers are not first made in
-    float32 on the host). Its weights are a constant, not drawn at random: a dense forward's time does not depend on
-    its values, and drawing them took a second of a probe's CPU per model (the rotary buffers are computed)."""
+    """A random-weight Llama of ``shape`` (budgetdraft.pipeline.roofline.Shape) at ``layers`` layers, as the
+    pipeline loads a model (our attention, the decoding layout)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     from budgetdraft.decoding import attention
     from budgetdraft.decoding.layout import decode_layout
@@ -110,31 +92,27 @@ def llama(shape, layers: int, dtype: str, device: str):
         num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, tie_word_embeddings=shape.tied,
         max_position_embeddings=8192, bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )  # fmt: skip
-    with torch.device("meta"):
-        model = LlamaForCausalLM(config).to(dtype=torch_dtype(dtype))
-    model.to_empty(device=device)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.fill_(0.02 if param.dim() > 1 else 1.0)  # HF's initializer range; norms at one
-    with torch.device(device):
-        model.model.rotary_emb = LlamaRotaryEmbedding(config)
-    if shape.tied:
-        model.lm_head.weight = model.model.embed_tokens.weight
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(dtype=torch_dtype(dtype)).eval()
     model.set_attn_implementation(attention.NAME)
-    return decode_layout(model.eval(), device, dtype)
+    return decode_layout(model.to(device), device, dtype)
 
 
 def step_seconds(model, context: int) -> float:
-    """Seconds of one decode step of our loop (`autoregressive`) after a ``context``-token prompt: the median of
-    DECODE_TOKENS steps of one generation, each timed on its own between the tokens it emits (the loop's observer
-    sees each as it is decided), after UNTIMED_STEPS. One prefill, not one per generation length."""
+    """Seconds of one decode step of our loop (`autoregressive`) after a ``context``-token prompt: the median over
+    DECODE_TOKENS steps of two generations' difference (their lengths differ by that many steps)."""
     from budgetdraft.decoding.loop import autoregressive
 
-    emitted = []
-    autoregressive(model, list(range(3, 3 + context)), 1 + UNTIMED_STEPS + DECODE_TOKENS, eos_token_id=[],
-                   observer=lambda _round: emitted.append(time.perf_counter()))  # fmt: skip
-    steps = [b - a for a, b in zip(emitted, emitted[1:])][UNTIMED_STEPS:]
-    return max(statistics.median(steps), 1e-6)
+    prompt = list(range(3, 3 + context))
+    runs = {}
+    for new in (4, 4 + DECODE_TOKENS):
+        times = []
+        for _ in range(2):
+            start = time.perf_counter()
+            autoregressive(model, prompt, new, eos_token_id=[])
+            times.append(time.perf_counter() - start)
+        runs[new] = min(times)
+    return max(runs[4 + DECODE_TOKENS] - runs[4], 1e-6) / DECODE_TOKENS
 
 
 def rows_seconds(model, context: int, rows: int, repeats: int = 5) -> float:
@@ -155,10 +133,9 @@ def rows_seconds(model, context: int, rows: int, repeats: int = 5) -> float:
     return statistics.median(times[1:])
 
 
-def train_step_seconds(drafter, hparams: dict, prefix: int, cont: int, untimed: int = 1) -> float:
+def train_step_seconds(drafter, hparams: dict, prefix: int, cont: int) -> float:
     """Seconds of one training step (`budgetdraft.training.train.train_step`, both branches when λ > 0) of
-    ``drafter`` (trained in place: a probe) on random sequences of ``prefix`` + ``cont`` tokens, after ``untimed``
-    steps (a drafter that has taken a step of another recipe needs none: `train_steps`)."""
+    ``drafter`` (trained in place: a probe) on random sequences of ``prefix`` + ``cont`` tokens, after one untimed."""
     import torch
 
     from budgetdraft.training.train import optimizer_and_schedule, resolve_hparams, train_step
@@ -173,35 +150,16 @@ def train_step_seconds(drafter, hparams: dict, prefix: int, cont: int, untimed: 
         "prefix_len": prefix,
     }
     optimizer, scheduler = optimizer_and_schedule(drafter, hp)
-    for step in range(untimed):
-        train_step(drafter, optimizer, scheduler, data, step, hp, 2)
+    train_step(drafter, optimizer, scheduler, data, 0, hp, 2)
     start = time.perf_counter()
-    train_step(drafter, optimizer, scheduler, data, untimed, hp, 2)
+    train_step(drafter, optimizer, scheduler, data, 1, hp, 2)
     return time.perf_counter() - start
-
-
-def train_steps(drafter, recipes: tuple) -> tuple:
-    """((P, C, branches), seconds) of one training step of each recipe ((hparams JSON, P, C), ...) on ``drafter``,
-    one model for all, none untimed: in a process whose models have decoded already, a drafter's first step took
-    what its later ones take (0.70 against 0.66-0.72 s, SmolLM2's 4 layers at P + C = 128; 1.18 against 1.21 s at
-    1,024), and a step's time does not depend on the values of its weights."""
-    return tuple(
-        ((p, c, 1 + (float(json.loads(h).get("lambda_c", 0)) > 0)),
-         train_step_seconds(drafter, json.loads(h), p, c, untimed=0))
-        for h, p, c in recipes
-    )  # fmt: skip
-
-
-def shallow_layers(layers: int) -> int:
-    """The layers of the verifier's shallower probe beside a deeper one of ``layers``."""
-    return max(1, min(SHALLOW_LAYERS, layers - 1))
 
 
 def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype: str, device: str, threads: int,
                context: int, recipes: tuple = (), layers: int = PROBE_LAYERS) -> Probe:  # fmt: skip
     """One probe process's timings (its own torch threads) with the verifier at ``layers`` layers at most
-    (``probe_layers``) and at `shallow_layers` of them; ``recipes``: ((hparams JSON, P, C), ...) of the training
-    steps to time on the drafter."""
+    (``probe_layers``); ``recipes``: ((hparams JSON, P, C), ...) of the training steps to time on the drafter."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -209,18 +167,18 @@ def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype
 
     torch.set_num_threads(threads)
     layers = min(layers, PROBE_LAYERS, verifier_shape.layers)
-    # the shallow one first: the first model of these linear shapes measures their layout (decoding.layout), and
-    # the fewer its layers the sooner
-    shallow = llama(verifier_shape, shallow_layers(layers), verifier_dtype, device)
-    verifier_step2 = step_seconds(shallow, context)
-    del shallow
     v = llama(verifier_shape, layers, verifier_dtype, device)
-    verifier_step = step_seconds(v, context)
     d = llama(drafter_shape, drafter_shape.layers, drafter_dtype, device)
-    drafter_step = step_seconds(d, context)
-    del d
+    verifier_step, drafter_step = step_seconds(v, context), step_seconds(d, context)
+    quarter = llama(verifier_shape, max(1, layers // 4), verifier_dtype, device)
+    verifier_step2 = step_seconds(quarter, context)
+    del quarter
     verify = rows_seconds(v, context, VERIFY_ROWS) / rows_seconds(v, context, 1) * verifier_step
-    trained = train_steps(llama(drafter_shape, drafter_shape.layers, "float32", device), recipes) if recipes else ()
+    trained = tuple(
+        ((p, c, 1 + (float(json.loads(h).get("lambda_c", 0)) > 0)),
+         train_step_seconds(llama(drafter_shape, drafter_shape.layers, "float32", device), json.loads(h), p, c))
+        for h, p, c in recipes
+    )  # fmt: skip
     ids = torch.arange(3, 3 + PREFILL_TOKENS, device=device)[None]
     with torch.no_grad():
         v(ids, logits_to_keep=1)
@@ -239,7 +197,7 @@ def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype
         sv.read * BYTES[verifier_dtype] + sv.kv_bytes(context, BYTES[verifier_dtype]),
         drafter_shape.read * BYTES[drafter_dtype] + drafter_shape.kv_bytes(context, BYTES[drafter_dtype]),
         2 * sv.body * PREFILL_TOKENS + 2 * sv.vocab * sv.hidden + 4 * layers * sv.hidden * PREFILL_TOKENS**2 / 2,
-        verifier_step2, shallow_layers(layers), verify, trained,
+        verifier_step2, verify, trained,
     )  # fmt: skip
 
 
@@ -261,9 +219,9 @@ def solve(probes: list[Probe]) -> dict:
         overhead, inv_bw = 0.0, tv / bv
     flops = p["prefill_flops"] / max(p["prefill_s"] - lv * overhead, 1e-6)
     # a decode step of the verifier as an affine function of its layers (its head and embedding once, then each
-    # layer): the line through its probes at lv and at `shallow_layers` (the verifier's own layers: no second probe)
-    shallow = p["shallow_layers"] or shallow_layers(int(lv))
-    per_layer = (tv - p["verifier_step2_s"]) / (lv - shallow) if lv > shallow else 0.0
+    # layer): from the probe at its layers and at a quarter of them
+    quarter = max(1, int(lv) // 4)
+    per_layer = (tv - p["verifier_step2_s"]) / (lv - quarter) if lv > quarter else 0.0
     return {
         "bandwidth": 1 / inv_bw,
         "layer_overhead_s": overhead,
@@ -281,64 +239,22 @@ def solve(probes: list[Probe]) -> dict:
 SNAKEMAKE_JOB_S = 0.2
 
 
-class WarmServer:
-    """A warm process (`budgetdraft.pipeline.warm.serve`) for `job_seconds`, with its scratch folder (a tiny model and
-    prompts): this process imports everything a warm process imports, work no job pays for that the probe runs
-    beside the estimate's dry run (`probe`), then forks it when entered (as it forks the probes: nothing of torch
-    run yet); it is stopped when left."""
-
-    def __enter__(self) -> WarmServer:
-        import importlib
-
-        from budgetdraft.pipeline.rendezvous import rendezvous
-        from budgetdraft.pipeline.warm import preload_modules
-
-        for module in preload_modules():
-            importlib.import_module(module)
-        self.socket = rendezvous("probe")
-        self.work = Path(os.path.dirname(self.socket))
-        self.server = multiprocessing.get_context("fork").Process(target=serve_quietly, args=(self.socket,))
-        self.server.start()
-        return self
-
-    def ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(self.socket) and time.monotonic() < deadline and self.server.is_alive():
-            time.sleep(0.05)
-
-    def __exit__(self, *exc) -> None:
-        import shutil
-
-        self.server.terminate()
-        self.server.join()
-        shutil.rmtree(self.work, ignore_errors=True)
-
-
-def serve_quietly(socket: str) -> None:
-    """A warm process serving on ``socket`` (forked: `WarmServer`), its own lines kept out of the estimate's."""
-    from budgetdraft.pipeline import cli
-    from budgetdraft.pipeline.warm import serve
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    serve(socket, cli.run)
-
-
-def job_seconds(server: WarmServer, runs: int = 3) -> float:
+def job_seconds(runs: int = 3) -> float:
     """A cell job's fixed seconds beyond its model work: `budgetdraft eval-cell` of a tiny model (2 new tokens of
-    AR) started as a rule starts one (a shell, the Python client) and forked from ``server``, a warm process that
-    has imported everything, as the workflow runs cells (the median of ``runs``), plus Snakemake's own time per
-    job."""
+    AR) started as a rule starts one (a shell, the Python client) and forked from a warm process that has imported
+    everything, as the workflow runs cells (the median of ``runs``), plus Snakemake's own time per job."""
+    import shutil
     import subprocess
     import sys
 
     import pandas as pd
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from budgetdraft.pipeline.rendezvous import rendezvous
     from budgetdraft.pipeline.warm import ENV
 
-    work = server.work
+    socket = rendezvous("probe")
+    work = Path(os.path.dirname(socket))
     LlamaForCausalLM(
         LlamaConfig(
             vocab_size=128,
@@ -355,16 +271,25 @@ def job_seconds(server: WarmServer, runs: int = 3) -> float:
     ).save_pretrained(work / "v")
     pd.DataFrame({"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["probe"],
                   "input_ids": [list(range(3, 67))]}).to_parquet(work / "prompts.parquet")  # fmt: skip
+    server = subprocess.Popen([sys.executable, "-m", "budgetdraft", "warm", "--socket", socket],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     cell = ("eval-cell --label ar --method ar --verifier v --prompts prompts.parquet --dataset d --context c "
             "--max-new-tokens 2 --warmup 0 --repeats 1 --out results/cells/ar/d/c/B0_g0.parquet")  # fmt: skip
-    server.ready()
-    env = {**os.environ, ENV: server.socket}
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(["bash", "-c", f"{sys.executable} -m budgetdraft {cell} > /dev/null 2>&1"], env=env,
-                       cwd=work, check=True)  # fmt: skip
-        times.append(time.perf_counter() - start)
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(socket) and time.monotonic() < deadline and server.poll() is None:
+            time.sleep(0.1)
+        env = {**os.environ, ENV: socket}
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            subprocess.run(["bash", "-c", f"{sys.executable} -m budgetdraft {cell} > /dev/null 2>&1"], env=env,
+                           cwd=work, check=True)  # fmt: skip
+            times.append(time.perf_counter() - start)
+    finally:
+        server.terminate()
+        server.wait()
+        shutil.rmtree(work, ignore_errors=True)
     return statistics.median(times) + SNAKEMAKE_JOB_S
 
 
@@ -388,27 +313,23 @@ def training_recipes(cfg: dict) -> tuple:
 
 
 def key_of(cfg: dict, device: str, parallel: int) -> dict:
-    """What a measure is of: this machine, torch (its installed version: torch itself is not imported until a probe
-    runs), the jobs side by side, the config's models as served (`served_shape`), dtypes and training steps."""
-    from importlib.metadata import version
+    import torch
 
-    from budgetdraft.pipeline.roofline import served_shape
+    from budgetdraft.pipeline.roofline import shape
 
     return {
-        "cpu": cpu_name(), "cores": cores(), "torch": version("torch"), "device": device,
-        "threads": cfg.get("threads", 1), "parallel": parallel, "verifier": asdict(served_shape(cfg, "verifier")),
-        "drafter": asdict(served_shape(cfg, "drafter")), "dtypes": [cfg["verifier_dtype"], cfg["drafter_dtype"]],
+        "cpu": cpu_name(), "cores": cores(), "torch": torch.__version__, "device": device,
+        "threads": cfg.get("threads", 1), "parallel": parallel, "verifier": asdict(shape(cfg["verifier"])),
+        "drafter": asdict(shape(cfg["drafter"])), "dtypes": [cfg["verifier_dtype"], cfg["drafter_dtype"]],
         "recipes": [[json.loads(h).get("lambda_c", 0), p, c] for h, p, c in training_recipes(cfg)],
     }  # fmt: skip
 
 
 def check_measurable(device: str) -> None:
     """A config's ``device`` this machine has, or an error that says how to estimate for another machine."""
-    if not device.startswith("cuda"):
-        return
     import torch
 
-    if not torch.cuda.is_available():
+    if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(
             f"device: {device} in the config, and this machine has no CUDA device to measure: run the estimate on "
             "the machine the run will use, or name one (--gpu a100-80g, h100-80g)"
@@ -531,11 +452,10 @@ def read_measure(path: Path, key: dict) -> tuple[dict | None, str | None]:
     return (None, why) if why else (found, None)
 
 
-def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print, quiet=None) -> dict:
+def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dict:
     """This machine's constants for ``cfg`` (its models' shapes, dtypes, device and threads) with ``parallel``
     jobs side by side: from the cache when it holds this machine's measure (`read_measure`), else probed now
-    (``parallel`` processes at once, once ``quiet()`` returns: `probe`) and cached; a cached file that cannot be used
-    is named, with why, by ``say``."""
+    (``parallel`` processes at once) and cached; a cached file that cannot be used is named, with why, by ``say``."""
     from budgetdraft.base.atomic import atomic_write_text, file_lock
     from budgetdraft.base.cache import cache_root
 
@@ -550,71 +470,44 @@ def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print, quiet=
             if problem is None:
                 return found
             say(f"{cached}: {problem}; probing again")
-        result = probe(cfg, device, key, parallel, say, quiet)
+        result = probe(cfg, device, key, parallel, say)
         atomic_write_text(cached, json.dumps(result, indent=1))
     return result
 
 
-def probes_at_once(args: tuple, parallel: int) -> list[Probe]:
-    """``parallel`` probes (`probe_once`) side by side, each in a process of its own forked from this one, which has
-    imported everything and run no torch op (a warm process's children are made so); one runs in this process."""
+def probe(cfg: dict, device: str, key: dict, parallel: int, say=print) -> dict:
+    """This machine's constants for ``cfg``, probed now (``parallel`` processes at once), under its ``key``."""
     from concurrent.futures import ProcessPoolExecutor
 
-    if parallel == 1:
-        return [probe_once(*args)]
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context(method)) as pool:
-        return list(pool.map(probe_once, *zip(*[args] * parallel)))
-
-
-def probe(cfg: dict, device: str, key: dict, parallel: int, say=print, quiet=None) -> dict:
-    """This machine's constants for ``cfg``, probed now (``parallel`` processes at once), under its ``key``. What the
-    probes and `job_seconds`'s warm process run is imported first, beside whatever the caller runs until ``quiet()``
-    returns (the estimate's dry run); the timings start after it, with nothing of ours beside them."""
-    from budgetdraft.pipeline.roofline import served_shape
+    from budgetdraft.pipeline.roofline import shape
 
     context = min(min(cfg["contexts"].values()), PROBE_CONTEXT)
-    verifier = served_shape(cfg, "verifier")
+    verifier = shape(cfg["verifier"])
     layers = probe_layers(verifier, cfg["verifier_dtype"], parallel, available_memory(device))
-    args = (verifier, served_shape(cfg, "drafter"), cfg["verifier_dtype"], cfg["drafter_dtype"], device,
+    args = (verifier, shape(cfg["drafter"]), cfg["verifier_dtype"], cfg["drafter_dtype"], device,
             cfg.get("threads", 1), context, training_recipes(cfg), layers)  # fmt: skip
     say(f"measuring this machine ({key['cpu']}, {key['cores']} cores, {parallel} probe(s) at once) ...")
-    with WarmServer() as server:
-        if quiet is not None:
-            quiet()
-        server.ready()
-        start = time.perf_counter()
-        probes = probes_at_once(args, parallel if device == "cpu" else 1)
-        result = {**solve(probes), "context": context, "job_s": job_seconds(server), "key": key}
+    start = time.perf_counter()
+    if device == "cpu" and parallel > 1:  # fresh processes (spawn): no fork of a process that runs torch
+        with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
+            probes = list(pool.map(probe_once, *zip(*[args] * parallel)))
+    else:
+        probes = [probe_once(*args)]
+    result = {**solve(probes), "context": context, "job_s": job_seconds(), "key": key}
     result.update(probe_s=time.perf_counter() - start, measured=time.strftime("%F %T"))
     return result
 
 
-def verifier_steps(m: dict) -> str:
-    """The verifier's measured steps and the step they extrapolate to at its own layers, in words."""
-    t, step, layers = m["timings"], m["verifier_step"], m["key"]["verifier"]["layers"]
-    shallow = t.get("shallow_layers") or shallow_layers(int(t["verifier_layers"]))
-    own = step["fixed_s"] + layers * step["per_layer_s"]
-    measured = f"a verifier step of {t['verifier_layers']:.0f} layers {t['verifier_step_s'] * 1e3:.1f} ms"
-    if layers <= t["verifier_layers"]:
-        return measured
-    return (
-        f"{measured} and of {shallow:.0f} {t['verifier_step2_s'] * 1e3:.1f} ms, extrapolated linearly (fixed + "
-        f"layers x per layer) to its {layers} layers: {own * 1e3:.1f} ms"
-    )
-
-
-def here(cfg: dict, parallel: int, remeasure: bool = False, say=print, quiet=None):
-    """This machine as an estimate `Device`, measured (`measure`) for ``cfg`` with ``parallel`` jobs at a time, its
-    probe's timings started once ``quiet()`` returns (None: at once)."""
+def here(cfg: dict, parallel: int, remeasure: bool = False, say=print):
+    """This machine as an estimate `Device`, measured (`measure`) for ``cfg`` with ``parallel`` jobs at a time."""
     from budgetdraft.pipeline.roofline import Device
 
-    m = measure(cfg, parallel, remeasure, say, quiet)
+    m = measure(cfg, parallel, remeasure, say)
     k, t = m["key"], m["timings"]
     basis = (
         f"measured on this machine ({k['cpu']}, {k['cores']} cores, torch {k['torch']}) on {m['measured']}, "
-        f"{parallel} probe(s) at once in {m['probe_s']:.0f} s: {verifier_steps(m)}, a drafter step "
-        f"{t['drafter_step_s'] * 1e3:.1f} ms, a "
+        f"{parallel} probe(s) at once in {m['probe_s']:.0f} s: a verifier step of {t['verifier_layers']:.0f} layers "
+        f"{t['verifier_step_s'] * 1e3:.1f} ms, a drafter step {t['drafter_step_s'] * 1e3:.1f} ms, a "
         f"{PREFILL_TOKENS}-token prefill {t['prefill_s']:.2f} s, a {t['load_bytes'] / 1e6:.0f} MB load "
         f"{t['load_s']:.2f} s (cached: --remeasure probes again)"
     )
