@@ -30,10 +30,22 @@ def ci_config() -> dict:
 def fake_probe() -> machine.Probe:
     """Timings of a machine that reads 20 GB/s (as tests/test_machine.py's synthetic probe)."""
     return machine.Probe(
-        verifier_step_s=0.0232, drafter_step_s=0.0033, prefill_s=20.0032, load_s=2.0, load_bytes=8e8,
-        verifier_layers=16, drafter_layers=4, verifier_bytes=4e8, drafter_bytes=5e7, prefill_flops=1e12,
-        verifier_step2_s=0.0092, verify_rows_s=0.0348, train_steps_s=(((128, 16, 1), 0.3),),
+        verifier_step_s=0.0212, drafter_step_s=0.0033, prefill_s=20.0012, load_s=2.0, load_bytes=8e8,
+        verifier_layers=6, drafter_layers=4, verifier_bytes=4e8, drafter_bytes=5e7, prefill_flops=1e12,
+        verifier_step2_s=0.0092, shallow_layers=2, verify_rows_s=0.0318, train_steps_s=(((128, 16, 1), 0.3),),
     )  # fmt: skip
+
+
+def fake_timed(calls: list, pause: float = 0.0):
+    """`machine.timed`'s stand-in: records each probe's arguments and answers `fake_probe`'s timings and a job of
+    0.5 s, after ``pause`` seconds, instead of starting the probe's processes."""
+
+    def timed(args, parallel, quiet=None):
+        calls.append(args)
+        time.sleep(pause)
+        return [fake_probe()] * parallel, 0.5
+
+    return timed
 
 
 @pytest.fixture
@@ -41,8 +53,7 @@ def probed(monkeypatch, tmp_path):
     """A cache under tmp_path and a probe that records its calls instead of timing anything."""
     monkeypatch.setenv("BUDGETDRAFT_CACHE", str(tmp_path))
     calls = []
-    monkeypatch.setattr(machine, "probe_once", lambda *a: calls.append(a) or fake_probe())
-    monkeypatch.setattr(machine, "job_seconds", lambda: 0.5)
+    monkeypatch.setattr(machine, "timed", fake_timed(calls))
     return calls
 
 
@@ -105,7 +116,7 @@ def test_a_cached_probe_that_no_probe_wrote_is_probed_again_saying_why(probed, t
 def test_two_probes_started_at_once_measure_once(probed, monkeypatch):
     """Two runs that start together wait for one probe (a lock), instead of probing side by side and racing to
     write the file."""
-    monkeypatch.setattr(machine, "probe_once", lambda *a: probed.append(a) or time.sleep(0.5) or fake_probe())
+    monkeypatch.setattr(machine, "timed", fake_timed(probed, pause=0.5))
     cfg = ci_config()
     results = []
     runs = [threading.Thread(target=lambda: results.append(machine.measure(cfg, 1, say=lambda line: None)))]

@@ -2,6 +2,11 @@
 
 import json
 import math
+import os
+import re
+import threading
+import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -16,13 +21,14 @@ TINY_DRAFTER = Shape(layers=2, hidden=32, ffn=64, heads=4, kv_heads=2, vocab=102
 
 def synthetic_probe(bandwidth=20e9, overhead=2e-4, head_s=3e-3, flops=5e10) -> machine.Probe:
     """Timings a machine with these constants would give: a step = layers × overhead + bytes / bandwidth."""
-    lv, ld, bv, bd = 16, 4, 4e8, 5e7
+    lv, ld, bv, bd = 6, 4, 4e8, 5e7
     tv, td = lv * overhead + bv / bandwidth, ld * overhead + bd / bandwidth
     per_layer = (tv - head_s) / lv
     return machine.Probe(
         verifier_step_s=tv, drafter_step_s=td, prefill_s=1e12 / flops + lv * overhead, load_s=2.0, load_bytes=8e8,
         verifier_layers=lv, drafter_layers=ld, verifier_bytes=bv, drafter_bytes=bd, prefill_flops=1e12,
-        verifier_step2_s=head_s + 4 * per_layer, verify_rows_s=1.5 * tv, train_steps_s=(((128, 16, 1), 0.3),),
+        verifier_step2_s=head_s + 2 * per_layer, shallow_layers=2, verify_rows_s=1.5 * tv,
+        train_steps_s=(((128, 16, 1), 0.3),),
     )  # fmt: skip
 
 
@@ -34,7 +40,7 @@ def test_the_roofline_constants_are_solved_back_from_the_timings_they_would_give
     assert solved["disk"] == pytest.approx(4e8)
     assert solved["verify_factor"] == pytest.approx(1.5)
     step = solved["verifier_step"]
-    assert step["fixed_s"] + 16 * step["per_layer_s"] == pytest.approx(synthetic_probe().verifier_step_s)
+    assert step["fixed_s"] + 6 * step["per_layer_s"] == pytest.approx(synthetic_probe().verifier_step_s)
     assert step["fixed_s"] == pytest.approx(3e-3)
     assert json.loads(next(iter(solved["train_step_s"]))) == [128, 16, 1]
 
@@ -45,16 +51,27 @@ def test_a_probe_runs_our_decode_loop_and_gives_positive_timings():
     for name, value in vars(probe).items():
         if isinstance(value, float):
             assert math.isfinite(value) and value > 0, name
-    assert probe.verifier_layers == 8 and probe.load_bytes > 0
+    assert (probe.verifier_layers, probe.shallow_layers) == (machine.PROBE_LAYERS, 2) and probe.load_bytes > 0
     solved = machine.solve([probe])
     assert solved["bandwidth"] > 0 and solved["flops"] > 0
+
+
+def stand_in(calls: list, pause: float = 0.0):
+    """`machine.timed`'s stand-in: records each probe's arguments and answers `synthetic_probe`'s timings and a job
+    of 0.5 s, after ``pause`` seconds; no process is started."""
+
+    def timed(args, parallel, quiet=None):
+        calls.append(args)
+        time.sleep(pause)
+        return [synthetic_probe()] * parallel, 0.5
+
+    return timed
 
 
 def test_the_machine_is_probed_once_then_read_from_the_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("BUDGETDRAFT_CACHE", str(tmp_path))
     calls = []
-    monkeypatch.setattr(machine, "probe_once", lambda *a: calls.append(a) or synthetic_probe())
-    monkeypatch.setattr(machine, "job_seconds", lambda: 0.5)
+    monkeypatch.setattr(machine, "timed", stand_in(calls))
     cfg = yaml.safe_load(open("config/ci.yaml"))
     first = machine.measure(cfg, 1, say=lambda line: None)
     assert len(calls) == 1 and first["job_s"] == 0.5
@@ -91,7 +108,7 @@ def test_a_probe_builds_only_the_verifier_layers_that_fit_beside_its_twins():
     from budgetdraft.pipeline.roofline import shape
 
     llama7b = shape("NousResearch/Yarn-Llama-2-7b-128k")
-    assert machine.probe_layers(TINY_VERIFIER, "float32", 2, 24 * 2**30) == 8  # all of a small one
+    assert machine.probe_layers(replace(TINY_VERIFIER, layers=4), "float32", 2, 24 * 2**30) == 4  # all of it
     assert machine.probe_layers(llama7b, "float16", 1, 80 * 2**30) == machine.PROBE_LAYERS
     layers = machine.probe_layers(llama7b, "float16", 2, 20 * 2**30)
     layer_bytes = 2 * (llama7b.body / llama7b.layers)
@@ -99,3 +116,108 @@ def test_a_probe_builds_only_the_verifier_layers_that_fit_beside_its_twins():
     assert 2 * 2 * (layers * layer_bytes + 2 * 2 * llama7b.vocab * llama7b.hidden) <= 20 * 2**30 / 2 + 1
     with pytest.raises(ValueError, match=r"does not fit in this machine's 2\.0 GiB available with 2 at once"):
         machine.probe_layers(llama7b, "float16", 2, 2 * 2**30)
+
+
+# ------------------------------------------------------------------------------ the probe's processes and their waits
+
+TINY_ARGS = dict(
+    verifier_shape=vars(TINY_VERIFIER), drafter_shape=vars(TINY_DRAFTER), verifier_dtype="float32",
+    drafter_dtype="float32", device="cpu", threads=1, context=32, recipes=(), layers=machine.PROBE_LAYERS,
+)  # fmt: skip
+
+
+def test_the_probe_runs_in_fresh_processes_never_forking_this_one(monkeypatch):
+    """The probe runs where Snakemake's own multi-threaded process asks for it (`snakemake all`'s prediction): a
+    warm process forked from it never came up, and the Snakemake beside it waited for ever on the probe cache's
+    lock. The probes and the warm process are fresh processes (no os.fork here: a fork would raise), which import
+    while the caller's dry run runs (``quiet``), then time: a real probe and real cells through the warm process."""
+
+    def no_fork():
+        raise AssertionError("os.fork: the probe forked the process that asked for it")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()  # this process has threads, as Snakemake's
+    events = []
+    (probe,), job_s = machine.timed(TINY_ARGS, 1, quiet=lambda: events.append("quiet"))
+    assert events == ["quiet"]
+    assert (probe.verifier_layers, probe.shallow_layers, probe.drafter_layers) == (machine.PROBE_LAYERS, 2, 2)
+    assert probe.verifier_step_s > 0 and probe.load_bytes > 0
+    assert machine.SNAKEMAKE_JOB_S < job_s < machine.CELL_S
+
+
+def sleeper(code: str = "") -> str:
+    """A process's Python that runs ``code``, then sleeps a minute: one that never answers."""
+    return f"import socket, sys, time\n{code}\ntime.sleep(60)"
+
+
+READY = f"print('{machine.SAID}ready', flush=True)"  # a probe process that has imported
+SERVING = ("-c", sleeper("socket.socket(socket.AF_UNIX).bind(sys.argv[1])"))  # a warm process that serves
+
+
+@pytest.mark.parametrize(
+    "probe_main, warm, limit, says",
+    [
+        (sleeper(), SERVING, "START_S",
+         r"^the machine probe's process \(pid \d+\) was still importing torch and the probe's modules \(for 2 s\) "
+         r"when its time was up; nothing was measured$"),
+        ("raise SystemExit('no torch here')", SERVING, "START_S",
+         r"^the machine probe's process exited \(1\) while importing torch and the probe's modules \(for 2 s\): "
+         r"no torch here$"),
+        (sleeper(READY), ("-c", sleeper()), "START_S",
+         r"^the machine probe's warm process \(pid \d+\) did not serve on \S+ within 2 s; nothing was "
+         r"measured$"),
+        (sleeper(READY), ("-c", "raise SystemExit('port taken')"), "START_S",
+         r"^the machine probe's warm process exited \(1\) before it served: port taken$"),
+        (sleeper(READY + "; input()"), SERVING, "PROBE_S",
+         r"^the machine probe's process \(pid \d+\) was still timing its probe \(for 2 s\) when its time was "
+         r"up; nothing was measured$"),
+    ],
+    ids=["probe-silent", "probe-exits", "warm-silent", "warm-exits", "probe-never-answers"],
+)  # fmt: skip
+def test_every_wait_on_a_probe_process_ends_in_one_line(monkeypatch, probe_main, warm, limit, says):
+    """A process of the probe that never comes up, exits or never answers stops the probe at its limit, naming it in
+    one line, and is ended: the probe had waited for a forked warm process for ever, holding the cache's lock."""
+    started = []
+    popen = machine.subprocess.Popen
+
+    def recorded(*args, **kwargs):
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(machine.subprocess, "Popen", recorded)
+    monkeypatch.setattr(machine, "PROBE_MAIN", probe_main)
+    monkeypatch.setattr(machine, "WARM", warm)
+    monkeypatch.setattr(machine, limit, 2)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=says) as err:
+        machine.timed(TINY_ARGS, 1)
+    assert "\n" not in str(err.value) and time.monotonic() - start < 20
+    assert len(started) == 2 and all(process.poll() is not None for process in started)  # none left running
+
+
+def test_a_run_waits_for_another_runs_probe_a_limited_time(monkeypatch, tmp_path):
+    """A second run waits on the probe cache's lock while another run probes (test_leftovers: two runs, one probe),
+    but no longer than LOCK_S: it had waited for ever on a probe that never ended."""
+    from budgetdraft.base.atomic import file_lock
+
+    monkeypatch.setenv("BUDGETDRAFT_CACHE", str(tmp_path))
+    monkeypatch.setattr(machine, "timed", stand_in([]))
+    monkeypatch.setattr(machine, "LOCK_S", 0.5)
+    cfg = yaml.safe_load(open("config/ci.yaml"))
+    cached = machine.measure_file(machine.key_of(cfg, "cpu", 1))
+    ended = []
+
+    def waiting() -> None:
+        try:
+            machine.measure(cfg, 1, say=lambda line: None)
+        except ValueError as err:
+            ended.append(str(err))
+
+    with file_lock(cached):  # another run's probe, under way
+        run = threading.Thread(target=waiting, daemon=True)
+        run.start()
+        run.join(timeout=20)
+        assert not run.is_alive(), "the second run still waits on the lock"
+    assert len(ended) == 1 and "\n" not in ended[0]
+    assert re.match(rf"^{re.escape(str(cached))}\.lock: another run has held it for 0\.5 s, probing", ended[0])
+    assert machine.measure(cfg, 1, say=lambda line: None)["job_s"] == 0.5  # the lock given back: probed

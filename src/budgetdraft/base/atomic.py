@@ -169,16 +169,26 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 @contextmanager
-def file_lock(path: str | Path) -> Iterator[None]:
+def file_lock(path: str | Path, timeout: float | None = None) -> Iterator[None]:
     """Hold an exclusive lock on ``PATH.lock`` (made if missing) while the block runs: the processes of a run that
     measure one thing and cache it at ``path`` (the decoding layout, the machine probe) take turns, so the second
-    reads what the first wrote instead of measuring it again beside it."""
+    reads what the first wrote instead of measuring it again beside it. ``timeout``: seconds to wait for another
+    holder at most, then TimeoutError (None: as long as it holds it)."""
     import fcntl
+    import time
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{path}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | (0 if deadline is None else fcntl.LOCK_NB))
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{path}.lock: held by another process for {timeout:g} s") from None
+                time.sleep(0.1)
         yield
 
 

@@ -4,8 +4,11 @@
     python -m budgetdraft estimate --configfile config/config.yaml --gpu cpu
 
 The jobs are the workflow's own: a forced dry run (`snakemake -n --forceall`) of the target lists every job and
-output, so the grid has one home (budgetdraft.pipeline.plan). Each job is then costed from the models' shapes
-(`MODELS`, or a local directory's config.json) and the config: a forward pass takes the longer of its FLOPs at the
+output, so the grid has one home (budgetdraft.pipeline.plan). The workflow is the config's own (`Workflow`: the
+folder above the config file that holds a Snakefile, else the working directory's), and so is its schema, else the
+one the package ships; the dry run runs in the background while this machine's probe imports what it needs. Each
+job is then costed from the models' shapes (a local directory's config.json, a hub's when readable offline, else
+`MODELS`: budgetdraft.pipeline.roofline) and the config: a forward pass takes the longer of its FLOPs at the
 device's throughput and its bytes (weights and KV cache read) at its memory bandwidth, plus a fixed cost per layer
 (Python and kernel launches). A decode step is what our engine runs (`budgetdraft.decoding.engine`): a fixed-shape step over
 the whole pre-allocated cache (prompt + new tokens + γ + 1, rounded up to 16 slots) with a mask, so it reads that
@@ -23,8 +26,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -40,32 +45,102 @@ from budgetdraft.evaluation.cellspec import CellSpec
 from budgetdraft.pipeline import gpusteps
 from budgetdraft.pipeline.configcheck import check_config
 from budgetdraft.pipeline.plan import Plan
-from budgetdraft.pipeline.roofline import BYTES, DEVICES, Device, Model, shape, tokens_per_round
+from budgetdraft.pipeline.roofline import BYTES, DEVICES, Device, Model, served_shape, tokens_per_round
 from budgetdraft.training.hparams import TrainingHparams
 
 # the rules that make a drafter by exporting another again (budgetdraft.base.methods: a drafter kind's cost line)
 EXPORTED_DRAFTERS = {rule for kind in methods.KINDS.values() if kind.cost == methods.EXPORT for rule in kind.rules}
-# the config schema, as the Snakefile reads it (the estimate runs in a checkout of the workflow: `planned_jobs`)
-SCHEMA = Path(__file__).resolve().parents[3] / "workflow/schemas/config.schema.yaml"
+# the config schema as the package ships it (a link to workflow/schemas/config.schema.yaml, its one home, which the
+# wheel holds as a file): the schema of a config whose workflow has none of its own
+PACKAGED_SCHEMA = Path(__file__).with_name("config.schema.yaml")
+SNAKEFILES = ("Snakefile", "workflow/Snakefile")  # where Snakemake looks for a workflow's Snakefile
+WORKFLOW_SCHEMA = "workflow/schemas/config.schema.yaml"  # a workflow's config schema, which its Snakefile reads
+DRY_RUN_S = 300  # seconds the workflow's dry run may take (the paper grid's: 9 s on a 2-core CPU) before it is ended
 
 # ------------------------------------------------------------------------------------------------------ the jobs
 
 
+@dataclass(frozen=True)
+class Workflow:
+    """The workflow a config belongs to: ``root`` the folder holding its Snakefile (None: none was found, as in a
+    wheel install run outside a checkout) and the schema its config is checked against."""
+
+    root: Path | None
+    schema: Path
+
+    @classmethod
+    def of(cls, configfile: str) -> Workflow:
+        """The first folder from ``configfile``'s own upwards that holds a Snakefile, else the working directory
+        when it holds one (where Snakemake itself looks); its schema, else the package's (`PACKAGED_SCHEMA`)."""
+        folders = [*Path(configfile).resolve().parents, Path.cwd()]
+        root = next((f for f in folders if any((f / name).is_file() for name in SNAKEFILES)), None)
+        own = root / WORKFLOW_SCHEMA if root else None
+        return cls(root, own if own and own.is_file() else PACKAGED_SCHEMA)
+
+
+class Planning:
+    """The jobs of ``target`` as if nothing existed (`snakemake -n --forceall` of the config's `Workflow`), planned
+    in a process started at once, so that the caller works beside it; `jobs` waits for it and reads them."""
+
+    def __init__(self, configfile: str, target: str = "all"):
+        self.configfile, self.target = configfile, target
+        self.workflow = Workflow.of(configfile)
+        root = self.workflow.root
+        if root is None:
+            raise ValueError(
+                f"--configfile {configfile}: no Snakefile in its folder, a folder above it or the working directory: "
+                "the estimate plans the workflow's jobs with a dry run of it (snakemake -n), and an installed package "
+                "ships no workflow; run it in a checkout of the workflow (Snakefile, workflow/, config/)"
+            )
+        self.output = tempfile.TemporaryFile("w+")  # a file, not a pipe: nobody reads it while the caller works
+        self.proc = subprocess.Popen(  # --nolock: a run asks this from its onstart, while it holds the folder's lock
+            [sys.executable, "-m", "snakemake", "-n", "--forceall", "--nolock", target,
+             "--configfile", os.path.abspath(configfile)],
+            cwd=root, stdout=self.output, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+
+    def wait(self) -> None:
+        """Wait for the dry run, at most `DRY_RUN_S`: one that has not planned by then is ended and refused in one
+        line, instead of an estimate (or the `snakemake all` that asked for it) waiting on it for ever."""
+        try:
+            self.proc.wait(timeout=DRY_RUN_S)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise ValueError(
+                f"snakemake -n {self.target} --configfile {self.configfile} (in {self.workflow.root}) had planned no "
+                f"jobs after {DRY_RUN_S:g} s and was ended: run it yourself to see where it stops"
+            ) from None
+
+    def stop(self) -> None:
+        """End the dry run if it is still running (the estimate failed before it needed it)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self.output.close()
+
+    def jobs(self) -> list[tuple[str, list[str]]]:
+        """(rule, outputs) of every planned job; a failed dry run is refused with Snakemake's own words."""
+        self.wait()
+        self.output.seek(0)
+        text = self.output.read()
+        if self.proc.returncode != 0:
+            raise ValueError(f"snakemake -n {self.target} --configfile {self.configfile} failed:\n{text[-3000:]}")
+        jobs, rule = [], None
+        for line in text.splitlines():
+            if line.startswith("rule ") or line.startswith("localrule "):
+                rule = line.split()[1].rstrip(":")
+            elif line.strip().startswith("output:") and rule:
+                jobs.append((rule, [o.strip() for o in line.split(":", 1)[1].split(",")]))
+        return jobs
+
+
 def planned_jobs(configfile: str, target: str = "all") -> list[tuple[str, list[str]]]:
-    """(rule, outputs) of every job of ``target`` as if nothing existed (`snakemake -n --forceall`)."""
-    proc = subprocess.run(  # --nolock: a run asks this from its onstart, while it holds the folder's lock
-        [sys.executable, "-m", "snakemake", "-n", "--forceall", "--nolock", target, "--configfile", configfile],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        raise ValueError(f"snakemake -n {target} --configfile {configfile} failed:\n{proc.stdout[-2000:]}{proc.stderr}")
-    jobs, rule = [], None
-    for line in proc.stdout.splitlines():
-        if line.startswith("rule ") or line.startswith("localrule "):
-            rule = line.split()[1].rstrip(":")
-        elif line.strip().startswith("output:") and rule:
-            jobs.append((rule, [o.strip() for o in line.split(":", 1)[1].split(",")]))
-    return jobs
+    """(rule, outputs) of every job of ``target`` as if nothing existed (`Planning`, waited for)."""
+    planning = Planning(configfile, target)
+    try:
+        return planning.jobs()
+    finally:
+        planning.stop()
 
 
 @dataclass
@@ -92,20 +167,22 @@ class Estimator:
         engine: str = ENGINE,
         cache: str = "preallocated",
         gpu_measured: bool = True,
+        schema: Path = PACKAGED_SCHEMA,
     ):
         """``engine``: how the cells' decode steps run (our engine: one of ``ENGINES``, checked where it is read,
         ``run``); ``cache="dynamic"``: as HF's DynamicCache decoding instead (the paper's own timings, what the
         per-layer cost is calibrated on); ``gpu_measured``: on a GPU, our engine's steps as bench/gpu_decode.py
-        measured them where it measured these models (`budgetdraft.pipeline.gpusteps`), else the roofline's."""
+        measured them where it measured these models (`budgetdraft.pipeline.gpusteps`), else the roofline's;
+        ``schema``: the config's workflow's (`Workflow`), which the plan checks the config against."""
         if engine == GRAPHS and not device.cuda:
             raise ValueError(
                 f"--engine graphs: CUDA graphs need a GPU, and {device.name} is none (the pipeline refuses "
                 "engine: graphs off CUDA); estimate it with --engine eager"
             )
-        self.cfg, self.device, self.alpha, self.engine = cfg, device, alpha, engine
+        self.cfg, self.device, self.alpha, self.engine, self.schema = cfg, device, alpha, engine, schema
         v, d = device.measured.get("verifier"), device.measured.get("drafter")
-        self.verifier = Model(shape(cfg["verifier"]), BYTES[cfg["verifier_dtype"]], device, engine, cache, v)
-        self.drafter = Model(shape(cfg["drafter"]), BYTES[cfg["drafter_dtype"]], device, engine, cache, d)
+        self.verifier = Model(served_shape(cfg, "verifier"), BYTES[cfg["verifier_dtype"]], device, engine, cache, v)
+        self.drafter = Model(served_shape(cfg, "drafter"), BYTES[cfg["drafter_dtype"]], device, engine, cache, d)
         # on a GPU our engine's steps cost what bench/gpu_decode.py measured, where it measured these models
         dtypes = (cfg["verifier_dtype"], cfg["drafter_dtype"])
         found = None
@@ -130,7 +207,7 @@ class Estimator:
     def plan(self) -> Plan:
         """The plan of the config (checked as the Snakefile checks it: the schema's defaults filled in)."""
         checked = json.loads(json.dumps(self.cfg))
-        check_config(checked, schema=SCHEMA)
+        check_config(checked, schema=self.schema)
         return Plan(checked)
 
     def spec(self, label: str, dataset: str, context: str, budget: int, gamma: int, replicate=None) -> CellSpec:
@@ -401,17 +478,35 @@ def prediction(configfile: str, target: str = "all", cores: int | None = None) -
     """One line: the wall time of ``target`` from scratch under ``configfile`` on this machine with ``cores`` (the
     run's ``--cores``), measured here (the line `snakemake all` prints before its first job)."""
     cfg = yaml.safe_load(Path(configfile).read_text())
-    from budgetdraft.pipeline.machine import here
-
     parallel = default_parallel(cfg, cores)
-    device = here(cfg, parallel, say=lambda line: print(f"budgetdraft: {line}", file=sys.stderr, flush=True))
-    est = Estimator(cfg, device, float(cfg.get("expected_acceptance", 0.3)), 0, cfg.get("engine", ENGINE))
-    seconds = sum(c.seconds for c in costs(cfg, planned_jobs(configfile, target), est).values()) / device.parallel
+    alpha, engine = float(cfg.get("expected_acceptance", 0.3)), cfg.get("engine", ENGINE)
+    est, stages = planned_costs(
+        configfile, target, lambda device, schema: Estimator(cfg, device, alpha, 0, engine, schema=schema),
+        cfg, parallel, say=lambda line: print(f"budgetdraft: {line}", file=sys.stderr, flush=True),
+    )  # fmt: skip
+    seconds = sum(c.seconds for c in stages.values()) / est.device.parallel
     return (
-        f"budgetdraft: `snakemake {target}` of {configfile} from scratch on {device.name}, {parallel} job(s) at a "
+        f"budgetdraft: `snakemake {target}` of {configfile} from scratch on {est.device.name}, {parallel} job(s) at a "
         f"time: about {seconds / 3600:.2f} h ({seconds / 60:.0f} min), predicted from this machine's own timings "
         f"(python -m budgetdraft estimate --configfile {configfile}: the table and every assumption)"
     )
+
+
+def planned_costs(configfile: str, target: str, estimator, cfg: dict, parallel: int, device: Device | None = None,
+                  remeasure: bool = False, say=print) -> tuple[Estimator, dict[str, Cost]]:  # fmt: skip
+    """(the estimator, each stage's cost) of the jobs of ``target`` under ``configfile`` (``cfg``, as read), the
+    estimator ``estimator(device, schema)`` of ``device`` or, None, of this machine, measured with ``parallel`` jobs
+    side by side (`budgetdraft.pipeline.machine.here`) while the workflow's dry run plans the jobs (`Planning`): the
+    probe imports and starts its warm process beside the dry run, and times nothing until the dry run is done."""
+    from budgetdraft.pipeline.machine import here
+
+    planning = Planning(configfile, target)
+    try:
+        device = device or here(cfg, parallel, remeasure, say, quiet=planning.wait)
+        est = estimator(device, planning.workflow.schema)
+        return est, costs(cfg, planning.jobs(), est)
+    finally:
+        planning.stop()
 
 
 def cost_report(
@@ -437,15 +532,16 @@ def cost_report(
     engine = engine or cfg.get("engine", ENGINE)  # --engine is checked when parsed, the config's here
     if engine not in ENGINES:
         raise ValueError(f"engine = {engine!r} in {configfile}: one of {', '.join(ENGINES)}")
-    if gpu == HERE:
-        from budgetdraft.pipeline.machine import here
 
-        device = here(cfg, parallel or default_parallel(cfg), remeasure, say=lambda line: print(line, file=sys.stderr))
-    else:
-        device = DEVICES[gpu]
-    est = Estimator(cfg, device, alpha, cells_per_process, engine)
-    check_fits(cfg, est, gpu)
-    stages = costs(cfg, planned_jobs(configfile, target), est)
+    def estimator(device: Device, schema: Path) -> Estimator:
+        est = Estimator(cfg, device, alpha, cells_per_process, engine, schema=schema)
+        check_fits(cfg, est, gpu)
+        return est
+
+    est, stages = planned_costs(
+        configfile, target, estimator, cfg, parallel or default_parallel(cfg), None if gpu == HERE else DEVICES[gpu],
+        remeasure, say=lambda line: print(line, file=sys.stderr),
+    )  # fmt: skip
     if math.isnan(sum(c.seconds for c in stages.values())):
         raise ValueError("the estimate is undefined (NaN): check the config's lengths and steps")
     return report(cfg, stages, est, gpu)

@@ -2,15 +2,30 @@
 another machine (a clean default run took 43 min on one 2-core CPU and 79 min on another of the same kind).
 
 A probe of a few seconds times what the jobs do, on the run's own device and dtypes, with random-weight models of
-the configured shapes (the verifier's width and vocabulary at up to ``PROBE_LAYERS`` layers, the drafter whole): our
-decode loop's steps on each model, a prefill, and a model's load from disk. ``parallel`` copies run at once, as the
-workflow runs that many jobs side by side on the machine, so memory bandwidth is shared as in the run. The roofline
-constants the estimate uses (`budgetdraft.pipeline.roofline.Device`) are solved from the timings:
+the configured shapes: the verifier scaled down to a few of its layers (its width, vocabulary and layers as they
+are, only fewer of them), the drafter whole. It times our decode loop's steps on each model, a verify, a prefill,
+the drafter's training steps and a model's load from disk. ``parallel`` copies run at once, as the workflow runs
+that many jobs side by side on the machine, so memory bandwidth is shared as in the run. The roofline constants the
+estimate uses (`budgetdraft.pipeline.roofline.Device`) are solved from the timings:
 
+- the verifier's decode step, extrapolated: measured at ``SHALLOW_LAYERS`` and at ``PROBE_LAYERS`` layers (fewer
+  when it has fewer or they do not fit), it is ``fixed + layers × per_layer`` (its head and embedding once, then
+  each layer), the line through the two, taken to the verifier's own layers (bench/README.md, "The machine probe":
+  30 layers from 2 and 6 against 30 measured);
 - bandwidth and the fixed cost per layer: a decode step takes ``layers × overhead + bytes / bandwidth`` (its weights
-  and KV cache read once); the verifier's and the drafter's steps give two equations for the two unknowns;
+  and KV cache read once); the verifier's probe and the drafter give two equations for the two unknowns;
 - matmul throughput: a 256-token prefill, less its fixed cost, over its FLOPs;
 - disk: the bytes of a model over the seconds ``from_pretrained`` takes to load it.
+
+Every probe runs in a fresh Python process of its own (`ProbeProcess`: subprocess.Popen of this interpreter), and so
+does the warm process `job_seconds` times cells through (`WarmServer`): this process is never forked. It may be
+Snakemake's own (`snakemake all` prints the prediction before its first job), and a fork of a process with threads
+keeps every lock another thread held, for good: a warm process forked from Snakemake's never came up, its probe held
+the cache's lock, and every Snakemake that wanted the lock waited for ever. The processes start beside the
+estimate's dry run of the workflow and import there (torch, transformers, the commands' modules); the timings begin
+once the dry run is done (``quiet``) and every process has imported. Every wait on one of them, and on the cache's
+lock, has a limit (`START_S`, `PROBE_S`, `CELL_S`, `LOCK_S`) past which the probe stops in one line naming what did
+not answer.
 
 The result is cached per machine (CPU model, visible cores, torch, device, threads, parallel jobs, the shapes probed)
 under ``$BUDGETDRAFT_CACHE/machine/``: measured once, reused, re-measured with ``--remeasure``. The file is written
@@ -24,10 +39,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import multiprocessing
 import os
 import platform
+import select
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -35,13 +52,22 @@ from pathlib import Path
 
 from budgetdraft.pipeline.roofline import BYTES
 
-PROBE_LAYERS = 16  # layers of the verifier's probe at most (its width, vocabulary and per-layer cost are the
-# verifier's); a second probe at a quarter of them separates the per-layer cost from the head's, and the wider the
-# gap the less a timing's noise grows when the step is extrapolated to the verifier's own layers
-DECODE_TOKENS = 24  # steps timed per model (after 4 untimed)
+PROBE_LAYERS = 6  # layers of the verifier's deeper probe at most (its width, vocabulary and per-layer cost are the
+# verifier's); the shallower one at SHALLOW_LAYERS separates the per-layer cost from the head's. 16 and 4 took 47 s
+# of a 2-core CPU for SmolLM2's 30 layers; 6 and 2 extrapolate its step within a few % (bench/README.md)
+SHALLOW_LAYERS = 2
+DECODE_TOKENS = 16  # steps timed per model, each on its own (the median), after UNTIMED_STEPS
+UNTIMED_STEPS = 3  # a generation's first steps (the cache fixed, the first step's allocations)
 PREFILL_TOKENS = 256
 VERIFY_ROWS = 6
 PROBE_CONTEXT = 512  # prompt tokens of the probe's decode steps at most (the shortest context, when shorter)
+PROBE_VERSION = 2  # what a probe measures (2: the verifier at 6 and 2 layers): a measure of another is another file
+# How long the probe waits for each thing it waits on, at most (seconds): far past what each takes on a 2-core CPU,
+# and then it stops in one line instead of waiting for ever
+START_S = 180  # a fresh process importing torch and the commands' modules (about 8 s)
+PROBE_S = 600  # one probe's timings (about 12 s at SmolLM2's shapes on the CPU)
+CELL_S = 120  # one eval-cell of `job_seconds` through the warm process (under a second)
+LOCK_S = 900  # another run's probe of the same measure, holding the cache's lock (its dry run, START_S, PROBE_S)
 
 
 @dataclass(frozen=True)
@@ -58,7 +84,8 @@ class Probe:
     verifier_bytes: float  # weights + KV a verifier step reads
     drafter_bytes: float
     prefill_flops: float
-    verifier_step2_s: float = 0.0  # a step of the verifier's probe at a quarter of its layers: the head's share apart
+    verifier_step2_s: float = 0.0  # a step of the verifier at `shallow_layers`: the head's share apart
+    shallow_layers: int = 0
     verify_rows_s: float = 0.0  # a step of VERIFY_ROWS tokens (a γ = 5 verify) of the verifier's probe
     train_steps_s: tuple = ()  # ((P, C, branches), seconds of one training step of the drafter), per recipe
 
@@ -78,10 +105,13 @@ def cores() -> int:
 
 
 def llama(shape, layers: int, dtype: str, device: str):
-    """A random-weight Llama of ``shape`` (budgetdraft.pipeline.roofline.Shape) at ``layers`` layers, as the
-    pipeline loads a model (our attention, the decoding layout)."""
+    """A Llama of ``shape`` (budgetdraft.pipeline.roofline.Shape) at ``layers`` layers, as the pipeline loads a model
+    (our attention, the decoding layout), made on ``device`` in ``dtype`` (a 7B's layers are not first made in
+    float32 on the host). Its weights are a constant, not drawn at random: a dense forward's time does not depend on
+    its values, and drawing them took a second of a probe's CPU per model (the rotary buffers are computed)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     from budgetdraft.decoding import attention
     from budgetdraft.decoding.layout import decode_layout
@@ -92,27 +122,31 @@ def llama(shape, layers: int, dtype: str, device: str):
         num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, tie_word_embeddings=shape.tied,
         max_position_embeddings=8192, bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )  # fmt: skip
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(dtype=torch_dtype(dtype)).eval()
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config).to(dtype=torch_dtype(dtype))
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.fill_(0.02 if param.dim() > 1 else 1.0)  # HF's initializer range; norms at one
+    with torch.device(device):
+        model.model.rotary_emb = LlamaRotaryEmbedding(config)
+    if shape.tied:
+        model.lm_head.weight = model.model.embed_tokens.weight
     model.set_attn_implementation(attention.NAME)
-    return decode_layout(model.to(device), device, dtype)
+    return decode_layout(model.eval(), device, dtype)
 
 
 def step_seconds(model, context: int) -> float:
-    """Seconds of one decode step of our loop (`autoregressive`) after a ``context``-token prompt: the median over
-    DECODE_TOKENS steps of two generations' difference (their lengths differ by that many steps)."""
+    """Seconds of one decode step of our loop (`autoregressive`) after a ``context``-token prompt: the median of
+    DECODE_TOKENS steps of one generation, each timed on its own between the tokens it emits (the loop's observer
+    sees each as it is decided), after UNTIMED_STEPS. One prefill, not one per generation length."""
     from budgetdraft.decoding.loop import autoregressive
 
-    prompt = list(range(3, 3 + context))
-    runs = {}
-    for new in (4, 4 + DECODE_TOKENS):
-        times = []
-        for _ in range(2):
-            start = time.perf_counter()
-            autoregressive(model, prompt, new, eos_token_id=[])
-            times.append(time.perf_counter() - start)
-        runs[new] = min(times)
-    return max(runs[4 + DECODE_TOKENS] - runs[4], 1e-6) / DECODE_TOKENS
+    emitted = []
+    autoregressive(model, list(range(3, 3 + context)), 1 + UNTIMED_STEPS + DECODE_TOKENS, eos_token_id=[],
+                   observer=lambda _round: emitted.append(time.perf_counter()))  # fmt: skip
+    steps = [b - a for a, b in zip(emitted, emitted[1:])][UNTIMED_STEPS:]
+    return max(statistics.median(steps), 1e-6)
 
 
 def rows_seconds(model, context: int, rows: int, repeats: int = 5) -> float:
@@ -133,9 +167,10 @@ def rows_seconds(model, context: int, rows: int, repeats: int = 5) -> float:
     return statistics.median(times[1:])
 
 
-def train_step_seconds(drafter, hparams: dict, prefix: int, cont: int) -> float:
+def train_step_seconds(drafter, hparams: dict, prefix: int, cont: int, untimed: int = 1) -> float:
     """Seconds of one training step (`budgetdraft.training.train.train_step`, both branches when λ > 0) of
-    ``drafter`` (trained in place: a probe) on random sequences of ``prefix`` + ``cont`` tokens, after one untimed."""
+    ``drafter`` (trained in place: a probe) on random sequences of ``prefix`` + ``cont`` tokens, after ``untimed``
+    steps (a drafter that has taken a step of another recipe needs none: `train_steps`)."""
     import torch
 
     from budgetdraft.training.train import optimizer_and_schedule, resolve_hparams, train_step
@@ -150,16 +185,35 @@ def train_step_seconds(drafter, hparams: dict, prefix: int, cont: int) -> float:
         "prefix_len": prefix,
     }
     optimizer, scheduler = optimizer_and_schedule(drafter, hp)
-    train_step(drafter, optimizer, scheduler, data, 0, hp, 2)
+    for step in range(untimed):
+        train_step(drafter, optimizer, scheduler, data, step, hp, 2)
     start = time.perf_counter()
-    train_step(drafter, optimizer, scheduler, data, 1, hp, 2)
+    train_step(drafter, optimizer, scheduler, data, untimed, hp, 2)
     return time.perf_counter() - start
+
+
+def train_steps(drafter, recipes: tuple) -> tuple:
+    """((P, C, branches), seconds) of one training step of each recipe ((hparams JSON, P, C), ...) on ``drafter``,
+    one model for all, none untimed: in a process whose models have decoded already, a drafter's first step took
+    what its later ones take (0.70 against 0.66-0.72 s, SmolLM2's 4 layers at P + C = 128; 1.18 against 1.21 s at
+    1,024), and a step's time does not depend on the values of its weights."""
+    return tuple(
+        ((p, c, 1 + (float(json.loads(h).get("lambda_c", 0)) > 0)),
+         train_step_seconds(drafter, json.loads(h), p, c, untimed=0))
+        for h, p, c in recipes
+    )  # fmt: skip
+
+
+def shallow_layers(layers: int) -> int:
+    """The layers of the verifier's shallower probe beside a deeper one of ``layers``."""
+    return max(1, min(SHALLOW_LAYERS, layers - 1))
 
 
 def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype: str, device: str, threads: int,
                context: int, recipes: tuple = (), layers: int = PROBE_LAYERS) -> Probe:  # fmt: skip
     """One probe process's timings (its own torch threads) with the verifier at ``layers`` layers at most
-    (``probe_layers``); ``recipes``: ((hparams JSON, P, C), ...) of the training steps to time on the drafter."""
+    (``probe_layers``) and at `shallow_layers` of them; ``recipes``: ((hparams JSON, P, C), ...) of the training
+    steps to time on the drafter."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -167,18 +221,18 @@ def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype
 
     torch.set_num_threads(threads)
     layers = min(layers, PROBE_LAYERS, verifier_shape.layers)
+    # the shallow one first: the first model of these linear shapes measures their layout (decoding.layout), and
+    # the fewer its layers the sooner
+    shallow = llama(verifier_shape, shallow_layers(layers), verifier_dtype, device)
+    verifier_step2 = step_seconds(shallow, context)
+    del shallow
     v = llama(verifier_shape, layers, verifier_dtype, device)
+    verifier_step = step_seconds(v, context)
     d = llama(drafter_shape, drafter_shape.layers, drafter_dtype, device)
-    verifier_step, drafter_step = step_seconds(v, context), step_seconds(d, context)
-    quarter = llama(verifier_shape, max(1, layers // 4), verifier_dtype, device)
-    verifier_step2 = step_seconds(quarter, context)
-    del quarter
+    drafter_step = step_seconds(d, context)
+    del d
     verify = rows_seconds(v, context, VERIFY_ROWS) / rows_seconds(v, context, 1) * verifier_step
-    trained = tuple(
-        ((p, c, 1 + (float(json.loads(h).get("lambda_c", 0)) > 0)),
-         train_step_seconds(llama(drafter_shape, drafter_shape.layers, "float32", device), json.loads(h), p, c))
-        for h, p, c in recipes
-    )  # fmt: skip
+    trained = train_steps(llama(drafter_shape, drafter_shape.layers, "float32", device), recipes) if recipes else ()
     ids = torch.arange(3, 3 + PREFILL_TOKENS, device=device)[None]
     with torch.no_grad():
         v(ids, logits_to_keep=1)
@@ -197,7 +251,7 @@ def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype
         sv.read * BYTES[verifier_dtype] + sv.kv_bytes(context, BYTES[verifier_dtype]),
         drafter_shape.read * BYTES[drafter_dtype] + drafter_shape.kv_bytes(context, BYTES[drafter_dtype]),
         2 * sv.body * PREFILL_TOKENS + 2 * sv.vocab * sv.hidden + 4 * layers * sv.hidden * PREFILL_TOKENS**2 / 2,
-        verifier_step2, verify, trained,
+        verifier_step2, shallow_layers(layers), verify, trained,
     )  # fmt: skip
 
 
@@ -219,9 +273,9 @@ def solve(probes: list[Probe]) -> dict:
         overhead, inv_bw = 0.0, tv / bv
     flops = p["prefill_flops"] / max(p["prefill_s"] - lv * overhead, 1e-6)
     # a decode step of the verifier as an affine function of its layers (its head and embedding once, then each
-    # layer): from the probe at its layers and at a quarter of them
-    quarter = max(1, int(lv) // 4)
-    per_layer = (tv - p["verifier_step2_s"]) / (lv - quarter) if lv > quarter else 0.0
+    # layer): the line through its probes at lv and at `shallow_layers` (the verifier's own layers: no second probe)
+    shallow = p["shallow_layers"] or shallow_layers(int(lv))
+    per_layer = (tv - p["verifier_step2_s"]) / (lv - shallow) if lv > shallow else 0.0
     return {
         "bandwidth": 1 / inv_bw,
         "layer_overhead_s": overhead,
@@ -239,58 +293,205 @@ def solve(probes: list[Probe]) -> dict:
 SNAKEMAKE_JOB_S = 0.2
 
 
-def job_seconds(runs: int = 3) -> float:
-    """A cell job's fixed seconds beyond its model work: `budgetdraft eval-cell` of a tiny model (2 new tokens of
-    AR) started as a rule starts one (a shell, the Python client) and forked from a warm process that has imported
-    everything, as the workflow runs cells (the median of ``runs``), plus Snakemake's own time per job."""
-    import shutil
-    import subprocess
-    import sys
+def package_env() -> dict[str, str]:
+    """This process's environment, with the folder this package was imported from first on PYTHONPATH: a process
+    started here imports the same budgetdraft (Snakemake's process finds it through the Snakefile, not an install)."""
+    here = str(Path(__file__).resolve().parents[2])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
 
+
+def last_line(log) -> str:
+    """The last line a process wrote to ``log`` (a file open for reading and writing), or what says it wrote none."""
+    log.seek(0)
+    lines = [line.strip() for line in log.read().splitlines() if line.strip()]
+    return lines[-1] if lines else "it wrote nothing"
+
+
+WARM = ("-m", "budgetdraft", "warm", "--socket")  # the warm process's command line, its socket last
+
+
+class WarmServer:
+    """A warm process (`python -m budgetdraft warm`, a fresh process: subprocess.Popen, never a fork of this one)
+    serving on a socket of its own, for `job_seconds`, with its scratch folder (`work`: a tiny model and prompts); it
+    imports beside the estimate's dry run, `ready` waits at most until a deadline for its socket, and it is stopped,
+    its folder removed, when left."""
+
+    def __enter__(self) -> WarmServer:
+        from budgetdraft.pipeline.rendezvous import rendezvous
+
+        self.socket = rendezvous("probe")
+        self.work = Path(os.path.dirname(self.socket))
+        self.log = tempfile.TemporaryFile("w+")
+        self.server = subprocess.Popen([sys.executable, *WARM, self.socket],
+                                       stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                       env=package_env())  # fmt: skip
+        return self
+
+    def ready(self, deadline: float) -> None:
+        """Return once the warm process serves; raise ValueError (one line) when it has exited, or does not serve
+        by ``deadline`` (time.monotonic)."""
+        while not os.path.exists(self.socket):
+            if self.server.poll() is not None:
+                raise ValueError(f"the machine probe's warm process exited ({self.server.returncode}) before it "
+                                 f"served: {last_line(self.log)}")  # fmt: skip
+            if time.monotonic() > deadline:
+                raise ValueError(f"the machine probe's warm process (pid {self.server.pid}) did not serve on "
+                                 f"{self.socket} within {START_S} s; nothing was measured")  # fmt: skip
+            time.sleep(0.05)
+
+    def __exit__(self, *exc) -> None:
+        import shutil
+
+        stop(self.server)
+        self.log.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """End ``process`` if it still runs: asked first (SIGTERM), killed when it has not ended 10 s later."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+PROBE_MAIN = "from budgetdraft.pipeline.machine import probe_process; probe_process()"
+SAID = "budgetdraft-probe: "  # the lines a probe process writes for the estimate (anything else on stdout is not)
+
+
+class ProbeProcess:
+    """One probe in a fresh process (subprocess.Popen of this interpreter running `probe_process`, never a fork of
+    this one): it imports what a probe runs as soon as it starts, says 'ready', then runs the probe whose arguments
+    `start` sends and answers its `Probe`. ``job_files``: a folder where it also writes `job_seconds`'s tiny model and
+    prompts before it says ready (it has torch at hand; this process need not import it). Every answer is waited for
+    until a deadline, and a process that exits or stays silent is named in one line (`answer`)."""
+
+    def __init__(self, job_files: Path | None = None):
+        self.log = tempfile.TemporaryFile("w+")
+        self.pending = b""
+        self.process = subprocess.Popen([sys.executable, "-c", PROBE_MAIN, *([str(job_files)] if job_files else [])],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                        env=package_env())  # fmt: skip
+
+    def __enter__(self) -> ProbeProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        stop(self.process)
+        self.process.stdout.close()
+        self.log.close()
+
+    def answer(self, deadline: float, what: str) -> str:
+        """The next line the process says (`SAID`), waited for until ``deadline`` (time.monotonic); ``what``: what
+        it is doing meanwhile, for the ValueError (one line) when it exits or is silent until then."""
+        out = self.process.stdout.fileno()
+        while True:
+            line, newline, rest = self.pending.partition(b"\n")
+            if newline:
+                self.pending = rest
+                if line.startswith(SAID.encode()):
+                    return line[len(SAID) :].decode()
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([out], [], [], left)[0]:
+                raise ValueError(f"the machine probe's process (pid {self.process.pid}) was still {what} when its "
+                                 "time was up; nothing was measured")  # fmt: skip
+            chunk = os.read(out, 1 << 16)
+            if not chunk:
+                code = self.process.wait(timeout=10)
+                raise ValueError(f"the machine probe's process exited ({code}) while {what}: {last_line(self.log)}")
+            self.pending += chunk
+
+    def ready(self, deadline: float) -> None:
+        self.answer(deadline, f"importing torch and the probe's modules (for {START_S} s)")
+
+    def start(self, args: dict) -> None:
+        """Send the probe's arguments (`probe_once`'s, as JSON): the process times from now."""
+        self.process.stdin.write((json.dumps(args) + "\n").encode())
+        self.process.stdin.close()
+
+    def result(self, deadline: float) -> Probe:
+        return Probe(**json.loads(self.answer(deadline, f"timing its probe (for {PROBE_S} s)")))
+
+
+def probe_process() -> None:
+    """A probe process's body (`ProbeProcess`): import what a probe runs, write `job_seconds`'s files when given a
+    folder (argv[1]), say 'ready', read one probe's arguments (JSON on stdin), run it and say its `Probe` (JSON)."""
+    from budgetdraft.decoding import layout, loop  # noqa: F401 - what the probe runs, imported before it times
+    from budgetdraft.pipeline.roofline import Shape
+    from budgetdraft.training import train  # noqa: F401
+
+    if len(sys.argv) > 1:
+        job_files(Path(sys.argv[1]))
+    print(SAID + "ready", flush=True)
+    args = json.loads(sys.stdin.readline())
+    args.update(verifier_shape=Shape(**args["verifier_shape"]), drafter_shape=Shape(**args["drafter_shape"]))
+    print(SAID + json.dumps(asdict(probe_once(**args))), flush=True)
+
+
+def job_files(work: Path) -> None:
+    """What `job_seconds`'s cell reads, in ``work``: a 2-layer Llama of 128 tokens (``v``) and one 64-token prompt."""
     import pandas as pd
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from budgetdraft.pipeline.rendezvous import rendezvous
-    from budgetdraft.pipeline.warm import ENV
-
-    socket = rendezvous("probe")
-    work = Path(os.path.dirname(socket))
-    LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=128,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            bos_token_id=None,
-            eos_token_id=None,
-            pad_token_id=None,
-        )
-    ).save_pretrained(work / "v")
+    config = LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(work / "v")
     pd.DataFrame({"dataset": ["d"], "context": ["c"], "sample": [0], "doc_id": ["probe"],
                   "input_ids": [list(range(3, 67))]}).to_parquet(work / "prompts.parquet")  # fmt: skip
-    server = subprocess.Popen([sys.executable, "-m", "budgetdraft", "warm", "--socket", socket],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def job_seconds(server: WarmServer, runs: int = 3) -> float:
+    """A cell job's fixed seconds beyond its model work: `budgetdraft eval-cell` of a tiny model (2 new tokens of
+    AR, `job_files`) started as a rule starts one (a shell, the Python client) and forked from ``server``, a warm
+    process that has imported everything, as the workflow runs cells (the median of ``runs``), plus Snakemake's own
+    time per job. A cell that fails, or runs past `CELL_S`, is named in one line."""
+    from budgetdraft.pipeline.warm import ENV
+
     cell = ("eval-cell --label ar --method ar --verifier v --prompts prompts.parquet --dataset d --context c "
             "--max-new-tokens 2 --warmup 0 --repeats 1 --out results/cells/ar/d/c/B0_g0.parquet")  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not os.path.exists(socket) and time.monotonic() < deadline and server.poll() is None:
-            time.sleep(0.1)
-        env = {**os.environ, ENV: socket}
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            subprocess.run(["bash", "-c", f"{sys.executable} -m budgetdraft {cell} > /dev/null 2>&1"], env=env,
-                           cwd=work, check=True)  # fmt: skip
-            times.append(time.perf_counter() - start)
-    finally:
-        server.terminate()
-        server.wait()
-        shutil.rmtree(work, ignore_errors=True)
+    env = {**package_env(), ENV: server.socket}
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(["bash", "-c", f"{sys.executable} -m budgetdraft {cell}"], env=env, cwd=server.work,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=CELL_S)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise ValueError(f"the machine probe's cell (budgetdraft {cell.split()[0]} through the warm process) ran "
+                             f"past {CELL_S} s and was ended; nothing was measured") from None  # fmt: skip
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or ["it wrote nothing"])[-1]
+            raise ValueError(f"the machine probe's cell (budgetdraft {cell.split()[0]} through the warm process) "
+                             f"failed ({done.returncode}): {why}")  # fmt: skip
+        times.append(time.perf_counter() - start)
     return statistics.median(times) + SNAKEMAKE_JOB_S
+
+
+def timed(args: dict, parallel: int, quiet=None) -> tuple[list[Probe], float]:
+    """(``parallel`` probes side by side, `job_seconds`) with `probe_once`'s ``args``: the probe processes and the
+    warm process start at once and import while ``quiet()`` runs (the estimate's dry run; None: nothing), then,
+    with every one of them ready and nothing else of ours running, the probes time together, then the cells."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(WarmServer())
+        probes = [stack.enter_context(ProbeProcess(server.work if i == 0 else None)) for i in range(parallel)]
+        if quiet is not None:
+            quiet()
+        deadline = time.monotonic() + START_S
+        for process in probes:
+            process.ready(deadline)
+        server.ready(deadline)
+        for process in probes:
+            process.start(args)
+        deadline = time.monotonic() + PROBE_S
+        return [process.result(deadline) for process in probes], job_seconds(server)
 
 
 def training_recipes(cfg: dict) -> tuple:
@@ -313,23 +514,27 @@ def training_recipes(cfg: dict) -> tuple:
 
 
 def key_of(cfg: dict, device: str, parallel: int) -> dict:
-    import torch
+    """What a measure is of: this machine, torch (its installed version: torch itself is not imported until a probe
+    runs), the jobs side by side, the config's models as served (`served_shape`), dtypes and training steps."""
+    from importlib.metadata import version
 
-    from budgetdraft.pipeline.roofline import shape
+    from budgetdraft.pipeline.roofline import served_shape
 
     return {
-        "cpu": cpu_name(), "cores": cores(), "torch": torch.__version__, "device": device,
-        "threads": cfg.get("threads", 1), "parallel": parallel, "verifier": asdict(shape(cfg["verifier"])),
-        "drafter": asdict(shape(cfg["drafter"])), "dtypes": [cfg["verifier_dtype"], cfg["drafter_dtype"]],
+        "probe": PROBE_VERSION, "cpu": cpu_name(), "cores": cores(), "torch": version("torch"), "device": device,
+        "threads": cfg.get("threads", 1), "parallel": parallel, "verifier": asdict(served_shape(cfg, "verifier")),
+        "drafter": asdict(served_shape(cfg, "drafter")), "dtypes": [cfg["verifier_dtype"], cfg["drafter_dtype"]],
         "recipes": [[json.loads(h).get("lambda_c", 0), p, c] for h, p, c in training_recipes(cfg)],
     }  # fmt: skip
 
 
 def check_measurable(device: str) -> None:
     """A config's ``device`` this machine has, or an error that says how to estimate for another machine."""
+    if not device.startswith("cuda"):
+        return
     import torch
 
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if not torch.cuda.is_available():
         raise ValueError(
             f"device: {device} in the config, and this machine has no CUDA device to measure: run the estimate on "
             "the machine the run will use, or name one (--gpu a100-80g, h100-80g)"
@@ -452,62 +657,89 @@ def read_measure(path: Path, key: dict) -> tuple[dict | None, str | None]:
     return (None, why) if why else (found, None)
 
 
-def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print) -> dict:
+def measure_file(key: dict) -> Path:
+    """Where the measure of ``key`` (`key_of`) is cached: ``$BUDGETDRAFT_CACHE/machine/DIGEST.json``."""
+    from budgetdraft.base.cache import cache_root
+
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / "machine" / f"{digest}.json"
+
+
+def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print, quiet=None) -> dict:
     """This machine's constants for ``cfg`` (its models' shapes, dtypes, device and threads) with ``parallel``
     jobs side by side: from the cache when it holds this machine's measure (`read_measure`), else probed now
-    (``parallel`` processes at once) and cached; a cached file that cannot be used is named, with why, by ``say``."""
+    (``parallel`` processes at once, timed once ``quiet()`` returns: `probe`) and cached; a cached file that cannot be
+    used is named, with why, by ``say``. Another run probing the same measure is waited for `LOCK_S` at most."""
     from budgetdraft.base.atomic import atomic_write_text, file_lock
-    from budgetdraft.base.cache import cache_root
 
     device = cfg.get("device", "cpu")
     check_measurable(device)
     key = key_of(cfg, device, parallel)
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    cached = cache_root() / "machine" / f"{digest}.json"
-    with file_lock(cached):  # a second run started beside this one waits, then reads what this one measured
-        if not remeasure and cached.is_file():
-            found, problem = read_measure(cached, key)
-            if problem is None:
-                return found
-            say(f"{cached}: {problem}; probing again")
-        result = probe(cfg, device, key, parallel, say)
-        atomic_write_text(cached, json.dumps(result, indent=1))
+    cached = measure_file(key)
+    try:
+        with file_lock(cached, timeout=LOCK_S):  # a second run started beside this one waits, then reads the file
+            if not remeasure and cached.is_file():
+                found, problem = read_measure(cached, key)
+                if problem is None:
+                    return found
+                say(f"{cached}: {problem}; probing again")
+            result = probe(cfg, device, key, parallel, say, quiet)
+            atomic_write_text(cached, json.dumps(result, indent=1))
+    except TimeoutError:
+        raise ValueError(
+            f"{cached}.lock: another run has held it for {LOCK_S} s, probing this machine, and this one waited no "
+            "longer; nothing was measured (the process holding it: fuser on that file names it)"
+        ) from None
     return result
 
 
-def probe(cfg: dict, device: str, key: dict, parallel: int, say=print) -> dict:
-    """This machine's constants for ``cfg``, probed now (``parallel`` processes at once), under its ``key``."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    from budgetdraft.pipeline.roofline import shape
+def probe(cfg: dict, device: str, key: dict, parallel: int, say=print, quiet=None) -> dict:
+    """This machine's constants for ``cfg``, probed now (``parallel`` processes at once: `timed`), under its ``key``.
+    The probe's processes import beside whatever the caller runs until ``quiet()`` returns (the estimate's dry run);
+    the timings start after it, with nothing of ours beside them."""
+    from budgetdraft.pipeline.roofline import served_shape
 
     context = min(min(cfg["contexts"].values()), PROBE_CONTEXT)
-    verifier = shape(cfg["verifier"])
+    verifier = served_shape(cfg, "verifier")
     layers = probe_layers(verifier, cfg["verifier_dtype"], parallel, available_memory(device))
-    args = (verifier, shape(cfg["drafter"]), cfg["verifier_dtype"], cfg["drafter_dtype"], device,
-            cfg.get("threads", 1), context, training_recipes(cfg), layers)  # fmt: skip
+    args = dict(
+        verifier_shape=asdict(verifier), drafter_shape=asdict(served_shape(cfg, "drafter")),
+        verifier_dtype=cfg["verifier_dtype"], drafter_dtype=cfg["drafter_dtype"], device=device,
+        threads=cfg.get("threads", 1), context=context, recipes=training_recipes(cfg), layers=layers,
+    )  # fmt: skip
     say(f"measuring this machine ({key['cpu']}, {key['cores']} cores, {parallel} probe(s) at once) ...")
     start = time.perf_counter()
-    if device == "cpu" and parallel > 1:  # fresh processes (spawn): no fork of a process that runs torch
-        with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
-            probes = list(pool.map(probe_once, *zip(*[args] * parallel)))
-    else:
-        probes = [probe_once(*args)]
-    result = {**solve(probes), "context": context, "job_s": job_seconds(), "key": key}
+    probes, job_s = timed(args, parallel if device == "cpu" else 1, quiet)
+    result = {**solve(probes), "context": context, "job_s": job_s, "key": key}
     result.update(probe_s=time.perf_counter() - start, measured=time.strftime("%F %T"))
     return result
 
 
-def here(cfg: dict, parallel: int, remeasure: bool = False, say=print):
-    """This machine as an estimate `Device`, measured (`measure`) for ``cfg`` with ``parallel`` jobs at a time."""
+def verifier_steps(m: dict) -> str:
+    """The verifier's measured steps and the step they extrapolate to at its own layers, in words."""
+    t, step, layers = m["timings"], m["verifier_step"], m["key"]["verifier"]["layers"]
+    shallow = t.get("shallow_layers") or shallow_layers(int(t["verifier_layers"]))
+    own = step["fixed_s"] + layers * step["per_layer_s"]
+    measured = f"a verifier step of {t['verifier_layers']:.0f} layers {t['verifier_step_s'] * 1e3:.1f} ms"
+    if layers <= t["verifier_layers"]:
+        return measured
+    return (
+        f"{measured} and of {shallow:.0f} {t['verifier_step2_s'] * 1e3:.1f} ms, extrapolated linearly (fixed + "
+        f"layers x per layer) to its {layers} layers: {own * 1e3:.1f} ms"
+    )
+
+
+def here(cfg: dict, parallel: int, remeasure: bool = False, say=print, quiet=None):
+    """This machine as an estimate `Device`, measured (`measure`) for ``cfg`` with ``parallel`` jobs at a time, its
+    probe's timings started once ``quiet()`` returns (None: at once)."""
     from budgetdraft.pipeline.roofline import Device
 
-    m = measure(cfg, parallel, remeasure, say)
+    m = measure(cfg, parallel, remeasure, say, quiet)
     k, t = m["key"], m["timings"]
     basis = (
         f"measured on this machine ({k['cpu']}, {k['cores']} cores, torch {k['torch']}) on {m['measured']}, "
-        f"{parallel} probe(s) at once in {m['probe_s']:.0f} s: a verifier step of {t['verifier_layers']:.0f} layers "
-        f"{t['verifier_step_s'] * 1e3:.1f} ms, a drafter step {t['drafter_step_s'] * 1e3:.1f} ms, a "
+        f"{parallel} probe(s) at once in {m['probe_s']:.0f} s: {verifier_steps(m)}, a drafter step "
+        f"{t['drafter_step_s'] * 1e3:.1f} ms, a "
         f"{PREFILL_TOKENS}-token prefill {t['prefill_s']:.2f} s, a {t['load_bytes'] / 1e6:.0f} MB load "
         f"{t['load_s']:.2f} s (cached: --remeasure probes again)"
     )

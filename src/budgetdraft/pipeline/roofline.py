@@ -1,15 +1,19 @@
 """The estimate's cost model (budgetdraft.pipeline.estimate): devices (`Device`, the named ones in `DEVICES`; this
-machine's is measured by budgetdraft.pipeline.machine), model shapes (`Shape`: `MODELS`, or a local directory's
-config.json) and a forward's seconds on a device (`Model`: the longer of its FLOPs at the device's throughput and its
-bytes at its memory bandwidth, plus a fixed cost per layer)."""
+machine's is measured by budgetdraft.pipeline.machine), model shapes (`Shape`: a local directory's config.json, the
+config.json the hub serves when it can be read without the internet, else `MODELS`) and a forward's seconds on a
+device (`Model`: the longer of its FLOPs at the device's throughput and its bytes at its memory bandwidth, plus a
+fixed cost per layer)."""
 
 from __future__ import annotations
 
 import json
+import os
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from budgetdraft.base.defaults import EAGER, ENGINE, rounded_capacity
+from budgetdraft.base.revisions import hub_model, revision
 from budgetdraft.decoding.loading import parse_spec
 
 
@@ -76,7 +80,8 @@ DEVICES = {
     ),
 }
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# Shapes of the models the shipped configs name (their config.json); a local directory's own config.json wins.
+# Shapes of the models the shipped configs name (their config.json as published): what a hub id costs when its hub
+# cannot be read without the internet (`served_shape`); a local directory's own config.json wins.
 MODELS = {
     "NousResearch/Yarn-Llama-2-7b-128k": dict(
         layers=32, hidden=4096, ffn=11008, heads=32, kv_heads=32, vocab=32000, tied=False
@@ -119,19 +124,26 @@ class Shape:
         return 2 * self.layers * self.hidden * self.kv_heads / self.heads * tokens * dtype_bytes
 
 
-def shape(spec: str) -> Shape:
-    """The shape of model ``spec``: a local directory's config.json, else `MODELS` (an embedded spec's ``layers=k``
-    cuts layers; ``positions=N`` changes no shape)."""
+def config_shape(c: dict) -> dict:
+    """A Hugging Face config.json's shape fields as `Shape`'s."""
+    return dict(
+        layers=c["num_hidden_layers"], hidden=c["hidden_size"], ffn=c["intermediate_size"],
+        heads=c["num_attention_heads"], kv_heads=c.get("num_key_value_heads", c["num_attention_heads"]),
+        vocab=c["vocab_size"], tied=bool(c.get("tie_word_embeddings", False)),
+    )  # fmt: skip
+
+
+def shape(spec: str, served: dict | None = None) -> Shape:
+    """The shape of model ``spec``: a local directory's config.json, else ``served`` (a hub's config.json for it:
+    `served_shape`), else `MODELS`, the published shape (an embedded spec's ``layers=k`` cuts layers;
+    ``positions=N`` changes no shape)."""
     base, options = parse_spec(spec)
     layers = options.get("layers")
     config = Path(spec) / "config.json"
     if config.is_file():
-        c = json.loads(config.read_text())
-        known = dict(
-            layers=c["num_hidden_layers"], hidden=c["hidden_size"], ffn=c["intermediate_size"],
-            heads=c["num_attention_heads"], kv_heads=c.get("num_key_value_heads", c["num_attention_heads"]),
-            vocab=c["vocab_size"], tied=bool(c.get("tie_word_embeddings", False)),
-        )  # fmt: skip
+        known = config_shape(json.loads(config.read_text()))
+    elif served is not None:
+        known = config_shape(served)
     elif base in MODELS:
         known = dict(MODELS[base])
     else:
@@ -139,6 +151,38 @@ def shape(spec: str) -> Shape:
     if layers:
         known["layers"] = int(layers)
     return Shape(**known)
+
+
+def local_endpoint() -> bool:
+    """Whether ``HF_ENDPOINT`` names a hub on this machine (a local hub: tests/localhub.py, a mirror on loopback),
+    which the estimate may ask without the internet."""
+    host = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT", "")).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def hub_config(repo: str, rev: str = "") -> dict | None:
+    """The config.json the hub serves for ``repo`` at ``rev`` ('' its main branch) when it is readable without the
+    internet: in the Hugging Face cache, or from a hub on this machine (`local_endpoint`); None when it is not (the
+    real hub is never asked: an estimate answers in seconds, offline too) or is no JSON object of a model's shape."""
+    import huggingface_hub
+
+    try:
+        path = huggingface_hub.try_to_load_from_cache(repo, "config.json", revision=rev or None)
+        if not isinstance(path, str) and local_endpoint():
+            path = huggingface_hub.hf_hub_download(repo, "config.json", revision=rev or None, etag_timeout=5)
+        found = json.loads(Path(path).read_text()) if isinstance(path, str) else None
+        return found if isinstance(found, dict) and config_shape(found) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def served_shape(cfg: dict, key: str) -> Shape:
+    """The shape of the config's model ``key`` (verifier, drafter) as it will be loaded: a hub id's config.json as
+    its hub serves it at the config's pinned revision when readable offline (`hub_config`: a local hub of tiny
+    models is priced at its tiny models, not at the ids' published 7B shapes), else `shape`'s."""
+    spec = cfg[key]
+    repo = hub_model(parse_spec(spec)[0])
+    return shape(spec, hub_config(repo, revision(cfg, repo)) if repo else None)
 
 
 # ------------------------------------------------------------------------------------------------ the roofline
