@@ -24,11 +24,30 @@ Attention kernel on CUDA: the masked decode attention is pinned to PyTorch's mem
 fallback). Flash attention takes no arbitrary mask, and left to choose, SDPA may pick cuDNN, whose plan is built
 for each new key length: with a growing cache that was every step (~1.9 ms of host time per layer on an H100).
 With a fixed capacity one plan would do, but the choice is made here, deliberately, not by a heuristic.
+
+Captures are kept across generations: a ``Steps`` keeps one cache per rounded capacity, so a process that runs many
+cells (the pipeline's ``warm`` server: budgets for a drafter, contexts for the verifier) meets a capacity again with
+the very buffers its captured graphs read and write (static addresses): it replays, where a new buffer would
+re-record. The rule that bounds them: the caches of capacities not in use, over every model and role on a device,
+take at most ``KEPT_SHARE`` of the device's memory (CUDA: the GPU's; else the machine's RAM; ``KEPT_BYTES`` sets
+bytes instead); when a generation starts, the least recently used go first until they fit. A quarter, because the
+caches a generation uses are the ones that must fit: a 7B verifier's cache is 0.5 MB a token in fp16, 2 GB at 4K
+and 64 GB at 128K, so on an 80 GB GPU the short contexts' caches stay (20 GB) and a 128K one never lingers. A new
+capacity's cache is allocated when it starts (its layers shaped as a kept cache of the same model, else by the
+prefill's first write); should that run out of memory, every kept cache of the device is dropped and it is tried
+once more, so a kept cache never makes a new one fail. A cell's CUDA peak (``max_memory_allocated``) counts the
+caches kept for other capacities, as it counts everything else the process holds.
+
+A round's host traffic: token ids go to the device without waiting for it (``device_tokens``: on CUDA from pinned
+memory, queued), so the one synchronisation of a greedy round is the verify's read of drafts, verdict and bonus
+together, which the host needs to decide the round (``tests/test_graph_reuse.py`` counts them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import weakref
 
 import torch
@@ -36,6 +55,10 @@ import torch
 # capacities are rounded up to a multiple of SLOT_ROUNDING (budgetdraft.base.defaults, which the cost estimate reads too)
 from budgetdraft.base.defaults import ENGINE, ENGINES, GRAPHS, rounded_capacity
 from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers
+from budgetdraft.decoding.metrics import cache_bytes
+
+KEPT_SHARE = 0.25  # the caches of capacities not in use take at most this share of the device's memory
+KEPT_BYTES: int | None = None  # or at most this many bytes (None: KEPT_SHARE)
 
 
 def check_engine(engine: str) -> str:
@@ -53,6 +76,16 @@ def attention_kernels(device: torch.device):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+def device_tokens(tokens: list[int], device: torch.device | str) -> torch.Tensor:
+    """The token ids [q] (long) on ``device``, copied without waiting for it: ``torch.tensor(..., device=cuda)``
+    copies from pageable memory and then synchronises the stream, so the host would wait for every step queued
+    before (the γ drafter steps, before it could queue the verify); from pinned memory the copy is queued instead."""
+    ids, device = torch.tensor(tokens, dtype=torch.long), torch.device(device)
+    if device.type == "cuda":
+        ids = ids.pin_memory()
+    return ids.to(device, non_blocking=True)
 
 
 def decode_step(decoder, cache: PreallocatedCache, tokens: torch.Tensor, output_hidden_states: bool):
@@ -85,8 +118,8 @@ def compiled(fn, device: torch.device):
 class Steps:
     """The decode steps of one model on its own fixed-capacity cache, run by ``engine``.
 
-    ``start(capacity)`` hands out the cache for a new generation (the same buffers while the rounded capacity is
-    the same: a captured graph keeps reading them); after the prefill filled it (growing mode), ``fix`` enters
+    ``start(capacity)`` hands out the cache for a new generation (the same buffers whenever the rounded capacity
+    comes back, while kept: a captured graph keeps reading them); after the prefill filled it (growing mode), ``fix`` enters
     fixed mode, and every ``__call__`` is a fixed-shape step. ``forwards`` counts the steps since ``start``.
     ``engine`` is one of ``ENGINES``, checked by the public entry that named it (``check_engine``)."""
 
@@ -94,7 +127,10 @@ class Steps:
         self.model, self.engine = model, engine
         self.decoder = model.get_decoder()
         self.device = model.device
-        self.cache: PreallocatedCache | None = None
+        self.cache: PreallocatedCache | None = None  # the one in use
+        self.caches: dict[int, PreallocatedCache] = {}  # rounded capacity -> its cache, kept for the next generation
+        self.used: dict[int, int] = {}  # rounded capacity -> when it last started (``_USES``)
+        _LIVE.add(self)
         self._step = decode_step
         if engine == GRAPHS:
             # every (model, capacity, q) is one entry of one compiled code object: a run of many cells outgrows
@@ -104,13 +140,40 @@ class Steps:
             self._step = compiled(decode_step, self.device)
 
     def start(self, capacity: int) -> PreallocatedCache:
+        """The cache of the rounded ``capacity`` for a new generation, empty, in growing mode: the one kept from an
+        earlier generation of that capacity (its captured graphs replay), else a new one; caches of other
+        capacities stay kept within the device's limit (``evict``)."""
         capacity = rounded_capacity(capacity)
-        if self.cache is None or self.cache.capacity != capacity:
-            self.cache = PreallocatedCache(num_layers(self.model), capacity)
-        self.cache.release()
-        self.cache.truncate(0)
+        self.cache = None  # the last generation's cache is kept from here on, no longer in use
+        cache = self.caches.get(capacity)
+        evict(self.device, other_than=() if cache is None else (cache,))  # before a new allocation: a lower peak
+        if cache is None:
+            cache = self.caches[capacity] = self.allocated(capacity)
+        self.cache, self.used[capacity] = cache, next(_USES)
+        cache.release()
+        cache.truncate(0)
         self.forwards = 0
-        return self.cache
+        return cache
+
+    def allocated(self, capacity: int) -> PreallocatedCache:
+        """A new cache of ``capacity`` slots, its buffers allocated now when a kept cache of this model shows their
+        shapes; out of memory, every kept cache of the device is dropped and it is tried once more."""
+        cache = PreallocatedCache(num_layers(self.model), capacity)
+        like = next((kept for kept in self.caches.values() if kept.layers[0].is_initialized), None)
+        if like is None:
+            return cache  # the prefill's first write allocates it
+        shapes = like.empty_layers()  # taken before a drop: the kept cache may be the one dropped
+        try:
+            cache.allocate(shapes)
+        except torch.OutOfMemoryError:
+            drop_kept(self.device)
+            cache.allocate(shapes)
+        return cache
+
+    def drop(self, capacity: int) -> None:
+        """Forget the kept cache of ``capacity`` (its buffers go once nothing else holds them)."""
+        self.caches.pop(capacity, None)
+        self.used.pop(capacity, None)
 
     def fix(self, position_offset: int = 0) -> None:
         """The cache holds the prefill (or a gathered prefix): decode steps from here on."""
@@ -141,8 +204,56 @@ _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(en
 def steps_for(model, engine: str, role: str) -> Steps:
     """The ``Steps`` of ``model`` in ``role`` ("verifier", "drafter": a model drafting for itself holds two
     caches) under ``engine``, kept with the model: repeated generations reuse its cache buffers and, under
-    ``graphs``, its compiled and captured steps (one cache per role of each model at a time)."""
+    ``graphs``, its compiled and captured steps (a cache per rounded capacity, kept as ``evict`` allows)."""
     per_model = _STEPS.setdefault(model, {})
     if (engine, role) not in per_model:
         per_model[engine, role] = Steps(model, engine)
     return per_model[engine, role]
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # every Steps alive, whose kept caches share their device's limit
+_USES = itertools.count()  # a clock of starts: the least recently started kept cache goes first
+
+
+def kept_limit(device: torch.device) -> int:
+    """Bytes the kept caches of capacities not in use may take on ``device`` (``KEPT_BYTES``, else ``KEPT_SHARE`` of
+    its memory: the GPU's on CUDA, the machine's RAM elsewhere)."""
+    if KEPT_BYTES is not None:
+        return KEPT_BYTES
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(KEPT_SHARE * total)
+
+
+def kept_caches(device: torch.device, other_than=()) -> list[tuple[Steps, int, PreallocatedCache]]:
+    """The caches kept on ``device`` and not in use (nor in ``other_than``), least recently started first."""
+    kept = [
+        (steps, capacity, cache)
+        for steps in list(_LIVE)
+        if steps.device == device
+        for capacity, cache in steps.caches.items()
+        if cache is not steps.cache and not any(cache is other for other in other_than)
+    ]
+    return sorted(kept, key=lambda entry: entry[0].used[entry[1]])
+
+
+def evict(device: torch.device, other_than=()) -> None:
+    """Drop kept caches of ``device``, least recently started first, until the rest fit ``kept_limit``."""
+    kept = kept_caches(device, other_than)
+    held = sum(cache_bytes(cache) for _, _, cache in kept)
+    limit = kept_limit(device)
+    for steps, capacity, cache in kept:
+        if held <= limit:
+            break
+        held -= cache_bytes(cache)
+        steps.drop(capacity)
+
+
+def drop_kept(device: torch.device) -> None:
+    """Drop every cache kept on ``device`` that no generation uses (an allocation ran out of memory)."""
+    for steps, capacity, _ in kept_caches(device):
+        steps.drop(capacity)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -135,6 +135,18 @@ class PreallocatedCache(Cache):
             layer.capacity = max(layer.capacity, k.shape[-2])
             layer.update(k, v)
 
+    def empty_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer, keys and values [B, H_kv, 0, D] of its buffers' dtype and device, holding none of their memory:
+        what another cache of the same model allocates its buffers from (``allocate``) before a prefill writes."""
+        return [(layer.keys.new_empty(layer.keys.shape[:2] + (0,) + layer.keys.shape[3:]),
+                 layer.values.new_empty(layer.values.shape[:2] + (0,) + layer.values.shape[3:]))
+                for layer in self.layers]  # fmt: skip
+
+    def allocate(self, empty_layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Allocate every layer's buffers now, at this cache's capacity, shaped as ``empty_layers`` (keys, values)."""
+        for layer, (keys, values) in zip(self.layers, empty_layers, strict=True):
+            layer.lazy_initialization(keys, values)
+
     def fix(self, position_offset: int = 0) -> None:
         """Enter fixed-shape mode at the current length (every layer holds the same number of slots); the slot
         written next, and real position − slot, are device tensors that the decode steps read and advance."""

@@ -19,7 +19,7 @@ import torch
 from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, POLICY, SCORE_WINDOW
 from budgetdraft.decoding.drafter import Reads, VerifierPrefill
 from budgetdraft.decoding.draftvocab import ReducedHead, load_vocab
-from budgetdraft.decoding.engine import check_engine, steps_for
+from budgetdraft.decoding.engine import check_engine, device_tokens, steps_for
 from budgetdraft.decoding.kvcache import PreallocatedCache, gathered_kv, num_layers, prefill
 from budgetdraft.decoding.metrics import cache_bytes, module_tensors
 from budgetdraft.decoding.policies import PolicyInputs, check_budget, get_policy, keep_indices
@@ -109,7 +109,7 @@ class SparseDrafter:
         """Feed the ``pending`` tokens, then propose ``gamma`` greedy tokens [gamma] (on the device, not read);
         the cache ends up holding pending + the first gamma − 1 drafts."""
         self.start = self.cache.get_seq_length()
-        feed = torch.tensor(pending, device=self.device)[:, None]  # [len(pending), 1]: one step each
+        feed = device_tokens(pending, self.device)[:, None]  # [len(pending), 1]: one step each
         for token in feed[:-1]:
             self.steps(token[None])
         drafts = [self.logits(feed[-1:]).argmax()]
@@ -122,7 +122,7 @@ class SparseDrafter:
         """``draft`` for sampling mode: each draft drawn from q, the drafter's sampling distribution; returns the
         drafts and q [gamma, V]."""
         self.start = self.cache.get_seq_length()
-        feed = torch.tensor(pending, device=self.device)[:, None]
+        feed = device_tokens(pending, self.device)[:, None]
         for token in feed[:-1]:
             self.steps(token[None])
         drafts, dists, last = [], [], feed[-1:]
@@ -130,7 +130,7 @@ class SparseDrafter:
             token, dist = sampler.sample(self.logits(last))
             drafts.append(token)
             dists.append(dist)
-            last = torch.tensor([[token]], device=self.device)
+            last = device_tokens([token], self.device)[None]
         return drafts, torch.stack(dists)
 
     def rollback(self, kept_new: int) -> None:

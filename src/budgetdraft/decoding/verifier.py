@@ -12,7 +12,7 @@ import torch
 
 from budgetdraft.base.defaults import ENGINE
 from budgetdraft.decoding.drafter import READS_NOTHING, Drafter, PrefillCapture, Reads, VerifierPrefill
-from budgetdraft.decoding.engine import steps_for
+from budgetdraft.decoding.engine import device_tokens, steps_for
 from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers, prefill, window_scores
 from budgetdraft.decoding.metrics import (
     cache_bytes,
@@ -34,7 +34,7 @@ def position_range(start: int, length: int, device) -> torch.Tensor:
 
 
 def ids_tensor(tokens: list[int], device) -> torch.Tensor:
-    return torch.tensor([tokens], dtype=torch.long, device=device)  # [1, q]
+    return device_tokens(tokens, device)[None]  # [1, q], copied without waiting for the device
 
 
 def prompt_key(prompt_ids) -> str:
@@ -191,8 +191,8 @@ class Verifier:
         their distributions in sampling mode) in one step of γ + 1 tokens (padded), then the cache rolled back to
         what was accepted. Returns the step's output, the drafts (a list), the accepted count k and the bonus."""
         base = self.length
-        feed = torch.as_tensor([last], device=self.device)
-        drafts = torch.as_tensor(drafts, dtype=torch.long, device=self.device)
+        feed = device_tokens([last], self.device)  # queued behind the drafter's steps, not waiting for them
+        drafts = drafts.to(self.device, torch.long) if torch.is_tensor(drafts) else device_tokens(drafts, self.device)
         padding = torch.zeros(gamma - len(drafts), dtype=torch.long, device=self.device)
         out = self.hidden(torch.cat([feed, drafts, padding])[None], reads.hidden_states)
         if sampler is None:
