@@ -498,8 +498,10 @@ def planned_costs(configfile: str, target: str, estimator, cfg: dict, parallel: 
     estimator ``estimator(device, schema)`` of ``device`` or, None, of this machine, measured with ``parallel`` jobs
     side by side (`budgetdraft.pipeline.machine.here`) while the workflow's dry run plans the jobs (`Planning`): the
     probe imports and starts its warm process beside the dry run, and times nothing until the dry run is done."""
-    from budgetdraft.pipeline.machine import here
+    from budgetdraft.pipeline.machine import check_measurable, here
 
+    if device is None:
+        check_measurable(cfg.get("device", "cpu"))  # before the dry run: a config this machine cannot measure
     planning = Planning(configfile, target)
     try:
         device = device or here(cfg, parallel, remeasure, say, quiet=planning.wait)
