@@ -1,5 +1,7 @@
 """The architecture in the folders: each layer of src/budgetdraft/ imports only the layers below it (read from the
-source with `ast`, as budgetdraft.base.importgraph reads a command's code; tests/test_structure.py: no cycle).
+source with `ast`, as budgetdraft.base.importgraph reads a command's code; tests/test_structure.py: no cycle), and
+not for annotations either: an import under `if TYPE_CHECKING:` and a module named in an annotation (a string one
+too) count here, though the workflow's code inputs leave them out (they never run).
 
   base < decoding < training < evaluation < report < pipeline        (docs/architecture.md draws it)
 
@@ -8,9 +10,16 @@ budgetdraft.models) live; no layer imports those, nor the lazy public names of b
 graph would not see the loop behind them)."""
 
 import ast
+from dataclasses import fields
 from pathlib import Path
 
-from budgetdraft.base.importgraph import import_graph, module_files
+from conftest import tiny_model_dir
+
+from budgetdraft.base.importgraph import import_graph, module_files, type_checking_only
+from budgetdraft.decoding.draftspec import DraftSpec
+from budgetdraft.evaluation.cellspec import CellSpec
+from budgetdraft.pipeline import cli, warm
+from budgetdraft.pipeline.commands import cmd_decode
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "budgetdraft"
 LAYERS = ["base", "decoding", "training", "evaluation", "report", "pipeline"]  # bottom to top
@@ -30,10 +39,59 @@ def test_the_top_of_the_package_holds_only_its_face():
     assert folders == set(LAYERS), folders
 
 
+def imported_name(name: str, modules) -> str | None:
+    """The budgetdraft module a dotted name is or lies in (budgetdraft.evaluation.cellspec.CellSpec -> its module),
+    None for a name outside the package."""
+    parts = name.split(".")
+    return next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in modules), None)
+
+
+def dotted_names(node: ast.AST) -> set[str]:
+    """The dotted names an annotation spells (``a.b.C``, whole), inside a string annotation too."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            return dotted_names(ast.parse(node.value, mode="eval"))
+        except SyntaxError:
+            return set()  # a string that is no annotation (a Literal's value)
+    if isinstance(node, ast.Attribute):
+        chain, base = [node.attr], node.value
+        while isinstance(base, ast.Attribute):
+            chain, base = [base.attr, *chain], base.value
+        if isinstance(base, ast.Name):
+            return {".".join([base.id, *chain])}
+    return set().union(*(dotted_names(child) for child in ast.iter_child_nodes(node)))
+
+
+def annotation_imports(path: Path, modules) -> set[str]:
+    """The budgetdraft modules ``path`` imports for annotations only, which budgetdraft.base.importgraph leaves out
+    (they never run): the imports under ``if TYPE_CHECKING:`` and the modules its annotations name, string ones and
+    those ``from __future__ import annotations`` leaves unevaluated included."""
+    tree = ast.parse(path.read_text())
+    inside = type_checking_only(tree)
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in inside and isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif id(node) in inside and isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+        annotation = getattr(node, "annotation", None) or getattr(node, "returns", None)
+        if annotation is not None:
+            names |= dotted_names(annotation)
+    return {module for name in names if (module := imported_name(name, modules))}
+
+
+def every_import(package: Path) -> dict[str, set[str]]:
+    """module -> the budgetdraft modules it imports, to run or for annotations only."""
+    files = module_files(package)
+    graph = import_graph(package)
+    return {module: (set(graph[module]) | annotation_imports(path, files)) - {module} for module, path in files.items()}
+
+
 def upward_imports() -> list[str]:
-    """'file: imports module (layer above)' for every import that runs up a layer or into the package's face."""
+    """'file: imports module (layer above)' for every import that runs up a layer or into the package's face, for
+    annotations only too."""
     files, found = module_files(PACKAGE), []
-    for module, imported in import_graph(PACKAGE).items():
+    for module, imported in every_import(PACKAGE).items():
         rank = layer(module)
         if rank is None:
             continue  # the face may import any layer
@@ -71,6 +129,61 @@ def test_a_test_of_the_rule_sees_an_upward_import(tmp_path, monkeypatch):
     names.write_text(names.read_text() + "\nfrom budgetdraft.decoding.loop import speculative  # noqa\n")
     monkeypatch.setattr(__import__(__name__), "PACKAGE", copy)
     assert upward_imports() == ["base/names.py: imports budgetdraft.decoding.loop (decoding, above base)"]
+
+
+def test_a_test_of_the_rule_sees_an_import_for_annotations_only(tmp_path, monkeypatch):
+    """An import under `if TYPE_CHECKING:` runs up a layer as much as one that runs (the workflow's code inputs
+    leave it out: budgetdraft.base.importgraph), and so does a module a string annotation names."""
+    import shutil
+
+    copy = tmp_path / "budgetdraft"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    drafter = copy / "decoding" / "sparse_drafter.py"
+    drafter.write_text(
+        drafter.read_text()
+        + "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+        + "    from budgetdraft.evaluation.cellspec import CellSpec  # noqa\n"
+    )
+    policies = copy / "decoding" / "policies.py"
+    policies.write_text(
+        policies.read_text() + '\n\ndef of_a_cell(cell: "budgetdraft.evaluation.cells.Cell"):\n    pass\n'
+    )
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", copy)
+    assert upward_imports() == [
+        "decoding/policies.py: imports budgetdraft.evaluation.cells (evaluation, above decoding)",
+        "decoding/sparse_drafter.py: imports budgetdraft.evaluation.cellspec (evaluation, above decoding)",
+    ]
+
+
+def test_a_cell_gives_the_decoding_layer_its_own_values():
+    """A drafter factory takes the decoding layer's DraftSpec, which a cell gives (CellSpec.draft): each of its
+    fields is a CellSpec field of the same name, type and default, and a cell's draft carries the cell's values."""
+    cell_fields = {f.name: f for f in fields(CellSpec)}
+    for f in fields(DraftSpec):
+        assert f.name in cell_fields, f"DraftSpec.{f.name} is no field of CellSpec"
+        assert (f.type, f.default) == (cell_fields[f.name].type, cell_fields[f.name].default), f.name
+    drafter = dict(drafter="d", budget=64, policy="streaming", chunk_size=16, score_window=4, draft_vocab="v.st")
+    machine = dict(device="cuda:1", engine="graphs", drafter_dtype="bfloat16")
+    cell = CellSpec(label="sd", method="sd", verifier="v", prompts="p", dataset="x", context="1k", max_new_tokens=4,
+                    gamma=3, verifier_dtype="float16", **drafter, **machine)  # fmt: skip
+    assert cell.draft == DraftSpec(**drafter, **machine)
+
+
+def test_decode_builds_its_drafter_from_its_own_flags(tmp_path, monkeypatch):
+    """`decode` hands the paper's drafter factory a DraftSpec of its flags: no cell of a grid it does not have."""
+    model = str(tiny_model_dir(tmp_path / "model"))
+    given = []
+
+    def factory(verifier, draft, extra, load=None):
+        given.append(draft)
+        return real(verifier, draft, extra, load)
+
+    real = cmd_decode.drafter_factory
+    monkeypatch.setattr(cmd_decode, "drafter_factory", factory)
+    monkeypatch.delenv(warm.ENV, raising=False)
+    flags = ["--budget", "16", "--chunk-size", "4", "--score-window", "2", "--policy", "streaming", "--threads", "1"]
+    cli.main(["decode", "--verifier", model, "--drafter", model, "--max-new-tokens", "3", "--gamma", "2", *flags])
+    assert given == [DraftSpec(drafter=model, budget=16, policy="streaming", chunk_size=4, score_window=2)]
 
 
 def command_line_uses(package: Path) -> list[str]:

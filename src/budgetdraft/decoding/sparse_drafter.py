@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from budgetdraft.base.defaults import CHUNK_SIZE, ENGINE, POLICY, SCORE_WINDOW
 from budgetdraft.decoding.drafter import Reads, VerifierPrefill
+from budgetdraft.decoding.draftspec import DraftSpec
 from budgetdraft.decoding.draftvocab import ReducedHead, load_vocab
 from budgetdraft.decoding.engine import check_engine, device_tokens, steps_for
 from budgetdraft.decoding.kvcache import PreallocatedCache, gathered_kv, num_layers, prefill
@@ -25,9 +25,6 @@ from budgetdraft.decoding.metrics import cache_bytes, module_tensors
 from budgetdraft.decoding.policies import PolicyInputs, check_budget, get_policy, keep_indices
 from budgetdraft.decoding.sampling import Sampler
 from budgetdraft.decoding.verifier import prompt_key
-
-if TYPE_CHECKING:  # annotations only: the cell spec is evaluation's (a layer above)
-    from budgetdraft.evaluation.cellspec import CellSpec
 
 
 class SparseDrafter:
@@ -192,24 +189,24 @@ def shared_prefills(model, prompts: list[list[int]], window: int, per_head: bool
     return out
 
 
-def drafter_factory(verifier, spec: CellSpec, extra: dict, load=None, shared: dict[str, FullPrefill] | None = None):
-    """``eval-cell`` / ``decode`` method sd: the drafter model of the cell ``spec`` (its budget, policy, chunk size, score
-    window, draft vocabulary and engine), loaded once by ``load`` (spec, device, dtype; default ``load_model``);
-    returns () -> a fresh drafter per run, as a baseline module's ``drafter_factory`` does (``extra``: no settings
-    of its own)."""
+def drafter_factory(verifier, draft: DraftSpec, extra: dict, load=None, shared: dict[str, FullPrefill] | None = None):
+    """``eval-cell`` / ``decode`` method sd: the drafter ``draft`` (its model, budget, policy, chunk size, score
+    window, draft vocabulary and engine), its model loaded once by ``load`` (spec, device, dtype; default
+    ``load_model``); returns () -> a fresh drafter per run, as a baseline module's ``drafter_factory`` does
+    (``extra``: no settings of its own)."""
     from budgetdraft.decoding.loading import load_model
 
     if extra:
         raise ValueError(f"method sd takes no --extra settings, got {sorted(extra)}")
-    model = (load or load_model)(spec.drafter, spec.device, spec.drafter_dtype)
-    vocab = load_vocab(spec.draft_vocab) if spec.draft_vocab else None
+    model = (load or load_model)(draft.drafter, draft.device, draft.drafter_dtype)
+    vocab = load_vocab(draft.draft_vocab) if draft.draft_vocab else None
     return lambda: SparseDrafter(
         model,
-        spec.budget,
-        spec.policy,
-        spec.chunk_size,
-        spec.score_window,
+        draft.budget,
+        draft.policy,
+        draft.chunk_size,
+        draft.score_window,
         draft_vocab=vocab,
-        engine=spec.engine,
+        engine=draft.engine,
         shared=shared,
     )

@@ -107,12 +107,12 @@ def make_decoder(spec: CellSpec, verifier, prefilled=None, load=load_model, draf
     if not spec.drafter and method.drafter != methods.NONE:
         raise ValueError(f"method {spec.method!r} needs --drafter")
     extra = json_object(spec.extra, "--extra")
-    # the paper's drafter or a baseline's module: drafter_factory(verifier, spec, extra, load) -> () -> a fresh drafter
+    # the paper's drafter or a baseline's module: drafter_factory(verifier, draft, extra, load) -> () -> a new drafter
     factory = method.factory
     if factory:
-        new_drafter = importlib.import_module(factory).drafter_factory(verifier, spec, extra, load)
+        new_drafter = importlib.import_module(factory).drafter_factory(verifier, spec.draft, extra, load)
     else:
-        new_drafter = sparse_drafter.drafter_factory(verifier, spec, extra, load, shared=drafter_prefills)
+        new_drafter = sparse_drafter.drafter_factory(verifier, spec.draft, extra, load, shared=drafter_prefills)
     return lambda ids, n: timed_speculative(
         new_drafter(),
         verifier,

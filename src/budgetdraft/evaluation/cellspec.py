@@ -1,10 +1,11 @@
 """What one evaluation grid cell is made of, as one typed value: ``CellSpec``.
 
 The plan builds it for every cell of a config (``budgetdraft.pipeline.plan``), `eval-cell` parses its flags into it,
-and the library takes nothing else: ``make_decoder``, every drafter factory, the warm process's sharing and the cost
-estimate read its fields. Each row of a cell file records it (``record``) under a versioned schema
-(``CELL_SCHEMA``); ``read_record`` reads every version written so far and refuses one it does not know
-(``UnknownRecord``), and ``record_difference`` says where a record is not the cell the plan measures at its path.
+and the library takes nothing else: ``make_decoder``, the warm process's sharing and the cost estimate read its
+fields, every drafter factory its drafter's (``CellSpec.draft``: the decoding layer's own ``DraftSpec``). Each row of
+a cell file records it (``record``) under a versioned schema (``CELL_SCHEMA``); ``read_record`` reads every version
+written so far and refuses one it does not know (``UnknownRecord``), and ``record_difference`` says where a record is
+not the cell the plan measures at its path.
 
 When a cell may share work with the cells beside it is decided here once (``shares_warm_up``,
 ``shares_drafter_prefill``): the forking warm process, the shared drafter prefill and the cost estimate all ask.
@@ -19,6 +20,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from budgetdraft.base.defaults import CHUNK_SIZE, DEVICE, DTYPE, EAGER, ENGINE, POLICY, SCORE_WINDOW, THREADS
 from budgetdraft.base.jsonio import first_difference
 from budgetdraft.base.names import SHARED, SHARED_DRAFTER_PREFILL
+from budgetdraft.decoding.draftspec import DraftSpec
 
 # Version of the record a cell row carries in its `config` column. 1: eval-cell's flags as parsed (no version key;
 # also `out`, the file's own path); 2: the fields of CellSpec and `cell_schema`.
@@ -77,6 +79,12 @@ class CellSpec:
         keys are ignored, a field neither holds takes its default."""
         merged = {**values, **given}
         return cls(**{f.name: merged[f.name] for f in fields(cls) if f.name in merged})
+
+    @property
+    def draft(self) -> DraftSpec:
+        """The cell's drafter as the decoding layer takes it (every drafter factory): the fields of the same names.
+        Derived, never stored: the record and the cell's file are the spec's fields alone."""
+        return DraftSpec.of(vars(self))
 
     def shares_warm_up(self) -> bool:
         """Whether a forking warm process may run this cell's warm-up once for its models and fork the cell after

@@ -1,6 +1,7 @@
 """Baselines of the paper's comparison table (tab:comparison), run by our own verify loop and timers.
 
-Each module provides ``drafter_factory(verifier, spec, extra, load) -> () -> drafter`` (``spec``: the cell's ``CellSpec``) (see ``budgetdraft.evaluation.cells``):
+Each module provides ``drafter_factory(verifier, draft, extra, load) -> () -> drafter`` (``draft``: a
+``budgetdraft.decoding.draftspec.DraftSpec``, a cell's ``CellSpec.draft``) (see ``budgetdraft.evaluation.cells``):
 ``triforce`` (hierarchical speculation with a retrieval cache, Sun et al. 2024) and ``eagle3`` (a draft head over
 the verifier's fused hidden states, Li et al. 2025; ``python -m budgetdraft train-eagle3`` trains it).
 

@@ -31,18 +31,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from budgetdraft.decoding.drafter import GreedyDrafter, Reads, VerifierPrefill
+from budgetdraft.decoding.draftspec import DraftSpec
 from budgetdraft.decoding.kvcache import PreallocatedCache
 from budgetdraft.decoding.metrics import cache_bytes, module_tensors
-
-if TYPE_CHECKING:  # annotations only: the cell spec is evaluation's (a layer above)
-    from budgetdraft.evaluation.cellspec import CellSpec
 
 HEAD_FILE, CONFIG_FILE = "head.safetensors", "eagle3.json"
 
@@ -250,12 +247,12 @@ class Eagle3Drafter(GreedyDrafter):
         return module_tensors(self.head)  # its embedding and LM head are the verifier's, counted with it
 
 
-def drafter_factory(verifier, spec: CellSpec, extra: dict, load=None):
+def drafter_factory(verifier, draft: DraftSpec, extra: dict, load=None):
     """``eval-cell`` method eagle3: its head (a head directory, not a causal LM: ``load`` is not asked) loaded once;
     returns () -> a fresh EAGLE-3 drafter per run."""
     if extra:
         raise ValueError(f"eagle3 takes no --extra settings besides `training`, got {sorted(extra)}")
-    head = load_head(spec.drafter, spec.device, spec.drafter_dtype)
+    head = load_head(draft.drafter, draft.device, draft.drafter_dtype)
     return lambda: Eagle3Drafter(verifier, head)
 
 

@@ -12,15 +12,11 @@ predicted (`copied`: the copy share of a continuation).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 
 from budgetdraft.decoding.drafter import READS_NOTHING, GreedyDrafter, VerifierPrefill
-
-if TYPE_CHECKING:  # annotations only: the cell spec is evaluation's (a layer above)
-    from budgetdraft.evaluation.cellspec import CellSpec
+from budgetdraft.decoding.draftspec import DraftSpec
 
 NGRAM = 2  # transformers' default max_matching_ngram_size
 
@@ -88,7 +84,7 @@ class LookupDrafter(GreedyDrafter):
         return []
 
 
-def drafter_factory(verifier, spec: CellSpec, extra: dict, load=None):
+def drafter_factory(verifier, draft: DraftSpec, extra: dict, load=None):
     """``eval-cell`` method lookup (no model of its own: ``load`` is not asked): ``extra`` may set ``ngram``."""
     unknown = set(extra) - {"ngram"}
     if unknown:

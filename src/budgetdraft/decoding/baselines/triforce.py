@@ -26,19 +26,15 @@ evicts while prefilling). The cell's ``budget`` (B) is not used: TriForce's budg
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from budgetdraft.base.defaults import TRIFORCE_DEFAULTS
 from budgetdraft.decoding.drafter import GreedyDrafter, Reads, VerifierPrefill
+from budgetdraft.decoding.draftspec import DraftSpec
 from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers, prefill
 from budgetdraft.decoding.metrics import cache_bytes, module_tensors
 from budgetdraft.decoding.policies import streaming
 from budgetdraft.decoding.verifier import ids_tensor, position_range
-
-if TYPE_CHECKING:  # annotations only: the cell spec is evaluation's (a layer above)
-    from budgetdraft.evaluation.cellspec import CellSpec
 
 DEFAULTS = dict(TRIFORCE_DEFAULTS)  # one home: budgetdraft.base.defaults, which the config check reads too
 
@@ -235,20 +231,20 @@ class TriForceDrafter(GreedyDrafter):
         return module_tensors(self.model)  # the small drafter; the retrieval level runs the verifier's weights
 
 
-def settings(spec: CellSpec, extra: dict) -> dict:
-    """TriForce's settings of a cell: ``DEFAULTS``, the cell's chunk size, its ``extra`` on top."""
+def settings(draft: DraftSpec, extra: dict) -> dict:
+    """TriForce's settings of a drafter: ``DEFAULTS``, the drafter's chunk size, its ``extra`` on top."""
     unknown = set(extra) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"unknown triforce settings {sorted(unknown)}; known: {sorted(DEFAULTS)}")
-    out = {**DEFAULTS, "chunk_size": spec.chunk_size, **extra}
+    out = {**DEFAULTS, "chunk_size": draft.chunk_size, **extra}
     return {k: int(v) for k, v in out.items()}
 
 
-def drafter_factory(verifier, spec: CellSpec, extra: dict, load=None):
+def drafter_factory(verifier, draft: DraftSpec, extra: dict, load=None):
     """``eval-cell`` method triforce: its small drafter loaded once by ``load`` (default ``load_model``); returns ()
     -> a fresh TriForce drafter per run."""
     from budgetdraft.decoding.loading import load_model
 
-    small = (load or load_model)(spec.drafter, spec.device, spec.drafter_dtype)
-    cfg = settings(spec, extra or {})
+    small = (load or load_model)(draft.drafter, draft.device, draft.drafter_dtype)
+    cfg = settings(draft, extra or {})
     return lambda: TriForceDrafter(verifier, small, **cfg)

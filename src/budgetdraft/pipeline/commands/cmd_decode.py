@@ -9,9 +9,9 @@ import json
 import torch
 
 from budgetdraft.base.defaults import GAMMA
+from budgetdraft.decoding.draftspec import DraftSpec
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.sparse_drafter import drafter_factory
-from budgetdraft.evaluation.cellspec import CellSpec
 from budgetdraft.evaluation.measure import Stopwatch
 from budgetdraft.pipeline.commands.flags import (
     add_decode_flags,
@@ -69,8 +69,7 @@ def run(args) -> None:
     else:
         ids = tokenizer(text)["input_ids"]
     verifier = load_model(args.verifier, args.device, args.verifier_dtype)
-    spec = CellSpec.of(vars(args), label=args.method, prompts="", dataset="", context="")  # one prompt, no grid
-    drafter = None if args.method == "ar" else drafter_factory(verifier, spec, {})()
+    drafter = None if args.method == "ar" else drafter_factory(verifier, DraftSpec.of(vars(args)), {})()
     with Stopwatch(verifier.device) as watch:  # the loop decides the tokens; its caller times them, end to end
         if drafter is None:
             gen = autoregressive(verifier, ids, args.max_new_tokens, sampling=sampling, engine=args.engine)
