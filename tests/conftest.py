@@ -27,9 +27,12 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
-def ci_snakemake(workdir, *args, env=None):
-    """``snakemake --configfile config/ci.yaml --cores 2 ARGS`` in ``workdir`` (profiles/default applies)."""
-    return subprocess.run(CI_SNAKEMAKE + list(args), cwd=workdir, capture_output=True, text=True, env=env)
+def ci_snakemake(workdir, *args, env=None, timeout=None):
+    """``snakemake --configfile config/ci.yaml --cores 2 ARGS`` in ``workdir`` (profiles/default applies), ended
+    after ``timeout`` seconds if given (subprocess.TimeoutExpired)."""
+    return subprocess.run(
+        CI_SNAKEMAKE + list(args), cwd=workdir, capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def planned_jobs(plan: str) -> dict[str, int]:
@@ -40,8 +43,10 @@ def planned_jobs(plan: str) -> dict[str, int]:
 
 # The test files that read the session's pipeline run (the fixture below): under pytest-xdist's two workers
 # (pyproject's addopts) their tests are one unit of work, run by one worker, so that the run is made once (and one
-# worker brings the SLURM cluster up and down). The scheduler sees test ids only; pytest_collection_modifyitems
-# below refuses a test that uses the fixture from a file not listed here.
+# worker brings the SLURM cluster up and down). Every other file is a unit of its own, so that its module-scoped
+# fixtures (a workflow's dry run, a trained drafter, a finished run's copy) are made once, not once per worker. The
+# scheduler sees test ids only; pytest_collection_modifyitems below refuses a test that uses the fixture from a file
+# not listed here.
 PIPELINE_RUN_FILES = {
     "tests/test_pipeline.py",
     "tests/test_report.py",
@@ -52,13 +57,15 @@ PIPELINE_RUN_FILES = {
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
-    """xdist's load scheduling, with the tests of PIPELINE_RUN_FILES one unit (its largest: sent first). (Its own
-    `--dist loadgroup` marks do nothing with pytest 9, whose test ids no longer read the `_nodeid` xdist sets.)"""
+    """xdist's scheduling by file (`--dist loadfile`), with the tests of PIPELINE_RUN_FILES one unit (its largest:
+    sent first). (Its own `--dist loadgroup` marks do nothing with pytest 9, whose test ids no longer read the
+    `_nodeid` xdist sets.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class PipelineRunScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "pipeline_run" if nodeid.split("::", 1)[0] in PIPELINE_RUN_FILES else nodeid
+            path = nodeid.split("::", 1)[0]
+            return "pipeline_run" if path in PIPELINE_RUN_FILES else path
 
     return PipelineRunScheduling(config, log)
 
@@ -79,6 +86,7 @@ def pipeline_run(tmp_path_factory):
     artifacts, tests/test_slurm.py compares the SLURM run's cells with it."""
     work = copy_project(tmp_path_factory.mktemp("pipeline"))
     run = ci_snakemake(work, "all")
+    (work / "snakemake.log").write_text(run.stdout + run.stderr)  # what the run printed (tests/test_pipeline.py)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return work
 

@@ -14,6 +14,7 @@ sizes on the CPU. Nothing of the code under test is swapped for a local director
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -135,11 +136,22 @@ def reads_only_pinned(hub: LocalHub, revisions: dict) -> None:
             assert path.split("/resolve/")[1].split("/")[0] == revisions[repo], path
 
 
+# What the paper config's run makes beyond the release config's (the same verifier, datasets and grid, run whole
+# below): the training chain through the hub (PG-19's train split, the targets, every variant and EAGLE-3's head at a
+# 2,176-token prefix), measured by a cell of each kind of drafter the release has none of
+TRAINED = ["results/drafters/r0/la_only", "results/drafters/r0/lambda0.5", "results/drafters/r0/lambda1.0",
+           "results/drafters/r0/single_budget", "results/drafters/eagle3"]  # fmt: skip
+TRAINED_CELLS = [f"results/cells/{label}/lwm/{CONTEXT}/B1024_g5.parquet"
+                 for label in ("lambda0.5/r0", "single_budget/r0", "eagle3")]  # fmt: skip
+
+
 @pytest.mark.pipeline
-def test_the_paper_config_runs_through_the_hub(hub, tmp_path, monkeypatch):
-    """`pin`, then `snakemake all` on config/paper.yaml at tiny sizes: export -> the three datasets' prompts ->
-    PG-19 training data -> targets -> 4 variants and EAGLE-3 trained at a 2,176-token prefix -> every cell at 2,304
-    tokens -> every table, figure, the claims and the paper diff, every read at the pinned commits."""
+def test_the_paper_config_trains_through_the_hub(hub, tmp_path):
+    """`pin`, the plan of `snakemake all` on config/paper.yaml at tiny sizes, and its training chain for real:
+    export -> PG-19 train through the hub -> targets -> 4 variants and EAGLE-3 trained at a 2,176-token prefix -> a
+    cell of each at 2,304 tokens with the paper's fp16 verifier, every read at the pinned commits. Its grid, every
+    table, figure, the claims and the paper diff run through the hub in the release test below (the same verifier,
+    datasets and grid); its paper diff's "steps 1 (paper: 5000)" is tests/test_paperdiff.py's."""
     work = project(tmp_path / "paper")
     env = hub_env(hub, tmp_path / "hf")
     (work / "config/paper_tiny.yaml").write_text(
@@ -153,51 +165,31 @@ def test_the_paper_config_runs_through_the_hub(hub, tmp_path, monkeypatch):
     }  # fmt: skip
     dry = snakemake(work, "config/paper_tiny.yaml", env, "-n", "all")
     assert "read at no pinned revision" not in dry.stderr
+    planned = {out for line in re.findall(r"^\s+output: (.+)$", dry.stdout, re.M) for out in line.split(", ")}
+    assert set(TRAINED + TRAINED_CELLS) <= planned, sorted(planned)[:20]
     hub.requests.clear()
-    snakemake(work, "config/paper_tiny.yaml", env, "all")
+    snakemake(work, "config/paper_tiny.yaml", env, *TRAINED, *TRAINED_CELLS)
     assert hub.unknown == [] and hub.requests
     reads_only_pinned(hub, revisions)
-
-    exported = json.loads((work / "results/models/verifier/config.json").read_text())
-    assert exported["max_position_embeddings"] == 131072
-    assert (exported.get("rope_parameters") or exported["rope_scaling"])["rope_type"] == "yarn"
-    assert (work / "results/models/verifier/tokenizer.json").is_file()  # the SentencePiece model, converted once
-    for name in TABLES:
-        text = (work / "results/tables" / f"{name}.tex").read_text()
-        assert "\\begin{tabular}" in text, name
-        with monkeypatch.context() as m:
-            m.chdir(work)  # provenance names cells relative to the workflow directory
-            assert all(src for _, src in paper.trace_file(f"results/tables/{name}.tex")), name
     import pyarrow.parquet as pq
 
-    for dataset, source in (("gs", "pg19_test"), ("longbench", "longbench_qmsum"), ("lwm", "narrativeqa_lwm")):
-        prompts = pq.read_table(work / f"results/data/prompts/{dataset}/{CONTEXT}.parquet").to_pylist()
-        assert [len(p["input_ids"]) for p in prompts] == [CONTEXT], source
-    assert (
-        pq.read_table(work / "results/data/prompts/lwm/2304.parquet")
-        .column("doc_id")[0]
-        .as_py()
-        .startswith("narrativeqa:train:0|")
-    )
-    cells = sorted((work / "results/cells").rglob("*.parquet"))
-    assert {c.relative_to(work / "results/cells").parts[0] for c in cells} == {
-        "ar", "sd", "la_only", "lambda0.5", "lambda1.0", "single_budget", "triforce", "eagle3", "pi", "sd@full", "lookup",
-        "ar~16", "sd~16", "lambda0.5~16", "lookup~16",  # the copying control (long_generation)
-    }  # fmt: skip
-    for path in cells:  # every cell decoded at positions 2,304 and beyond, with the paper's fp16 verifier
-        for row in pq.read_table(path).to_pylist():
+    for variant in TRAINED[:-1]:  # every step of the tiny recipe at the 2,176-token prefix logged
+        assert (work / variant / "model.safetensors").is_file() and (work / variant / "loss_log.csv").is_file()
+    assert (work / "results/drafters/eagle3/head.safetensors").is_file()
+    for path in TRAINED_CELLS:
+        for row in pq.read_table(work / path).to_pylist():
             assert row["prompt_tokens"] == CONTEXT and row["new_tokens"] >= 1, path
             assert json.loads(row["config"])["verifier_dtype"] == "float16", path
-    diff = (work / "results/paper_diff.md").read_text().splitlines()[0]
-    assert "not a rerun" in diff and "steps 1 \\(paper: 5000\\)" in diff and "samples" in diff, diff
 
 
 @pytest.mark.pipeline
-def test_the_release_config_runs_through_the_hub_and_a_local_copy(hub, tmp_path):
-    """config/paper_release.yaml, sizes made tiny and nothing else: λ = 0.5 read from the authors' hub repository
-    (main/), L_A only and λ = 1.0 from a copy made as their README makes it (`hf download ... --local-dir ./ckpts`),
-    no training job, the single-budget rows "not run: the authors do not release this drafter". A checkpoint changed
-    in the copy after its export is exported (and measured) again; a revision the hub does not have is refused."""
+def test_the_release_config_runs_through_the_hub_and_a_local_copy(hub, tmp_path, monkeypatch):
+    """config/paper_release.yaml, sizes made tiny and nothing else, `snakemake all`: λ = 0.5 read from the authors'
+    hub repository (main/), L_A only and λ = 1.0 from a copy made as their README makes it (`hf download ...
+    --local-dir ./ckpts`), no training job, the single-budget rows "not run: the authors do not release this drafter";
+    the paper's verifier exported, the prompts of PG-19, LongBench and NarrativeQA, every cell at 2,304 tokens, every
+    table, figure, the claims and the paper diff, every read at the pinned commits. A checkpoint changed in the copy
+    after its export is exported (and measured) again; a revision the hub does not have is refused."""
     work = project(tmp_path / "release")
     env = hub_env(hub, tmp_path / "hf")
     run(["hf", "download", paper_hub.RELEASE, "--local-dir", str(work / "ckpts")], work, env)
@@ -217,6 +209,32 @@ def test_the_release_config_runs_through_the_hub_and_a_local_copy(hub, tmp_path)
     reads_only_pinned(hub, revisions)
     for variant in ("la_only", "lambda0.5", "lambda1.0"):
         assert (work / f"results/drafters/given/{variant}/config.json").is_file()
+    exported = json.loads((work / "results/models/verifier/config.json").read_text())
+    assert exported["max_position_embeddings"] == 131072
+    assert (exported.get("rope_parameters") or exported["rope_scaling"])["rope_type"] == "yarn"
+    assert (work / "results/models/verifier/tokenizer.json").is_file()  # the SentencePiece model, converted once
+    for name in TABLES:
+        text = (work / "results/tables" / f"{name}.tex").read_text()
+        assert "\\begin{tabular}" in text, name
+        with monkeypatch.context() as m:
+            m.chdir(work)  # provenance names cells relative to the workflow directory
+            assert all(src for _, src in paper.trace_file(f"results/tables/{name}.tex")), name
+    import pyarrow.parquet as pq
+
+    for dataset, source in (("gs", "pg19_test"), ("longbench", "longbench_qmsum"), ("lwm", "narrativeqa_lwm")):
+        prompts = pq.read_table(work / f"results/data/prompts/{dataset}/{CONTEXT}.parquet").to_pylist()
+        assert [len(p["input_ids"]) for p in prompts] == [CONTEXT], source
+    lwm_doc = pq.read_table(work / f"results/data/prompts/lwm/{CONTEXT}.parquet").column("doc_id")[0].as_py()
+    assert lwm_doc.startswith("narrativeqa:train:0|"), lwm_doc
+    cells = sorted((work / "results/cells").rglob("*.parquet"))
+    assert {c.relative_to(work / "results/cells").parts[0] for c in cells} == {
+        "ar", "sd", "la_only", "lambda0.5", "lambda1.0", "triforce", "pi", "sd@full", "lookup",
+        "ar~16", "sd~16", "lambda0.5~16", "lookup~16",  # the copying control (long_generation)
+    }  # fmt: skip
+    for path in cells:  # every cell decoded at positions 2,304 and beyond, with the paper's fp16 verifier
+        for row in pq.read_table(path).to_pylist():
+            assert row["prompt_tokens"] == CONTEXT and row["new_tokens"] >= 1, path
+            assert json.loads(row["config"])["verifier_dtype"] == "float16", path
     assert not (work / "results/drafters/r0").exists()  # nothing trained
     single = (work / "results/tables/single_budget.tex").read_text()
     assert "the authors do not release this drafter" in single

@@ -26,6 +26,15 @@ def test_every_artifact_is_produced(pipeline_run):
 
 
 @pytest.mark.pipeline
+def test_the_run_predicts_its_time_before_its_first_job(pipeline_run):
+    """`snakemake all` prints its predicted wall time from this machine's own timings (config estimate_before_run,
+    workflow/rules/common.smk print_prediction) before any job starts: the probe behind it ran, its line is no excuse."""
+    log = (pipeline_run / "snakemake.log").read_text()
+    said = re.search(r"^budgetdraft: `snakemake all` of \S+ from scratch on this machine .* about [\d.]+ h", log, re.M)
+    assert said and log.index(said.group()) < log.index("Finished jobid"), log[:3000]
+
+
+@pytest.mark.pipeline
 def test_every_table_number_traces_to_a_cell_file(pipeline_run, monkeypatch):
     monkeypatch.chdir(pipeline_run)  # the provenance files name cells relative to the workflow directory
     for path in [f"results/tables/{name}.tex" for name in TABLES] + [f"results/figures/{name}.pdf" for name in FIGURES]:
