@@ -45,6 +45,19 @@ def test_the_roofline_constants_are_solved_back_from_the_timings_they_would_give
     assert json.loads(next(iter(solved["train_step_s"]))) == [128, 16, 1]
 
 
+def test_the_training_recipes_are_shared_out_among_the_probes_each_timed_once():
+    """Each probe timed every training step (5 of its 12 s on a 2-core CPU); now each step is timed by one probe,
+    beside the others' work, the longest first, and the solve takes each from the probe that timed it."""
+    short, long_a, long_c = ("{}", 8, 120), ("{}", 896, 128), ('{"lambda_c": 0.5}', 896, 128)
+    assert machine.recipe_shares((short, long_a, long_c), 2) == [(long_a, short), (long_c,)]
+    assert machine.recipe_shares((short, long_a, long_c), 1) == [(long_a, long_c, short)]
+    assert machine.recipe_shares((), 2) == [(), ()]
+    one = replace(synthetic_probe(), train_steps_s=(((896, 128, 1), 2.0), ((8, 120, 1), 1.0)))
+    other = replace(synthetic_probe(), train_steps_s=(((896, 128, 2), 2.5),))
+    solved = machine.solve([one, other])["train_step_s"]
+    assert solved == {"[896, 128, 1]": 2.0, "[8, 120, 1]": 1.0, "[896, 128, 2]": 2.5}
+
+
 def test_a_probe_runs_our_decode_loop_and_gives_positive_timings():
     """The probe itself on tiny random models: every timing measured, none zero or NaN."""
     probe = machine.probe_once(TINY_VERIFIER, TINY_DRAFTER, "float32", "float32", "cpu", 1, 32)
