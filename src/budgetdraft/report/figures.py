@@ -9,20 +9,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from budgetdraft.base.atomic import atomic_path  # noqa: E402
-from budgetdraft.base.jsonio import plain  # noqa: E402
-from budgetdraft.base.names import AR, BD, METHOD_NAMES, SD, policy_label  # noqa: E402
+from budgetdraft.base.atomic import atomic_path
+from budgetdraft.base.jsonio import plain
+from budgetdraft.base.methods import AR, SD
+from budgetdraft.base.names import BD, METHOD_NAMES, policy_label
 from budgetdraft.evaluation.grid import Grid
-from budgetdraft.report.artifacts import NEVER, REGISTRY, SWEEP, Cells, figure  # noqa: E402
-from budgetdraft.report.settings import Settings, with_dataset_names  # noqa: E402
+from budgetdraft.report.artifacts import NEVER, REGISTRY, SWEEP, Cells, figure
+from budgetdraft.report.settings import Settings, with_dataset_names
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, imported when a figure is drawn, not when this module is: the workflow
+    imports it to plan (its figures' registrations), and pyplot's second of imports was paid by every Snakemake run
+    and every cluster job's Snakemake."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def save(fig, out: Path) -> list[Path]:
@@ -31,7 +39,7 @@ def save(fig, out: Path) -> list[Path]:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=200, bbox_inches="tight")
         paths.append(path)
-    plt.close(fig)
+    pyplot().close(fig)
     return paths
 
 
@@ -54,7 +62,7 @@ def fig_collapse(grid: Grid, s: Settings):
     dataset, gamma = s.collapse.dataset, s.collapse.gamma
     contexts, budgets = s.contexts, sorted(s.budgets)
     lengths = [int(n) for n in s.context_tokens.values()]  # "full" is fewer tokens than every prompt
-    fig, ax = plt.subplots(figsize=(4.8, 3.2))
+    fig, ax = pyplot().subplots(figsize=(4.8, 3.2))
     values = {}
     for budget in budgets:
         keys = [grid.need(SD, dataset, c, budget, gamma) for c in contexts]
@@ -123,6 +131,8 @@ def gamma_ticks(ax, gammas) -> None:
     if len(gammas) <= 8:  # label every γ run (one γ alone would get fractional ticks)
         ax.set_xticks(sorted(gammas))
     else:
+        from matplotlib.ticker import MaxNLocator
+
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
@@ -141,7 +151,9 @@ def gamma_grid(grid: Grid, s: Settings, errorbars: bool):
 
 def paper_gamma_layout(series: dict, s: Settings):
     ds = s.datasets
-    fig, axes = plt.subplots(len(s.contexts), len(ds), figsize=(3.6 * len(ds), 2.8 * len(s.contexts)), squeeze=False)
+    fig, axes = pyplot().subplots(
+        len(s.contexts), len(ds), figsize=(3.6 * len(ds), 2.8 * len(s.contexts)), squeeze=False
+    )
     for i, context in enumerate(s.contexts):
         for j, (dataset, name) in enumerate(ds.items()):
             v, ax = series[context, dataset], axes[i][j]
@@ -170,7 +182,7 @@ def paper_gamma_layout(series: dict, s: Settings):
 
 def context_lines_layout(series: dict, s: Settings):
     ds = s.datasets
-    fig, axes = plt.subplots(2, len(ds), figsize=(3.6 * len(ds), 5.2), squeeze=False, sharex=True)
+    fig, axes = pyplot().subplots(2, len(ds), figsize=(3.6 * len(ds), 5.2), squeeze=False, sharex=True)
     for j, (dataset, name) in enumerate(ds.items()):
         ax_acc, ax_sp = axes[0][j], axes[1][j]
         for k, context in enumerate(s.contexts):
@@ -224,7 +236,7 @@ def fig_policies(grid: Grid, s: Settings):
     pol = s.policies
     dataset, gamma, default, policies = pol.dataset, pol.gamma, pol.default, list(pol.names)
     budgets, contexts, drafters = sorted(s.budgets), s.contexts, (SD, BD)
-    fig, axes = plt.subplots(
+    fig, axes = pyplot().subplots(
         len(contexts), 2 * len(drafters), figsize=(3.0 * 2 * len(drafters), 2.5 * len(contexts)), squeeze=False
     )
     values = {}
@@ -268,7 +280,7 @@ def drawn(artifact: str, grid: Grid, s: Settings):
 def plotted_values(artifact: str, grid: Grid, s: Settings) -> dict:
     """The values figure ``artifact`` plots, as plain floats (NaN where a point has no data)."""
     fig, values = drawn(artifact, grid, s)
-    plt.close(fig)
+    pyplot().close(fig)
     return plain(values)
 
 
