@@ -90,8 +90,9 @@ def venv_with_wheel(tmp_path: Path) -> Path:
     # the project's packages (torch, snakemake, ...) as a path: its .pth files, the editable install's, unread
     Path(purelib, "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     wheel = next(wheels.glob("budgetdraft-*.whl"))
+    # --ignore-installed: the project's editable install, seen through the .pth, is not this venv's
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
-                    str(wheel)], check=True, capture_output=True)  # fmt: skip
+                    "--ignore-installed", str(wheel)], check=True, capture_output=True)  # fmt: skip
     return python
 
 
