@@ -14,6 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from conftest import tiny_model_dir
+from test_structure import import_cycle
 
 from budgetdraft.base.importgraph import import_graph, module_files, type_checking_only
 from budgetdraft.decoding.draftspec import DraftSpec
@@ -105,6 +106,13 @@ def upward_imports() -> list[str]:
 
 def test_no_layer_imports_a_layer_above_it():
     assert upward_imports() == []
+
+
+def test_no_circle_of_imports_for_annotations_either():
+    """No module imports itself through others, counting the imports for annotations only (tests/test_structure.py
+    checks the imports that run): a circle of annotations is a circle a reader walks too."""
+    cycle = import_cycle(every_import(PACKAGE))
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
 def test_no_module_of_the_library_imports_the_lazy_public_names():

@@ -151,7 +151,7 @@ def test_the_grid_is_every_cell_the_artifacts_ask_for(name, cells, files):
     ]
     assert p.drafters.training_stages == (["base", "budgetdraft"] if "base_drafter" in cfg else ["budgetdraft"])
     assert p.replicates == list(range(reps)) and bool(p.base) == ("base_drafter" in cfg)
-    assert (names.EAGLE3 in p.labels.baselines) == ("eagle3" in cfg["baselines"]["enabled"])
+    assert (methods.EAGLE3 in p.labels.baselines) == ("eagle3" in cfg["baselines"]["enabled"])
 
 
 def test_a_named_target_asks_for_its_artifacts_cells_only():
@@ -161,7 +161,7 @@ def test_a_named_target_asks_for_its_artifacts_cells_only():
     n_ds, n_ctx, n_b = len(cfg["datasets"]), len(cfg["contexts"]), len(cfg["budgets"])
     cells = p.cells.artifact_cells("ablation_lc")
     shared = [c for c in cells if key(c)["replicate"] == names.SHARED]
-    assert len(shared) == n_ds * n_ctx and {key(c)["label"] for c in shared} == {names.AR}
+    assert len(shared) == n_ds * n_ctx and {key(c)["label"] for c in shared} == {methods.AR}
     assert len(cells) - len(shared) == n_ds * n_ctx * 2 * n_b * cfg["replicates"]
     assert len(drafters(p, cells)) == 2 * cfg["replicates"]
     assert p.cells.artifact_files(["ablation_lc"]) == ["results/tables/ablation_lc.tex"]  # one table, no figure
@@ -172,22 +172,24 @@ def test_a_named_target_asks_for_its_artifacts_cells_only():
 
 def test_replicated_labels_and_their_drafters():
     ci, paper = plan("ci"), plan("paper")  # ci trains a base drafter, the paper's llama-68m is untouched
-    for label in (names.SD, names.TRIFORCE, *ci.labels.variants, "sd@snapkv", "lambda0.5@streaming"):
+    for label in (methods.SD, methods.TRIFORCE, *ci.labels.variants, "sd@snapkv", "lambda0.5@streaming"):
         assert ci.labels.replicated(label), label
-    for label in (names.AR, names.EAGLE3):
+    for label in (methods.AR, methods.EAGLE3):
         assert not ci.labels.replicated(label) and not paper.labels.replicated(label), label
-    assert not paper.labels.replicated(names.SD) and not paper.labels.replicated(names.TRIFORCE)
+    assert not paper.labels.replicated(methods.SD) and not paper.labels.replicated(methods.TRIFORCE)
     assert all(paper.labels.replicated(v) for v in paper.labels.variants)
-    assert ci.drafters.drafter_dir(names.AR) is None
+    assert ci.drafters.drafter_dir(methods.AR) is None
     assert (
-        ci.drafters.drafter_dir(names.SD, 1)
-        == ci.drafters.drafter_dir(names.TRIFORCE, 1)
+        ci.drafters.drafter_dir(methods.SD, 1)
+        == ci.drafters.drafter_dir(methods.TRIFORCE, 1)
         == "results/models/drafter_base/r1"
     )
     assert (
-        paper.drafters.drafter_dir(names.SD) == paper.drafters.base_drafter_dir(0) == "results/models/drafter_untrained"
+        paper.drafters.drafter_dir(methods.SD)
+        == paper.drafters.base_drafter_dir(0)
+        == "results/models/drafter_untrained"
     )
-    assert ci.drafters.drafter_dir(names.EAGLE3) == "results/drafters/eagle3"
+    assert ci.drafters.drafter_dir(methods.EAGLE3) == "results/drafters/eagle3"
     assert (
         ci.drafters.drafter_dir("lambda0.5@snapkv", 1)
         == ci.drafters.drafter_dir(names.BD, 1)
@@ -197,16 +199,20 @@ def test_replicated_labels_and_their_drafters():
         **{m: m for m in ("ar", "sd", "triforce", "eagle3")},
         "pi": "sd",
         "sd@full": "sd",
-        **{v: names.SD for v in ci.labels.variants},
-        **{f"{d}@{pol}": names.SD for d in (names.SD, names.BD) for pol in ("streaming", "snapkv", "verifier_guided")},
+        **{v: methods.SD for v in ci.labels.variants},
+        **{
+            f"{d}@{pol}": methods.SD
+            for d in (methods.SD, names.BD)
+            for pol in ("streaming", "snapkv", "verifier_guided")
+        },
         "lookup": "lookup",
         **{f"{m}~24": m for m in ("ar", "sd", "lookup")},  # ci's long generations: 24 new tokens
     }
     assert ci.drafters.comparison_drafters() == {
-        names.SD: ["results/models/drafter_base/r0"],
+        methods.SD: ["results/models/drafter_base/r0"],
         names.BD: ["results/drafters/r0/lambda0.5"],
-        names.TRIFORCE: ["results/models/drafter_base/r0", "results/models/verifier"],
-        names.EAGLE3: ["results/drafters/eagle3"],
+        methods.TRIFORCE: ["results/models/drafter_base/r0", "results/models/verifier"],
+        methods.EAGLE3: ["results/drafters/eagle3"],
     }
     assert ci.drafters.artifact_drafters("main") == {}
 
@@ -247,14 +253,14 @@ def test_a_cell_label_parses_one_way():
     method under another policy is accepted as a control too, and a method whose label has a separator is refused."""
     p = Plan(config("ci"))
     assert all(sep not in label for label in methods.REGISTRY for sep in methods.SEPARATORS)
-    assert p.labels.method_of(names.SD_FULL) is p.labels.method_of(names.SD) is methods.get(names.SD)
+    assert p.labels.method_of(names.SD_FULL) is p.labels.method_of(methods.SD) is methods.get(methods.SD)
     assert (p.labels.policy_of(names.SD_FULL), p.cells.budgets_of(names.SD_FULL)) == ("full", [0])
-    assert p.cells.budgets_of("sd@snapkv") == p.cells.budgets_of(names.SD) == p.budgets
+    assert p.cells.budgets_of("sd@snapkv") == p.cells.budgets_of(methods.SD) == p.budgets
     assert p.labels.method_of("lambda0.5@full+eager") is p.labels.methods[names.BD]
     # only a label's own policy takes the budget away: a config decoding everything under `full` keeps its budgets
     # (without the control sd@full, which would measure SD's cells under `full` again: refused, tests/test_leftovers)
     whole = Plan(config("ci", policy="full", controls=["pi"]))
-    assert whole.cells.budgets_of(names.SD) == whole.cells.budgets_of(names.BD) == whole.budgets
+    assert whole.cells.budgets_of(methods.SD) == whole.cells.budgets_of(names.BD) == whole.budgets
     with pytest.raises(ValueError, match=r"method 'sd@streaming': a label has no '@'.*parses one way"):
         methods.Method("sd@streaming", "SD (streaming)", "sd", methods.BASE)
     # a control LABEL@POLICY of a drafting method runs at every dataset x context, per replicate, at its policy
@@ -284,8 +290,8 @@ def test_a_graphs_run_asks_for_eager_companions_on_their_own_engine():
     assert all(p.labels.engine_of(key(c)["label"]) == "eager" for c in eager)
     assert all(key(c)["dataset"] == cfg["comparison"]["dataset"] for c in eager)
     assert all(p.labels.engine_of(key(c)["label"]) == "graphs" for c in p.cells.all_cells() if c not in eager)
-    assert p.labels.method["ar+eager"] == names.AR and p.labels.method["lambda0.5+eager"] == names.SD
-    assert p.drafters.drafter_dir("sd+eager", 1) == p.drafters.drafter_dir(names.SD, 1)
+    assert p.labels.method["ar+eager"] == methods.AR and p.labels.method["lambda0.5+eager"] == methods.SD
+    assert p.drafters.drafter_dir("sd+eager", 1) == p.drafters.drafter_dir(methods.SD, 1)
     plain = plan("ci")
     assert not any("+eager" in c for c in plain.cells.every_cell()) and plain.labels.engine_labels == []  # an eager run
 
@@ -370,7 +376,7 @@ def test_every_artifacts_settings_hold_their_contract(name):
         assert settings["verifier_prefill_runs"] == (defaults.PREFILL_RUNS if cfg["share_verifier_prefill"] else 0)
         # TriForce and EAGLE-3 are run at the largest B (they use none of it); the copier reads no cache: B0
         assert settings["comparison"]["budgets"] == {
-            b: 0 if b == names.LOOKUP else max(cfg["budgets"]) for b in p.labels.baselines
+            b: 0 if b == methods.LOOKUP else max(cfg["budgets"]) for b in p.labels.baselines
         }
         assert ("policies" in settings) == (artifact == "fig_policies")
     policies = json.loads(p.settings.artifact_settings("fig_policies"))["policies"]
@@ -389,14 +395,14 @@ def test_the_flags_of_a_cell():
     def flags(p, label, budget=32, gamma=5):
         return p.jobs.eval_cell_flags(p.jobs.spec(label, "gs", "128", budget, gamma, 0))
 
-    assert "--temperature" not in flags(greedy, names.SD) and flags(greedy, names.SD) == flags(explicit, names.SD)
-    assert "--extra" not in flags(greedy, names.SD)
-    assert flags(hot, names.SD).endswith(" --temperature 0.7 --top-p 0.9 --top-k 0 --seed 0")
+    assert "--temperature" not in flags(greedy, methods.SD) and flags(greedy, methods.SD) == flags(explicit, methods.SD)
+    assert "--extra" not in flags(greedy, methods.SD)
+    assert flags(hot, methods.SD).endswith(" --temperature 0.7 --top-p 0.9 --top-k 0 --seed 0")
     assert (
         """--extra '{"chunk_size": 8, "gamma_inner": 1, "retrieval_budget": 64, "sinks": 4, "streaming_budget": 16}'"""
-        in flags(greedy, names.TRIFORCE)
+        in flags(greedy, methods.TRIFORCE)
     )
-    assert "--extra '{}'" in flags(greedy, names.EAGLE3)  # its section is only its training
+    assert "--extra '{}'" in flags(greedy, methods.EAGLE3)  # its section is only its training
     assert "--label 'sd~24'" not in flags(greedy, "sd~24") and "--label sd~24 " in flags(greedy, "sd~24")
     assert (
         greedy.drafters.export_dtype("verifier") == "float32"
@@ -471,7 +477,7 @@ def test_each_stage_runs_the_code_its_command_imports():
         assert f"src/budgetdraft/decoding/baselines/{method}.py" in p.code.files(f"cell-{method}")
         # eval-cell imports the copier itself (every row records what it would have predicted)
         assert set(code_files("eval-cell")) <= set(p.code.files(f"cell-{method}"))
-    for label in (names.AR, names.SD, names.BD, "sd@snapkv"):
+    for label in (methods.AR, methods.SD, names.BD, "sd@snapkv"):
         assert p.code.cell_code(p.labels.method[label]) in (
             "results/code/cell-ar.sha256",
             "results/code/cell-sd.sha256",
@@ -487,7 +493,7 @@ def test_each_stage_runs_the_code_its_command_imports():
         "prefill": "results/prefill/gs/128.safetensors",
         "drafter": "results/drafters/r1/lambda0.5",
     }
-    assert "drafter" not in p.jobs.cell_inputs(p.jobs.spec(names.AR, "gs", "128", 0, 0))
+    assert "drafter" not in p.jobs.cell_inputs(p.jobs.spec(methods.AR, "gs", "128", 0, 0))
 
 
 def test_the_files_written_from_the_plan_are_every_artifacts_settings():

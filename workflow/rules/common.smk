@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 # src/ is on sys.path (Snakefile): the workflow runs the library it declares as code inputs.
-from budgetdraft.base import defaults, names, revisions
+from budgetdraft.base import defaults, methods, names, revisions
 from budgetdraft.evaluation.cellfile import cell_path, path_key
 from budgetdraft.pipeline.plan import Plan
 from budgetdraft.pipeline.setaside import guard, set_aside

@@ -34,7 +34,7 @@ STAGE_BENCHMARKS = {
     ),
     "train_eagle3": lambda: (
         [str(rules.train_eagle3.benchmark)]
-        if names.EAGLE3 in PLAN.labels.baselines
+        if methods.EAGLE3 in PLAN.labels.baselines
         else []
     ),
     "verifier_prefill": lambda: (

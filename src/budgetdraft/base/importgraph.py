@@ -3,12 +3,14 @@ imported): the workflow declares them as a rule's code inputs, the warm process 
 tests/test_structure.py checks the graph for cycles. One home, so no list of modules is kept by hand.
 
 A module's imports are its ``import budgetdraft.x`` / ``from budgetdraft.x import y`` statements at any depth of
-the file (lazy imports inside functions too); importing a module also runs the ``__init__.py`` of every package
-above it. A command's modules are its module (``budgetdraft.pipeline.cli.COMMANDS``: one of
-``budgetdraft.pipeline.commands``) and everything that imports, transitively. ``cli`` and ``warm`` only dispatch a
-command and are not part of it. An import whose name is computed at run time
-(``importlib.import_module(f"budgetdraft.decoding.baselines.{method}")`` in ``cells``) cannot be read from the
-source: the caller names such modules (``extra``).
+the file (lazy imports inside functions too), but those under ``if TYPE_CHECKING:`` (annotations only, never run;
+tests/test_layers.py counts them too); importing a module also runs the ``__init__.py`` of every package above it.
+A command's modules are its module (``budgetdraft.pipeline.cli.COMMANDS``: one of ``budgetdraft.pipeline.commands``)
+and everything that imports, transitively. ``cli`` and ``warm`` only dispatch a command and are not part of it. An
+import whose name is computed at run time (``importlib.import_module(method.factory)`` in
+``budgetdraft.evaluation.cells``: a method's factory module, declared in ``budgetdraft.base.methods``) cannot be read
+from the source: the caller names such modules (``extra``: the plan's code inputs of a cell, the warm process's
+preloads).
 """
 
 from __future__ import annotations

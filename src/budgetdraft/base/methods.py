@@ -1,12 +1,16 @@
 """The methods of the grid, each declared once: its cell label, its name in the tables, how its cells decode, where its
 drafter comes from, which budgets its cells take, what enables it and where it appears.
 
-Everything that used to keep its own list keyed by a method's name reads this registry instead: the plan (which
-cells, which drafter directory, which code a cell runs, a baseline's --extra), the config check (which names
-`baselines.enabled` and `controls` accept), the tables (the comparison table's rows and every method's name) and
-`estimate` (how a cell is costed). Adding a method of a declared drafter kind is one `declare(Method(...))` here
-(plus a factory module when it decodes its own way); a new drafter kind is one `kind(DrafterKind(...))` here plus
-the rule that makes its drafter (tests/test_extension.py adds both in a copy of the project).
+The plan (which cells, which drafter directory, which code a cell runs, a baseline's --extra), the config check
+(which names `baselines.enabled` and `controls` accept), the tables (the comparison table's rows and every method's
+name), eval-cell (a method's factory) and `estimate` (the cost line of a drafter kind's rule) read this registry.
+A few places still key by how a method decodes (``Method.decodes``) instead of reading a trait declared here:
+eval-cell's sampling check (`budgetdraft.evaluation.cells.SAMPLING_METHODS`, "ar" and "sd") and `estimate`'s cost
+of a generation ("ar", "lookup", and every other as SD). Each declared label (AR, SD, TRIFORCE, EAGLE3, LOOKUP,
+PI) is a constant of this module, its one home. Adding a method of a declared drafter kind is one
+`declare(Method(...))` here (plus a factory module when it decodes its own way); a new drafter kind is one
+`kind(DrafterKind(...))` here plus the rule that makes its drafter (tests/test_extension.py adds both in a copy of
+the project).
 
 The trained variants (config `variants`: BudgetDraft and its ablations) are not declared here: a config names them,
 and each decodes as SD with its own trained drafter (`variant`). Standard library only: the workflow reads this

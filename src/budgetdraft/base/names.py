@@ -1,31 +1,26 @@
-"""The one home of the names the library and the workflow share: cell labels and their separators, variant names.
-(The methods are declared in `budgetdraft.base.methods`, the artifacts on their builders: `budgetdraft.report.artifacts`.)
+"""The names the library and the workflow share beyond the declared methods: the trained variants' cell labels,
+the labels of a method under its own policy, engine or length (LABEL@POLICY, LABEL+ENGINE, LABEL~N: made and split
+here), and the rule a variant's name follows. The declared methods' labels (AR, SD, the baselines, the controls) and
+the separators of a cell label have their one home in `budgetdraft.base.methods` (this module re-binds the
+separators, never the labels); the artifacts are declared on their builders (`budgetdraft.report.artifacts`).
 
 No imports beyond the standard library, `budgetdraft.base.defaults` and `budgetdraft.base.methods` (standard library
-only): the workflow
-(`workflow/rules/common.smk` and `budgetdraft.pipeline.plan`) read this module too, before any job runs and without the heavy dependencies of the
-other modules.
+only): the workflow (`workflow/rules/common.smk` and `budgetdraft.pipeline.plan`) reads this module too, before any
+job runs and without the heavy dependencies of the other modules.
 """
 
 from budgetdraft.base import methods
 from budgetdraft.base.defaults import EAGER as EAGER  # re-exported: names.EAGER, the eager companions
 
-# Cell labels: the declared methods (budgetdraft.base.methods: AR, SD, the baselines, the controls) and the trained
-# variants the tables read.
-AR, SD, TRIFORCE, EAGLE3, LOOKUP, PI = (
-    methods.AR,
-    methods.SD,
-    methods.TRIFORCE,
-    methods.EAGLE3,
-    methods.LOOKUP,
-    methods.PI,
-)
+# Cell labels of the trained variants the tables read (a declared method's label, AR, SD, the baselines and the
+# controls, has its one home in budgetdraft.base.methods: methods.AR, methods.SD, ...).
 BD, LA_ONLY, LAMBDA1, SINGLE = "lambda0.5", "la_only", "lambda1.0", "single_budget"
 # A method under another sparse policy has its own cell label, LABEL@POLICY (policy_label, below); the separators'
 # home is budgetdraft.base.methods, where no declared label may contain one.
 POLICY_SEP, ENGINE_SEP, LENGTH_SEP = methods.POLICY_SEP, methods.ENGINE_SEP, methods.LENGTH_SEP
 FULL = "full"  # the sparse policy that keeps every position (budgetdraft.decoding.policies, unbudgeted)
-SD_FULL = f"{SD}{POLICY_SEP}{FULL}"  # the control of the collapse: SD with its full drafter cache, no budget (B0)
+# the control of the collapse: SD with its full drafter cache, no budget (B0)
+SD_FULL = f"{methods.SD}{POLICY_SEP}{FULL}"
 METHOD_NAMES = {
     **{label: m.name for label, m in methods.REGISTRY.items()},
     BD: "BudgetDraft",
@@ -79,7 +74,8 @@ def ar_label(label: str) -> str:
     generating as many tokens (LABEL~N: AR~N)."""
     label, tokens = split_length_label(label)
     _, sep, engine = label.partition(ENGINE_SEP)
-    return AR + sep + engine if tokens is None else length_label(AR + sep + engine, tokens)
+    ar = methods.AR + sep + engine
+    return ar if tokens is None else length_label(ar, tokens)
 
 
 # The long-generation control (config `long_generation`): a few cells that generate more tokens than the grid's, so

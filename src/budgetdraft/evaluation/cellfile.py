@@ -174,7 +174,7 @@ def cell_path(label, dataset, context, budget, gamma, replicate=SHARED, root: st
 def cell_pattern(replicated: bool, root: str = CELLS, ext: str = "parquet") -> str:
     """Every cell's file as a Snakemake pattern (wildcards label, replicate when ``replicated``, dataset, context,
     budget, gamma): the eval rules' output, and with another ``root`` and ``ext`` their log and benchmark (their
-    constraints: budgetdraft.pipeline.plan.CellGrid.cell_wildcards)."""
+    constraints: budgetdraft.pipeline.plan.CellPlan.cell_wildcards)."""
     parts = (s for s in SEGMENTS if replicated or "{replicate}" not in s)
     return "/".join((root, *parts)).replace("{ext}", ext)
 

@@ -22,7 +22,7 @@ import torch
 from budgetdraft.base import methods
 from budgetdraft.base.defaults import EAGER
 from budgetdraft.base.jsonio import json_object
-from budgetdraft.base.names import EAGLE3
+from budgetdraft.base.methods import EAGLE3
 from budgetdraft.decoding import sparse_drafter
 from budgetdraft.decoding.baselines import lookup
 from budgetdraft.decoding.loading import ModelStore, load_model

@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from budgetdraft.base.names import AR, SHARED, ar_label, length_label, split_length_label
+from budgetdraft.base.methods import AR
+from budgetdraft.base.names import SHARED, ar_label, length_label, split_length_label
 from budgetdraft.evaluation import cellfile
 from budgetdraft.evaluation.cellspec import SAMPLING_FIELDS, read_record
 

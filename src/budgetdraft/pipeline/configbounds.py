@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from budgetdraft.base import names
+from budgetdraft.base import methods, names
 from budgetdraft.base.defaults import CHUNK_SIZE, SCORE_WINDOW, SEEDS, TRIFORCE_DEFAULTS
 from budgetdraft.evaluation.cellfile import path_key
 from budgetdraft.pipeline.commands.flags import refuse_partial_chunk
@@ -56,8 +56,8 @@ def check_chunks(config: dict) -> None:
     for name, hp in trained_hparams(config):
         for i, budget in enumerate(hp["budgets"]):
             refuse_partial_chunk(f"{name}.budgets[{i}]", budget, "training.chunk_size", train_chunk)
-    if names.TRIFORCE in config.get("baselines", {}).get("enabled", []):
-        triforce = config["baselines"].get(names.TRIFORCE) or {}
+    if methods.TRIFORCE in config.get("baselines", {}).get("enabled", []):
+        triforce = config["baselines"].get(methods.TRIFORCE) or {}
         chunk_key = "baselines.triforce.chunk_size" if "chunk_size" in triforce else "chunk_size"
         refuse_partial_chunk(
             "baselines.triforce.retrieval_budget",
@@ -161,8 +161,8 @@ def check_baselines(config: dict) -> None:
     every cache it keeps) within what its cells decode, its sinks within that cache; EAGLE-3's feature layers within
     the verifier's, its windows within its training sequences and its unroll within the window it scores."""
     enabled = config["baselines"].get("enabled", [])
-    if names.TRIFORCE in enabled:
-        triforce = {**TRIFORCE_DEFAULTS, **(config["baselines"].get(names.TRIFORCE) or {})}
+    if methods.TRIFORCE in enabled:
+        triforce = {**TRIFORCE_DEFAULTS, **(config["baselines"].get(methods.TRIFORCE) or {})}
         gamma, key = config["comparison"]["gamma"], "baselines.triforce"
         if triforce["gamma_inner"] > gamma:
             raise ValueError(
@@ -189,7 +189,7 @@ def check_baselines(config: dict) -> None:
                 f"{key}.sinks = {triforce['sinks']} must be less than streaming_budget = {triforce['streaming_budget']}"
                 ": the StreamingLLM cache keeps the sinks and at least one recent token"
             )
-    if names.EAGLE3 in enabled:
+    if methods.EAGLE3 in enabled:
         check_eagle3(config)
 
 
@@ -204,7 +204,7 @@ def check_eagle3(config: dict) -> None:
     key = "baselines.eagle3.training"
     try:
         hp = Eagle3Hparams.from_json(
-            {"device": config["device"], **config["baselines"].get(names.EAGLE3, {}).get("training", {})}
+            {"device": config["device"], **config["baselines"].get(methods.EAGLE3, {}).get("training", {})}
         )
     except (ValueError, TypeError) as err:
         raise ValueError(f"{key}: {err}") from None

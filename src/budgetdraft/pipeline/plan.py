@@ -4,7 +4,8 @@ no Snakemake, no file written, so tests/test_plan.py checks it in process and wo
 (`PLAN = Plan(config)`, then `PLAN.cells.all_cells()`, `PLAN.drafters.drafter_dir(...)`, ...).
 
 - `Labels`: which methods and variants this config measures, and what each cell label decodes with;
-- `CellGrid`: which cell files each table, figure, control and target reads;
+- `CellPlan`: which cell files each table, figure, control and target reads (files planned; the cells measured are
+  `budgetdraft.evaluation.grid.Grid`);
 - `TrainingChain` (`budgetdraft.pipeline.trainingchain`): where each drafter lives and what its training job is
   handed;
 - `SettingsFiles` (`budgetdraft.pipeline.settingsfiles`): what each artifact (and the claims) lays out where, the
@@ -12,6 +13,9 @@ no Snakemake, no file written, so tests/test_plan.py checks it in process and wo
 - `CellJobs`: a cell's `CellSpec` (budgetdraft.evaluation.cellspec), its job's inputs and eval-cell flags, and the
   flags other jobs share;
 - `CodeInputs`: the digest of the modules each stage runs, its jobs' code input.
+
+The parts in modules of their own type the plan they read as a Protocol of just that (`trainingchain.ChainPlan`,
+`settingsfiles.SettingsPlan`), so neither imports this module back, for annotations either (tests/test_layers.py).
 
 The steps that change files before any job runs (a damaged cell set aside, a stale settings file removed) are not the
 plan's: `budgetdraft.pipeline.setaside`.
@@ -73,7 +77,7 @@ class Plan:
         self.longest_context = self.contexts[-1]
         self.labels = Labels(self)
         self.drafters = TrainingChain(self)
-        self.cells = CellGrid(self)
+        self.cells = CellPlan(self)
         self.code = CodeInputs()
         self.jobs = CellJobs(self)
         self.settings = SettingsFiles(self)
@@ -128,7 +132,7 @@ class Labels:
             "gamma": defaults.GAMMA,
             **config.get("policies", {}),
         }
-        run = [label for label in (names.SD, names.BD) if label not in self.not_run]  # BudgetDraft may be left out
+        run = [label for label in (methods.SD, names.BD) if label not in self.not_run]  # BudgetDraft may be left out
         self.policy_labels = [
             names.policy_label(label, policy, self.policy) for label in run for policy in self.policies["names"]
         ]
@@ -140,7 +144,7 @@ class Labels:
         # `engine: graphs`: AR, SD and BudgetDraft also decoded eagerly at γ_fixed on the comparison dataset
         # (LABEL+eager, budgetdraft.base.names.engine_label), for the claims' finding E1.
         self.engine_labels = (
-            [names.engine_label(label, defaults.EAGER, self.engine) for label in (names.AR, *run)]
+            [names.engine_label(label, defaults.EAGER, self.engine) for label in (methods.AR, *run)]
             if self.engine != defaults.EAGER
             else []
         )
@@ -198,8 +202,9 @@ class Labels:
         return method.drafter == methods.TRAINED or (bool(self.base) and method.replicated_drafter)
 
 
-class CellGrid:
-    """Which cell files each table, figure, control and target reads (docs/artifacts.md, 'cells it needs')."""
+class CellPlan:
+    """Which cell files each table, figure, control and target reads (docs/artifacts.md, 'cells it needs'): the plan's
+    cells as files to make, where `budgetdraft.evaluation.grid.Grid` holds the cells measured."""
 
     def __init__(self, plan: Plan):
         self.plan, self.labels, self.config = plan, plan.labels, plan.config
@@ -294,8 +299,8 @@ class CellGrid:
         if not ls.engine_labels:
             return []
         dataset, ar, gamma = self.config["comparison"]["dataset"], ls.engine_labels[0], self.config["gamma_fixed"]
-        compared = [label for label in (names.SD, names.BD) if label not in ls.not_run] + ls.engine_labels[1:]
-        return [self.cell(label, dataset, c, 0, 0) for label in (names.AR, ar) for c in self.plan.contexts] + [
+        compared = [label for label in (methods.SD, names.BD) if label not in ls.not_run] + ls.engine_labels[1:]
+        return [self.cell(label, dataset, c, 0, 0) for label in (methods.AR, ar) for c in self.plan.contexts] + [
             f
             for label in compared
             for c in self.plan.contexts

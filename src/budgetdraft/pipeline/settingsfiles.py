@@ -5,22 +5,54 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from budgetdraft.base import defaults, names
+from budgetdraft.pipeline.trainingchain import TrainingChain
 from budgetdraft.report.settings import PaperSettings, Variant
-
-if TYPE_CHECKING:
-    from budgetdraft.pipeline.plan import Plan
 
 SETTINGS_FILE = "results/settings/{name}.json"  # rule settings' output: what `paper` and `claims` lay out where
 PAPER_DIFF = "paper_diff"  # the settings file of the paper diff: the claims' settings and the run's `measurement`
 
 
+class SettingsLabels(Protocol):
+    """What the settings files read of their plan's labels (`budgetdraft.pipeline.plan.Labels` is one)."""
+
+    baselines: list[str]
+    lambda_variants: list[str]
+    other_variants: list[str]
+    not_run: dict[str, str]
+    policy: str
+    policies: dict
+
+
+class SettingsCells(Protocol):
+    """What the settings files read of their plan's cells (`budgetdraft.pipeline.plan.CellPlan` is one)."""
+
+    all_tables: list[str]
+    all_figures: dict[str, str]
+
+    def budgets_of(self, label: str) -> list[int]: ...
+
+
+class SettingsPlan(Protocol):
+    """What the settings files read of their plan (`budgetdraft.pipeline.plan.Plan` is one). Named here, not
+    imported: the plan imports this module to build its part, and an import back would close a circle."""
+
+    config: dict
+    labels: SettingsLabels
+    cells: SettingsCells
+    drafters: TrainingChain
+    contexts: list[str]
+    budgets: list[int]
+    base: dict | None
+    replicates: list[int]
+
+
 class SettingsFiles:
     """What each artifact (and the claims) lays out where: the JSON rule settings writes to results/settings/."""
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: SettingsPlan):
         self.plan, self.labels, self.config = plan, plan.labels, plan.config
 
     def samples(self, dataset: str) -> int:

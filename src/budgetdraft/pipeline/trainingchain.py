@@ -9,23 +9,43 @@ import json
 import os
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from budgetdraft.base import methods, names, revisions
 from budgetdraft.base.atomic import files_sha256
+from budgetdraft.base.methods import Method
 from budgetdraft.training.hparams import Eagle3Hparams, TrainingHparams
 
-if TYPE_CHECKING:
-    from budgetdraft.pipeline.plan import Plan
-
 VERIFIER = "results/models/verifier"
+
+
+class ChainLabels(Protocol):
+    """What a training chain reads of its plan's labels (`budgetdraft.pipeline.plan.Labels` is one)."""
+
+    methods: dict[str, Method]
+    variants: list[str]
+    given: dict[str, dict]
+    trained: list[str]
+
+    def method_of(self, label: str) -> Method: ...
+
+
+class ChainPlan(Protocol):
+    """What a training chain reads of its plan (`budgetdraft.pipeline.plan.Plan` is one). Named here, not imported:
+    the plan imports this module to build its part, and an import back would close a circle."""
+
+    config: dict
+    labels: ChainLabels
+    base: dict | None
+    replicates: list[int]
+    longest_context: str
 
 
 class TrainingChain:
     """Where each drafter lives (the training chain base drafter -> variants, per replicate, and the drafters made or
     given beside it), and what each training job is handed."""
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: ChainPlan):
         self.plan, self.labels, self.config = plan, plan.labels, plan.config
         self.base, self.replicates = plan.base, plan.replicates
         # Training stages, each with its own sequences and teacher targets: the base drafter (short full-cache
@@ -37,7 +57,7 @@ class TrainingChain:
         self.training_device = config["training"].get("device", config["device"])
         self.eagle3_training = {
             "device": config["device"],
-            **config["baselines"].get(names.EAGLE3, {}).get("training", {}),
+            **config["baselines"].get(methods.EAGLE3, {}).get("training", {}),
         }
         Eagle3Hparams.from_json(self.eagle3_training)  # the contract of train-eagle3 --hparams, at plan time
 
@@ -102,7 +122,7 @@ class TrainingChain:
             if m.comparison
         }
         bd = {names.BD: [self.drafter_dir(names.BD, first)]} if names.BD in self.labels.variants else {}
-        return {names.SD: drafters.pop(names.SD), **bd, **drafters}
+        return {methods.SD: drafters.pop(methods.SD), **bd, **drafters}
 
     def artifact_drafters(self, artifact: str) -> dict[str, list[str]]:
         """{label: [model directories]} whose sizes a table counts: the comparison table's drafters, else none."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from budgetdraft.base.names import AR, METHOD_NAMES, SHARED, SHARED_DRAFTER_PREFILL
+from budgetdraft.base.methods import AR
+from budgetdraft.base.names import METHOD_NAMES, SHARED, SHARED_DRAFTER_PREFILL
 from budgetdraft.evaluation.cellspec import read_record
 from budgetdraft.evaluation.grid import Grid
 from budgetdraft.report.settings import Settings

@@ -19,7 +19,8 @@ import pandas as pd
 
 from budgetdraft.base.atomic import atomic_write_text
 from budgetdraft.base.jsonio import plain
-from budgetdraft.base.names import AR, BD, LOOKUP, SD, SHARED, ar_label, extra_variants, split_length_label
+from budgetdraft.base.methods import AR, LOOKUP, SD
+from budgetdraft.base.names import BD, SHARED, ar_label, extra_variants, split_length_label
 from budgetdraft.evaluation.grid import KEY, acceptance_by_replicate
 from budgetdraft.report import copying, findings, memoryuse, speedups
 from budgetdraft.report.bootstrap import RESAMPLES, SEED

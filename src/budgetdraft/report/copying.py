@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from budgetdraft.base.names import AR, BD, LOOKUP, SD, length_label, split_length_label
+from budgetdraft.base.methods import AR, LOOKUP, SD
+from budgetdraft.base.names import BD, length_label, split_length_label
 from budgetdraft.report.bootstrap import estimate, ratio
 from budgetdraft.report.evidence import Evidence
 from budgetdraft.report.verdicts import FAILS, OPEN, Finding

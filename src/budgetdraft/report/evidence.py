@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from budgetdraft.base.names import AR, SHARED
+from budgetdraft.base.methods import AR
+from budgetdraft.base.names import SHARED
 from budgetdraft.evaluation.grid import COST_COLUMNS, OPTIONAL_COLUMNS, Grid, load_cells
 from budgetdraft.report.bootstrap import RESAMPLES, SEED, ratio, two_way_weights
 from budgetdraft.report.settings import Settings

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from budgetdraft.base.names import BD, LA_ONLY, LAMBDA1, PI, SD, SD_FULL, SINGLE
+from budgetdraft.base.methods import PI, SD
+from budgetdraft.base.names import BD, LA_ONLY, LAMBDA1, SD_FULL, SINGLE
 from budgetdraft.report.bootstrap import estimate, ratio
 from budgetdraft.report.evidence import Evidence
 from budgetdraft.report.verdicts import (

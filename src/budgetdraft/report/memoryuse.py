@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from budgetdraft.base.names import BD, SD
+from budgetdraft.base.methods import SD
+from budgetdraft.base.names import BD
 from budgetdraft.report.bootstrap import ratio
 from budgetdraft.report.evidence import Evidence
 from budgetdraft.report.findings import PAPER, at, no_cells

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 
-from budgetdraft.base.names import AR, BD, EAGER, SD, engine_label
+from budgetdraft.base.methods import AR, SD
+from budgetdraft.base.names import BD, EAGER, engine_label
 from budgetdraft.evaluation.grid import draft_cost, predicted_speedup
 from budgetdraft.report.evidence import Evidence
 from budgetdraft.report.findings import PAPER_BEST_SPEEDUP, no_cells

@@ -12,16 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from budgetdraft.base import methods
-from budgetdraft.base.names import (
-    AR,
-    BD,
-    LA_ONLY,
-    LAMBDA1,
-    METHOD_NAMES,
-    SD,
-    SINGLE,
-    extra_variants,
-)
+from budgetdraft.base.methods import AR, SD
+from budgetdraft.base.names import BD, LA_ONLY, LAMBDA1, METHOD_NAMES, SINGLE, extra_variants
 from budgetdraft.evaluation.grid import Grid, cell_name
 from budgetdraft.report.artifacts import OTHER_VARIANTS, REGISTRY, SWEEP, Cells, label_of, table
 from budgetdraft.report.settings import Settings, with_dataset_names
