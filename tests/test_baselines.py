@@ -16,9 +16,9 @@ from budgetdraft.base.atomic import OUTPUT_MARKER
 from budgetdraft.decoding.baselines import eagle3, triforce
 from budgetdraft.decoding.baselines.eagle3 import Eagle3Drafter, Eagle3Head, head_config
 from budgetdraft.decoding.baselines.triforce import TriForceDrafter, retrieval_indices
+from budgetdraft.decoding.draftspec import DraftSpec
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.verifier import SharedPrefill, Verifier, ids_tensor, prompt_key
-from budgetdraft.evaluation.cellspec import CellSpec
 from budgetdraft.pipeline.cli import main as cli
 from budgetdraft.training import eagle3_head as eagle3_training
 from budgetdraft.training.targets import save_targets, teacher_targets
@@ -99,8 +99,7 @@ def test_triforce_after_a_shared_verifier_prefill_has_the_prompt_run_again(tiny)
 
 
 def test_triforce_settings_reject_unknown_keys():
-    spec = CellSpec(label="triforce", method="triforce", verifier="", prompts="", dataset="", context="",
-                    max_new_tokens=8, chunk_size=16)  # fmt: skip
+    spec = DraftSpec(chunk_size=16)
     assert triforce.settings(spec, {"retrieval_budget": 64}) == {
         **triforce.DEFAULTS,
         "chunk_size": 16,
@@ -178,8 +177,7 @@ def test_train_eagle3_cli_writes_a_loadable_head(tiny_targets, tmp_path):
     cfg = json.loads((out / "eagle3.json").read_text())
     assert cfg["hparams"]["steps"] == 3 and cfg["draft_vocab"] == "full"
     verifier = LlamaForCausalLM.from_pretrained(tiny_targets / "verifier").eval()
-    spec = CellSpec(label="eagle3", method="eagle3", verifier="", prompts="", dataset="", context="",
-                    max_new_tokens=12, drafter=str(out), gamma=3)  # fmt: skip
+    spec = DraftSpec(drafter=str(out))
     new_drafter = eagle3.drafter_factory(verifier, spec, {})
     prompt = list(range(3, 60))
     ref = autoregressive(verifier, prompt, 12, eos_token_id=[]).tokens
@@ -250,8 +248,7 @@ def test_triforce_is_lossless_on_embedded_smollm2(embedded, gamma):
     from budgetdraft.decoding.loading import load_model
 
     verifier, prompt, ref = embedded
-    spec = CellSpec(label="triforce", method="triforce", verifier="", prompts="", dataset="", context="",
-                    max_new_tokens=16, drafter="embedded:smollm2:layers=4", gamma=gamma)  # fmt: skip
+    spec = DraftSpec(drafter="embedded:smollm2:layers=4")
     new_drafter = triforce.drafter_factory(verifier, spec, {"retrieval_budget": 64, "streaming_budget": 16})
     drafter = new_drafter()
     assert speculative(drafter, verifier, prompt, 16, gamma, eos_token_id=[]).tokens == ref
