@@ -13,7 +13,7 @@ import pytest
 import yaml
 from test_configcheck import eagle3, triforce
 
-from budgetdraft.pipeline import cli, machine
+from budgetdraft.pipeline import cli, machine, probe
 from budgetdraft.pipeline.configcheck import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,9 +27,9 @@ def ci_config() -> dict:
 # ------------------------------------------------------------------------------------------- the machine probe's cache
 
 
-def fake_probe() -> machine.Probe:
+def fake_probe() -> probe.Probe:
     """Timings of a machine that reads 20 GB/s (as tests/test_machine.py's synthetic probe)."""
-    return machine.Probe(
+    return probe.Probe(
         verifier_step_s=0.0212, drafter_step_s=0.0033, prefill_s=20.0012, load_s=2.0, load_bytes=8e8,
         verifier_layers=6, drafter_layers=4, verifier_bytes=4e8, drafter_bytes=5e7, prefill_flops=1e12,
         verifier_step2_s=0.0092, shallow_layers=2, verify_rows_s=0.0318, train_steps_s=(((128, 16, 1), 0.3),),

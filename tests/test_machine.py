@@ -12,19 +12,19 @@ import pytest
 import torch
 import yaml
 
-from budgetdraft.pipeline import machine
+from budgetdraft.pipeline import machine, probe
 from budgetdraft.pipeline.roofline import Shape
 
 TINY_VERIFIER = Shape(layers=8, hidden=64, ffn=128, heads=4, kv_heads=2, vocab=1024, tied=True)
 TINY_DRAFTER = Shape(layers=2, hidden=32, ffn=64, heads=4, kv_heads=2, vocab=1024, tied=True)
 
 
-def synthetic_probe(bandwidth=20e9, overhead=2e-4, head_s=3e-3, flops=5e10) -> machine.Probe:
+def synthetic_probe(bandwidth=20e9, overhead=2e-4, head_s=3e-3, flops=5e10) -> probe.Probe:
     """Timings a machine with these constants would give: a step = layers × overhead + bytes / bandwidth."""
     lv, ld, bv, bd = 6, 4, 4e8, 5e7
     tv, td = lv * overhead + bv / bandwidth, ld * overhead + bd / bandwidth
     per_layer = (tv - head_s) / lv
-    return machine.Probe(
+    return probe.Probe(
         verifier_step_s=tv, drafter_step_s=td, prefill_s=1e12 / flops + lv * overhead, load_s=2.0, load_bytes=8e8,
         verifier_layers=lv, drafter_layers=ld, verifier_bytes=bv, drafter_bytes=bd, prefill_flops=1e12,
         verifier_step2_s=head_s + 2 * per_layer, shallow_layers=2, verify_rows_s=1.5 * tv,
@@ -33,7 +33,7 @@ def synthetic_probe(bandwidth=20e9, overhead=2e-4, head_s=3e-3, flops=5e10) -> m
 
 
 def test_the_roofline_constants_are_solved_back_from_the_timings_they_would_give():
-    solved = machine.solve([synthetic_probe(), synthetic_probe(bandwidth=10e9), synthetic_probe(bandwidth=30e9)])
+    solved = probe.solve([synthetic_probe(), synthetic_probe(bandwidth=10e9), synthetic_probe(bandwidth=30e9)])
     assert solved["bandwidth"] == pytest.approx(20e9)  # the median probe's
     assert solved["layer_overhead_s"] == pytest.approx(2e-4)
     assert solved["flops"] == pytest.approx(5e10)
@@ -54,18 +54,18 @@ def test_the_training_recipes_are_shared_out_among_the_probes_each_timed_once():
     assert machine.recipe_shares((), 2) == [(), ()]
     one = replace(synthetic_probe(), train_steps_s=(((896, 128, 1), 2.0), ((8, 120, 1), 1.0)))
     other = replace(synthetic_probe(), train_steps_s=(((896, 128, 2), 2.5),))
-    solved = machine.solve([one, other])["train_step_s"]
+    solved = probe.solve([one, other])["train_step_s"]
     assert solved == {"[896, 128, 1]": 2.0, "[8, 120, 1]": 1.0, "[896, 128, 2]": 2.5}
 
 
 def test_a_probe_runs_our_decode_loop_and_gives_positive_timings():
     """The probe itself on tiny random models: every timing measured, none zero or NaN."""
-    probe = machine.probe_once(TINY_VERIFIER, TINY_DRAFTER, "float32", "float32", "cpu", 1, 32)
-    for name, value in vars(probe).items():
+    measured = probe.probe_once(TINY_VERIFIER, TINY_DRAFTER, "float32", "float32", "cpu", 1, 32)
+    for name, value in vars(measured).items():
         if isinstance(value, float):
             assert math.isfinite(value) and value > 0, name
-    assert (probe.verifier_layers, probe.shallow_layers) == (machine.PROBE_LAYERS, 2) and probe.load_bytes > 0
-    solved = machine.solve([probe])
+    assert (measured.verifier_layers, measured.shallow_layers) == (probe.PROBE_LAYERS, 2) and measured.load_bytes > 0
+    solved = probe.solve([measured])
     assert solved["bandwidth"] > 0 and solved["flops"] > 0
 
 
@@ -122,10 +122,10 @@ def test_a_probe_builds_only_the_verifier_layers_that_fit_beside_its_twins():
 
     llama7b = shape("NousResearch/Yarn-Llama-2-7b-128k")
     assert machine.probe_layers(replace(TINY_VERIFIER, layers=4), "float32", 2, 24 * 2**30) == 4  # all of it
-    assert machine.probe_layers(llama7b, "float16", 1, 80 * 2**30) == machine.PROBE_LAYERS
+    assert machine.probe_layers(llama7b, "float16", 1, 80 * 2**30) == probe.PROBE_LAYERS
     layers = machine.probe_layers(llama7b, "float16", 2, 20 * 2**30)
     layer_bytes = 2 * (llama7b.body / llama7b.layers)
-    assert 2 <= layers < machine.PROBE_LAYERS
+    assert 2 <= layers < probe.PROBE_LAYERS
     assert 2 * 2 * (layers * layer_bytes + 2 * 2 * llama7b.vocab * llama7b.hidden) <= 20 * 2**30 / 2 + 1
     with pytest.raises(ValueError, match=r"does not fit in this machine's 2\.0 GiB available with 2 at once"):
         machine.probe_layers(llama7b, "float16", 2, 2 * 2**30)
@@ -135,7 +135,7 @@ def test_a_probe_builds_only_the_verifier_layers_that_fit_beside_its_twins():
 
 TINY_ARGS = dict(
     verifier_shape=vars(TINY_VERIFIER), drafter_shape=vars(TINY_DRAFTER), verifier_dtype="float32",
-    drafter_dtype="float32", device="cpu", threads=1, context=32, recipes=(), layers=machine.PROBE_LAYERS,
+    drafter_dtype="float32", device="cpu", threads=1, context=32, recipes=(), layers=probe.PROBE_LAYERS,
 )  # fmt: skip
 
 
@@ -151,10 +151,10 @@ def test_the_probe_runs_in_fresh_processes_never_forking_this_one(monkeypatch):
     monkeypatch.setattr(os, "fork", no_fork)
     threading.Thread(target=time.sleep, args=(30,), daemon=True).start()  # this process has threads, as Snakemake's
     events = []
-    (probe,), job_s = machine.timed(TINY_ARGS, 1, quiet=lambda: events.append("quiet"))
+    (measured,), job_s = machine.timed(TINY_ARGS, 1, quiet=lambda: events.append("quiet"))
     assert events == ["quiet"]
-    assert (probe.verifier_layers, probe.shallow_layers, probe.drafter_layers) == (machine.PROBE_LAYERS, 2, 2)
-    assert probe.verifier_step_s > 0 and probe.load_bytes > 0
+    assert (measured.verifier_layers, measured.shallow_layers, measured.drafter_layers) == (probe.PROBE_LAYERS, 2, 2)
+    assert measured.verifier_step_s > 0 and measured.load_bytes > 0
     assert machine.SNAKEMAKE_JOB_S < job_s < machine.CELL_S
 
 
