@@ -91,6 +91,11 @@ def pipeline_run(tmp_path_factory):
     return work
 
 
+# The tensor methods that read a value back to the host (on a GPU: a wait for the device), which tests/test_engine.py
+# and tests/test_graph_reuse.py count
+HOST_READS = ("tolist", "item", "__int__", "__float__", "__bool__", "__index__")
+
+
 def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 96, max_positions: int = 512, **fields) -> LlamaForCausalLM:
     """Random Llama with the attention ``load_model`` gives; ``fields``: further LlamaConfig fields
     (tie_word_embeddings, initializer_range, ...)."""

@@ -7,7 +7,7 @@ shape and never recompiled; both engines decode the same tokens; a speculative r
 import pytest
 import torch
 import torch._dynamo.utils
-from conftest import tiny_llama
+from conftest import HOST_READS, tiny_llama
 
 from budgetdraft.decoding import loop
 from budgetdraft.decoding.engine import rounded_capacity
@@ -102,15 +102,12 @@ def test_graphs_engine_equals_eager_token_for_token_and_never_recompiles(pair, b
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
-READS = ("tolist", "item", "__int__", "__float__", "__bool__", "__index__")
-
-
 class Reads:
     """Counts the calls that read a tensor's value back to the host (on a GPU: a device synchronisation)."""
 
     def __init__(self, monkeypatch):
         self.count = 0
-        for name in READS:
+        for name in HOST_READS:
             original = getattr(torch.Tensor, name)
             monkeypatch.setattr(torch.Tensor, name, self.counting(original))
 

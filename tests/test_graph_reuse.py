@@ -10,7 +10,7 @@ is therefore checked directly: the same tensor objects (hence the same addresses
 import pytest
 import torch
 import torch._dynamo.utils
-from conftest import tiny_llama
+from conftest import HOST_READS, tiny_llama
 
 from budgetdraft.decoding import engine
 from budgetdraft.decoding.engine import Steps, rounded_capacity, steps_for
@@ -128,12 +128,10 @@ class HostTraffic:
     ...) and blocking host→device copies (``torch.tensor(data, device=...)``, or ``.to(device)`` of a host tensor
     without ``non_blocking``: PyTorch copies pageable memory and then synchronises the stream)."""
 
-    READS = ("tolist", "item", "__int__", "__float__", "__bool__", "__index__")
-
     def __init__(self, monkeypatch):
         self.reads = self.copies = 0
         self.host: dict[int, torch.Tensor] = {}  # by id, the tensors made from host data (held: ids stay unique)
-        for name in self.READS:
+        for name in HOST_READS:
             monkeypatch.setattr(torch.Tensor, name, self.read(getattr(torch.Tensor, name)))
         for name in ("tensor", "as_tensor"):
             monkeypatch.setattr(torch, name, self.made(getattr(torch, name)))
