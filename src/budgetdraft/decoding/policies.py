@@ -79,29 +79,29 @@ def check_budget(budget: int, chunk_size: int, policy: str | None = None) -> Non
 
 def keep_indices(policy: str, inputs: PolicyInputs) -> list[torch.Tensor]:
     """Per drafter layer, the sorted prefix positions the drafter keeps: [n] for all heads, or [H_kv, n]."""
-    spec = get_policy(policy)
+    declared = get_policy(policy)
     check_budget(inputs.budget, inputs.chunk_size, policy)
-    missing = [key for key in sorted(spec.needs) if getattr(inputs, key) is None]
+    missing = [key for key in sorted(declared.needs) if getattr(inputs, key) is None]
     if missing:
         raise ValueError(
             f"policy {policy!r} needs {', '.join(missing)}: prefill with score_window > 0 (and for "
             "verifier_scores, decode with `speculative`, which hands the drafter the verifier)"
         )
-    idx = spec.select(inputs)
-    check_kept(spec, idx, inputs)
+    idx = declared.select(inputs)
+    check_kept(declared, idx, inputs)
     return idx
 
 
-def check_kept(spec: SparsePolicy, idx: list[torch.Tensor], inputs: PolicyInputs) -> None:
+def check_kept(declared: SparsePolicy, idx: list[torch.Tensor], inputs: PolicyInputs) -> None:
     """A policy's answer: one tensor per layer, [n] or [H_kv, n], the same n ≤ B everywhere, positions in [0, P)."""
-    policy = spec.name
+    policy = declared.name
     if len(idx) != inputs.num_layers:
         raise ValueError(f"policy {policy!r} returned {len(idx)} index tensors for {inputs.num_layers} layers")
     kept = {int(i.shape[-1]) for i in idx}
     if any(i.dim() not in (1, 2) for i in idx) or len(kept) != 1:
         raise ValueError(f"policy {policy!r}: every layer must keep the same number of positions, got {kept}")
     n = kept.pop()
-    if n > (min(inputs.budget, inputs.prefix_len) if spec.budgeted else inputs.prefix_len):
+    if n > (min(inputs.budget, inputs.prefix_len) if declared.budgeted else inputs.prefix_len):
         raise ValueError(f"policy {policy!r} keeps {n} positions, over B = {inputs.budget} / P = {inputs.prefix_len}")
     if n and any(int(i.min()) < 0 or int(i.max()) >= inputs.prefix_len for i in idx):
         raise ValueError(f"policy {policy!r} keeps positions outside [0, {inputs.prefix_len})")

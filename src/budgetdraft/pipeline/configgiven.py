@@ -67,9 +67,9 @@ def verifier_directory(config: dict) -> Path | None:
     """The verifier's files where they can be read at plan time: a local directory, or an embedded model's converted
     cache (once converted); None for a hub id (a results/ export may be another config's: never read as this one's)."""
     from budgetdraft.base.cache import cache_root
-    from budgetdraft.decoding.loading import parse_spec
+    from budgetdraft.decoding.loading import parse_model_spec
 
-    base, _ = parse_spec(config["verifier"])
+    base, _ = parse_model_spec(config["verifier"])
     path = Path(os.path.expanduser(config["verifier"]))
     if base.startswith("embedded:"):
         path = cache_root() / "models" / base.split(":", 1)[1]

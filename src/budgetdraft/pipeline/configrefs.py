@@ -14,7 +14,7 @@ from pathlib import Path
 
 from budgetdraft.base import methods, names, revisions
 from budgetdraft.base.defaults import ENGINE, GRAPHS, POLICY
-from budgetdraft.decoding.loading import check_spec, max_positions, parse_spec
+from budgetdraft.decoding.loading import check_model_spec, max_positions, parse_model_spec
 
 SEGMENT_LENGTH = 64  # characters of a name that becomes a folder: far below a file system's 255 bytes per name
 
@@ -171,10 +171,10 @@ def check_models(config: dict) -> None:
     """Model specs this package can build, and prompts / training sequences that fit the verifier's positions."""
     for key in ("verifier", "drafter"):
         try:
-            check_spec(config[key])
+            check_model_spec(config[key])
         except ValueError as e:
             raise ValueError(f"{key} = {config[key]!r}: {e}") from None
-        check_spec_numbers(key, config[key])
+        check_model_spec_numbers(key, config[key])
     limit = config["verifier_max_positions"]
     own = max_positions(config["verifier"])  # the configured verifier's own limit, where its config.json is readable
     limit = min(limit, own or limit)
@@ -197,14 +197,14 @@ def check_models(config: dict) -> None:
     check_base_range(config)
 
 
-def check_spec_numbers(key: str, spec: str) -> None:
+def check_model_spec_numbers(key: str, model_spec: str) -> None:
     """An embedded spec's numbers written as the numbers they are: ``positions=0064`` is ``positions=64`` to the
     model, but another spec (a second converted copy of the model in the cache, named by the spec, and another
     drafter to every record that names it)."""
-    for option, value in parse_spec(spec)[1].items():
+    for option, value in parse_model_spec(model_spec)[1].items():
         if value.isdigit() and value != str(int(value)):
             raise ValueError(
-                f"{key} = {spec!r}: {option}={value} has a leading zero, and names another converted model than "
+                f"{key} = {model_spec!r}: {option}={value} has a leading zero, and names another converted model than "
                 f"{option}={int(value)}; write {option}={int(value)}"
             )
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from budgetdraft.base.defaults import EAGER, ENGINE, rounded_capacity
 from budgetdraft.base.revisions import hub_model, revision
-from budgetdraft.decoding.loading import parse_spec
+from budgetdraft.decoding.loading import parse_model_spec
 
 
 @dataclass(frozen=True)
@@ -133,13 +133,13 @@ def config_shape(c: dict) -> dict:
     )  # fmt: skip
 
 
-def shape(spec: str, served: dict | None = None) -> Shape:
-    """The shape of model ``spec``: a local directory's config.json, else ``served`` (a hub's config.json for it:
+def shape(model_spec: str, served: dict | None = None) -> Shape:
+    """The shape of model ``model_spec``: a local directory's config.json, else ``served`` (a hub's config.json for it:
     `served_shape`), else `MODELS`, the published shape (an embedded spec's ``layers=k`` cuts layers;
     ``positions=N`` changes no shape)."""
-    base, options = parse_spec(spec)
+    base, options = parse_model_spec(model_spec)
     layers = options.get("layers")
-    config = Path(spec) / "config.json"
+    config = Path(model_spec) / "config.json"
     if config.is_file():
         known = config_shape(json.loads(config.read_text()))
     elif served is not None:
@@ -147,7 +147,9 @@ def shape(spec: str, served: dict | None = None) -> Shape:
     elif base in MODELS:
         known = dict(MODELS[base])
     else:
-        raise ValueError(f"model {spec!r}: its shape is unknown offline; give a local directory with a config.json")
+        raise ValueError(
+            f"model {model_spec!r}: its shape is unknown offline; give a local directory with a config.json"
+        )
     if layers:
         known["layers"] = int(layers)
     return Shape(**known)
@@ -180,9 +182,9 @@ def served_shape(cfg: dict, key: str) -> Shape:
     """The shape of the config's model ``key`` (verifier, drafter) as it will be loaded: a hub id's config.json as
     its hub serves it at the config's pinned revision when readable offline (`hub_config`: a local hub of tiny
     models is priced at its tiny models, not at the ids' published 7B shapes), else `shape`'s."""
-    spec = cfg[key]
-    repo = hub_model(parse_spec(spec)[0])
-    return shape(spec, hub_config(repo, revision(cfg, repo)) if repo else None)
+    model_spec = cfg[key]
+    repo = hub_model(parse_model_spec(model_spec)[0])
+    return shape(model_spec, hub_config(repo, revision(cfg, repo)) if repo else None)
 
 
 # ------------------------------------------------------------------------------------------------ the roofline
