@@ -13,7 +13,7 @@ from budgetdraft.decoding import attention
 torch.set_num_threads(1)  # CI has 2 cores; tests run one at a time and stay predictable
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ("Snakefile", "workflow", "config", "profiles", "src", "envs")  # what a pipeline run needs
+PROJECT = ("workflow", "config", "profiles", "src", "envs")  # what a pipeline run needs
 
 
 CI_SNAKEMAKE = [sys.executable, "-m", "snakemake", "--configfile", "config/ci.yaml", "--cores", "2"]

@@ -427,52 +427,25 @@ def test_the_schema_defaults_are_filled_in_once_validated():
     assert cfg["engine"] == "eager" and cfg["sampling"] == {"temperature": 0, "top_p": 1.0, "top_k": 0, "seed": 0}
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["snakemake", "-n", "--config", "samples=1", "samples=2"],
-        ["snakemake", "--config", "samples=1", "-n", "-C", "samples=2"],
-        ["snakemake", "--config=samples=1", "--config", "repeats=2", "samples=2"],
-    ],
-)
-def test_a_key_given_twice_on_the_command_line_is_refused(argv):
-    message = refusal(lambda c: None, argv=argv)
-    assert message.startswith("--config gives 'samples' twice (samples=1 and samples=2)"), message
-    check_config(ci_config(), schema=SCHEMA, argv=["snakemake", "--config", "samples=1", "repeats=2", "-n", "all"])
+def test_what_config_gave_is_told_apart_from_the_command_lines_files(tmp_path):
+    """The Snakefile hands check_config what --config gave (command_line_config): the config Snakemake loaded before
+    the workflow's default, less what the --configfile files give as they are. A nested --config value arrives as a
+    string ('1.0' where the file has 1.0: --config's) and is typed as a file's; with no --configfile, all of it."""
+    from budgetdraft.pipeline.configcheck import command_line_config
 
-
-@pytest.mark.parametrize(
-    "argv, line",
-    [
-        (
-            ["snakemake", "-n", "--config", "max_new_tokens=4", "--config", "repeats=2"],
-            "--config is given 2 times (--config max_new_tokens=4, then --config repeats=2): Snakemake keeps only the "
-            "last flag's keys, so max_new_tokens would be dropped without a word; give them all after one --config "
-            "(--config max_new_tokens=4 repeats=2)",
-        ),
-        (
-            ["snakemake", "--config", "max_new_tokens=4", "-Cmax_new_tokens=6", "-n"],
-            "--config gives 'max_new_tokens' twice (max_new_tokens=4 and max_new_tokens=6)",
-        ),
-        (
-            ["snakemake", "-nCmax_new_tokens=6", "--config=repeats=2", "all"],
-            "--config is given 2 times (-C max_new_tokens=6, then --config repeats=2): Snakemake keeps only the last",
-        ),
-        (
-            ["snakemake", "-n", "--configfile", "config/ci.yaml", "--configfile", "extra.yaml"],
-            "--configfile is given 2 times (--configfile config/ci.yaml, then --configfile extra.yaml): Snakemake keeps "
-            "only the last flag's files, so config/ci.yaml would be dropped without a word; give them all after one "
-            "--configfile (--configfile config/ci.yaml extra.yaml)",
-        ),
-    ],
-    ids=["two-config-flags", "attached-form", "attached-then-equals", "two-configfile-flags"],
-)
-def test_a_second_config_flag_is_refused_naming_what_it_would_drop(argv, line):
-    """Snakemake keeps only the last --config (its keys) and the last --configfile (its files): the first is lost."""
-    assert refusal(lambda c: None, argv=argv).startswith(line)
-    check_config(
-        ci_config(), schema=SCHEMA, argv=["snakemake", "-C", "samples=1", "repeats=2", "--configfile", "a", "b"]
-    )
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("samples: 2\nrepeats: 1\nvariants: {lambda1.0: {lambda_c: 1.0}}\n")
+    second.write_text("repeats: 3\n")
+    given = {"samples": 2, "repeats": 3, "variants": {"lambda1.0": {"lambda_c": "1.0"}, "v": {"lambda_c": "0.25"}}}
+    assert command_line_config(given, [first, second]) == {"variants": given["variants"]}
+    assert command_line_config({**given, "repeats": 1}, [first, second]) == {
+        "repeats": 1,
+        "variants": given["variants"],
+    }
+    assert command_line_config(given, []) == given
+    cfg = ci_config()
+    check_config(cfg, schema=SCHEMA, overrides=command_line_config({"variants": {"v": {"lambda_c": "0.25"}}}, []))
+    assert cfg["variants"]["v"] == {"lambda_c": 0.25}
 
 
 # ------------------------------------------------------------------------------------------------------ names

@@ -100,7 +100,7 @@ def test_a_context_that_does_not_fit_is_refused_naming_it():
 @pytest.mark.pipeline
 def test_the_command_costs_every_planned_job(tmp_path):
     """On config/ci.yaml: one row per stage, and as many cell jobs as the workflow plans."""
-    for name in ("Snakefile", "workflow", "config", "profiles", "envs", "src"):
+    for name in ("workflow", "config", "profiles", "envs", "src"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     proc = subprocess.run(

@@ -33,7 +33,7 @@ def test_the_schema_has_one_home_which_the_package_links_to():
 def test_a_config_is_planned_by_the_workflow_above_it_and_checked_against_its_schema(tmp_path, monkeypatch):
     checkout = tmp_path / "checkout"
     (checkout / "workflow/schemas").mkdir(parents=True)
-    (checkout / "Snakefile").write_text("")
+    (checkout / "workflow/Snakefile").write_text("")  # where this project keeps it (the catalog's layout)
     (checkout / "workflow/schemas/config.schema.yaml").write_text("type: object\n")
     nested = checkout / "config/mine/c.yaml"
     nested.parent.mkdir(parents=True)
@@ -60,7 +60,8 @@ def test_a_config_is_planned_by_the_workflow_above_it_and_checked_against_its_sc
 def test_a_dry_run_that_never_plans_is_ended_in_one_line(tmp_path, monkeypatch):
     """The estimate waits for the workflow's dry run at most DRY_RUN_S (a run's prediction is asked from its onstart:
     a wait for ever there holds the run for ever), then ends it and says so in one line."""
-    (tmp_path / "Snakefile").write_text("import time\ntime.sleep(60)\n")
+    (tmp_path / "workflow").mkdir()
+    (tmp_path / "workflow/Snakefile").write_text("import time\ntime.sleep(60)\n")
     (tmp_path / "c.yaml").write_text("{}\n")
     monkeypatch.setattr(estimate, "DRY_RUN_S", 2)
     planning = estimate.Planning(str(tmp_path / "c.yaml"))

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ("Snakefile", "workflow", "config", "profiles", "src", "envs")
+PROJECT = ("workflow", "config", "profiles", "src", "envs")
 METHOD = """
 
 PI_COPY = declare(

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 2304  # prompt tokens: beyond llama-68m's max_position_embeddings (2,048)
 PREFIX = 2176  # training prefix P, also beyond 2,048 (and prefilled in two chunks of 2,048 + 128)
 TABLES = ["main", "comparison", "ablation_lc", "lambda", "single_budget", "vram_gamma", "vram"]
-PROJECT = ("Snakefile", "workflow", "config", "profiles", "src", "envs")
+PROJECT = ("workflow", "config", "profiles", "src", "envs")
 
 
 def tiny_sizes(cfg: dict) -> dict:

@@ -229,7 +229,7 @@ def hostile_report(chromium, pipeline_run, tmp_path_factory):
         return shutil.copy2(src, dst) if "/.snakemake/" in src else os.link(src, dst)
 
     shutil.copytree(pipeline_run, work, dirs_exist_ok=True, copy_function=link_or_copy, symlinks=True)
-    for name in ("src", "workflow", "Snakefile"):  # our code, replaced by real copies before it is edited
+    for name in ("src", "workflow"):  # our code, replaced by real copies before it is edited
         target = work / name
         shutil.rmtree(target) if target.is_dir() else target.unlink()
         (shutil.copytree if (pipeline_run / name).is_dir() else shutil.copy)(pipeline_run / name, target)

@@ -106,7 +106,6 @@ def test_no_source_cites_the_maintainers_shared_folder():
     paths = [
         p for folder in ("src", "workflow", "config", "bench", "envs", "profiles") for p in (ROOT / folder).rglob("*")
     ]
-    paths += [ROOT / "Snakefile"]
     found = [
         str(p.relative_to(ROOT))
         for p in paths

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.workflow, pytest.mark.skipif(SNAKEMAKE is None, reason
 
 
 def copy_workflow(dest: Path) -> Path:
-    for name in ("Snakefile", "workflow", "config", "profiles", "envs"):
+    for name in ("workflow", "config", "profiles", "envs"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
     shutil.copytree(
@@ -124,7 +124,7 @@ def test_lint_and_format_are_clean(workdir):
     assert "Congratulations" in out, out
     snakefmt = shutil.which("snakefmt")
     if snakefmt:
-        proc = subprocess.run([snakefmt, "--check", "Snakefile", "workflow"], cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run([snakefmt, "--check", "workflow"], cwd=ROOT, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -233,9 +233,8 @@ def refusal(cfg: dict, *config_args: str) -> str:
     """The one-line refusal of the Snakefile's config check (budgetdraft.pipeline.configcheck.check_config, called
     once before any job is planned; tests/test_config_refusals.py runs it through Snakemake), with ``config_args``
     given as Snakemake's --config."""
-    argv = ["--config", *config_args] if config_args else []
     with pytest.raises(ValueError) as refused:
-        check_config(cfg, schema=SCHEMA, argv=argv, overrides=parse_config(config_args))
+        check_config(cfg, schema=SCHEMA, overrides=parse_config(config_args))
     return str(refused.value)
 
 
@@ -475,3 +474,124 @@ def test_a_settings_file_edited_by_hand_is_named_and_written_again(workdir):
     ), out[-2000:]
     for name in forged:
         assert (workdir / f"results/settings/{name}.json").read_text() == plan.settings.artifact_settings(name)
+
+
+# ---------------------------------------------------------------- only Snakemake's public API (issue 57)
+
+PRIVATE = re.compile(r"config_settings|dag_settings|remote_exec|local_exec|deployment_settings|sys\.argv")
+
+
+def test_the_workflow_reads_only_snakemakes_public_api():
+    """workflow/ (the Snakefile included, where the snakemake-workflows catalog keeps it) reads none of Snakemake's
+    settings objects or the command line: what they told is told by `config`, `workflow.configfiles`, the
+    environment or a rule of the workflow's own (docs/pipeline.md, "What the workflow reads of Snakemake")."""
+    assert not (ROOT / "Snakefile").exists() and (ROOT / "workflow" / "Snakefile").is_file()
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "workflow").rglob("*"))
+        if path.is_file()
+        for number, line in enumerate(path.read_text(errors="ignore").splitlines(), 1)
+        if PRIVATE.search(line)
+    ]
+    assert found == []
+
+
+def probed(workdir: Path, code: str) -> Path:
+    """``workdir`` with ``code`` run by its Snakefile when Snakemake exits (atexit: after a dry run's plan too)."""
+    snakefile = workdir / "workflow" / "Snakefile"
+    snakefile.write_text(snakefile.read_text() + f"\n\nimport atexit\n\n\n@atexit.register\ndef probe():\n{code}")
+    return workdir
+
+
+def test_a_configfile_replaces_the_embedded_default(dry_run):
+    """--configfile config/ci.yaml is the whole config (Snakemake would merge it into the workflow's default, and the
+    default's contexts would add up); with none, the default is planned."""
+    contexts = {
+        name: set(yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())["contexts"])
+        for name in ("ci", "config")
+    }
+    assert contexts["ci"] != contexts["config"]
+    for out, name in ((dry_run("all", "--configfile", "config/ci.yaml"), "ci"), (dry_run(), "config")):
+        planned = {m.group(1) for m in re.finditer(r"results/data/prompts/\w+/([\w.]+)\.parquet", out)}
+        assert planned == {str(c) for c in contexts[name]}, (name, planned)
+
+
+@pytest.mark.parametrize(
+    "targets, predicted",
+    [(("all",), True), ((), True), (("main",), False), (("all", "policies"), False)],
+    ids=["all", "default-target", "another-target", "all-and-another"],
+)
+def test_the_time_is_predicted_only_when_the_plan_is_all(workdir, targets, predicted):
+    """print_prediction (workflow/rules/common.smk) speaks only when `all` is the one named target this Snakemake
+    planned: `snakemake main` or `snakemake all policies` would not be what its line predicts. Its decision, run
+    after a dry run's plan with the prediction itself stubbed."""
+    code = (
+        "    import budgetdraft.pipeline.estimate as estimate\n"
+        "    estimate.prediction = lambda configfile, cores=None: f'PREDICTED {configfile}'\n"
+        "    config['estimate_before_run'] = True\n"
+        "    print_prediction()\n"
+    )
+    out = snakemake(probed(workdir, code), "-n", *targets, "--configfile", "config/ci.yaml")[1]
+    assert ("PREDICTED " in out) == predicted, out[-2000:]
+
+
+def warm_environment(workdir: Path, env: dict, warm_start: str) -> dict:
+    """BUDGETDRAFT_WARM / _AUTOSTART as the Snakefile leaves them in a Snakemake started with ``env`` added."""
+    code = (
+        "    print('WARM=' + json.dumps({k: v for k, v in os.environ.items() if k.startswith('BUDGETDRAFT_WARM')}))\n"
+    )
+    proc = subprocess.run(
+        [SNAKEMAKE, "--list-target-rules", "--configfile", "config/ci.yaml", "--config", f"warm_start={warm_start}"],
+        cwd=probed(workdir, code),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(workdir), **env},
+    )
+    found = re.search(r"^WARM=(.*)$", proc.stdout + proc.stderr, re.M)
+    assert found, proc.stdout + proc.stderr
+    return json.loads(found.group(1))
+
+
+def test_a_cluster_job_is_told_from_the_environment(workdir):
+    """A Snakemake that SLURM started (SLURM_JOB_ID) below the run's own (BUDGETDRAFT_SNAKEMAKE, another process's id)
+    runs a cluster job: it drops the submitting machine's warm socket and, resident, makes its own, which its first
+    cell starts. A run started inside a SLURM allocation (no run's id yet) is no cluster job and keeps what it has."""
+    login = {"BUDGETDRAFT_WARM": "/login-node/warm.sock"}
+    job = {"SLURM_JOB_ID": "42", "BUDGETDRAFT_SNAKEMAKE": "1", **login}
+    resident = warm_environment(workdir, job, "resident")
+    assert "job42" in resident["BUDGETDRAFT_WARM"] and resident["BUDGETDRAFT_WARM_AUTOSTART"].isdigit(), resident
+    assert warm_environment(workdir, job, "fork") == {}  # no fork server in a cluster job: each cell on its own
+    assert warm_environment(workdir, {"SLURM_JOB_ID": "42", **login}, "resident") == login
+    group_cell = {**job, "BUDGETDRAFT_WARM": "/tmp/job42/warm.sock", "BUDGETDRAFT_WARM_AUTOSTART": "7"}
+    assert warm_environment(workdir, group_cell, "resident") == {k: group_cell[k] for k in group_cell if "WARM" in k}
+
+
+@pytest.mark.parametrize(
+    "job, kept",
+    [
+        ({}, True),
+        ({"CONDA_PREFIX": "/envs/rule"}, False),
+        ({"APPTAINER_CONTAINER": "/images/rule.sif"}, False),
+        ({"CONDA_PREFIX": "/envs/rule", "BUDGETDRAFT_WARM_AUTOSTART": "7"}, True),
+    ],
+    ids=["same-environment", "conda", "apptainer", "a-cluster-jobs-own-server"],
+)
+def test_a_job_deployed_elsewhere_does_not_use_the_warm_process(workdir, job, kept):
+    """The rules' shell prefix (workflow/Snakefile, DEPLOYED_JOB): a job that --sdm conda or apptainer runs in
+    another environment than Snakemake's drops BUDGETDRAFT_WARM (the warm process would run its cell in Snakemake's
+    Python); a cluster job's own resident server, started by the cell's own Python, stays."""
+    code = "    print('DEPLOYED_JOB=' + DEPLOYED_JOB)\n"
+    base = {
+        k: v for k, v in os.environ.items() if k not in ("CONDA_PREFIX", "APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")
+    }
+    proc = subprocess.run(
+        [SNAKEMAKE, "--list-target-rules", "--configfile", "config/ci.yaml"],
+        cwd=probed(workdir, code), capture_output=True, text=True, env=base,
+    )  # fmt: skip
+    snippet = re.search(r"^DEPLOYED_JOB=(.*)$", proc.stdout, re.M).group(1)
+    env = {**base, "BUDGETDRAFT_WARM": "/tmp/warm.sock", **job}
+    shown = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; {snippet} echo ${{BUDGETDRAFT_WARM:-none}}"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert shown.stdout.strip() == ("/tmp/warm.sock" if kept else "none"), shown.stdout + shown.stderr

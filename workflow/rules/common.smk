@@ -68,7 +68,7 @@ def planned_cell(path):
     record must be (budgetdraft.evaluation.cellfile.problem), when Snakemake plans and in rule set_aside's job; None
     for a path that is no cell of a label of the plan (its checks alone)."""
     key = path_key(path)
-    if key.get("label") not in PLAN.labels.method:
+    if key.get("label") not in PLAN.labels.decodes:
         return None
     replicate = None if key["replicate"] == names.SHARED else key["replicate"]
     cell = [key[c] for c in ("label", "dataset", "context", "budget", "gamma")]
@@ -142,16 +142,36 @@ def write_code_digest(paths, out):
     atomic_write_text(out, "".join(f"{file_sha256(p)}  {p}\n" for p in paths))
 
 
+# the named targets (rules of workflow/Snakefile) whose job this Snakemake planned
+TARGETS_PLANNED = set()
+
+
+def target_planned(name):
+    """An input function for the target rule ``name`` that adds nothing to its inputs and records that its job was
+    planned: Snakemake calls it only for a job it plans, so after planning `TARGETS_PLANNED` holds the named targets
+    of this run (Snakemake's list of targets is no part of its public API)."""
+
+    def planned(wildcards):
+        TARGETS_PLANNED.add(name)
+        return []
+
+    return planned
+
+
 def print_prediction():
-    """Before the first job of `snakemake all` (or of the default target): its wall time from scratch on this
+    """Before the first job of `snakemake all` (or of the default target, `all`): its wall time from scratch on this
     machine, predicted from this machine's own timings (budgetdraft.pipeline.estimate.prediction; config
-    `estimate_before_run`). A prediction that cannot be made says why and stops nothing.
+    `estimate_before_run`). Printed only when `all` is the one named target this run planned (`TARGETS_PLANNED`): a
+    run of another target, or of `all` beside another named target, would not be what the line predicts. A file
+    given beside `all` (`snakemake all results/figures/policies.pdf`) is not seen: the line still predicts `all`
+    alone. A prediction that cannot be made says why and stops nothing.
     """
     from budgetdraft.pipeline.estimate import prediction
 
-    targets = set(workflow.dag_settings.targets or ["all"])
     if not (
-        config["estimate_before_run"] and targets <= {"all"} and workflow.configfiles
+        config["estimate_before_run"]
+        and TARGETS_PLANNED == {"all"}
+        and workflow.configfiles
     ):
         return
     try:

@@ -1,8 +1,12 @@
 # Warm start (src/budgetdraft/pipeline/warm.py): on the CPU one pre-imported process forks a child per job, so hundreds of
 # short eval-cell jobs do not each pay seconds of imports; on an accelerator one resident process runs the cells
 # itself and keeps their models loaded (no fork after CUDA), locally and inside cluster job groups. Jobs find it
-# through BUDGETDRAFT_WARM and run in their own process when it is absent (dry runs, warm_start: false, other
-# cluster jobs, and --sdm conda / apptainer: the warm process runs in Snakemake's environment, not the rule's).
+# through BUDGETDRAFT_WARM and run in their own process when it is absent (dry runs, warm_start: false, cluster
+# jobs other than a resident group's, and jobs deployed in a conda environment or a container, --sdm conda /
+# apptainer: the warm process runs in Snakemake's environment, not the rule's; the Snakefile's shell prefix).
+# Which process this is, is read from the environment, as Snakemake's public API says nothing of it: the run's own
+# Snakemake (onstart, which runs only there) exports BUDGETDRAFT_SNAKEMAKE, its process id, to every job it starts;
+# a Snakemake that finds another's id there and SLURM_JOB_ID, which SLURM sets in a job, runs a cluster job.
 # Its socket lives in a private directory (mode 0700, a name no other user can guess or take first) that this
 # Snakemake makes and removes; both ends refuse a peer of another uid (budgetdraft.pipeline.warm, "Whom it trusts").
 import atexit
@@ -28,29 +32,39 @@ def warm_mode():
     return mode or None
 
 
-if workflow.remote_exec and warm_mode() == "resident":
-    # a cluster job (no onstart runs there): its first cell starts a resident server that its job group's other
-    # cells share, with the cell's own Python (a conda environment's too). The job's outermost Snakemake sets
-    # these, with the socket in a private directory of its own under $TMPDIR (never a predictable name in a
-    # shared /tmp) that it removes when it exits; each cell of a group runs in a Snakemake of its own below it
-    # (srun), which keeps them. The server exits with that outermost Snakemake.
-    if "BUDGETDRAFT_WARM" not in os.environ:
-        job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
-        job_socket = rendezvous(f"job{job}")
+def cluster_job():
+    """Whether this Snakemake runs a job of a run on a SLURM cluster (the job's outermost Snakemake or one that runs a
+    cell of its group below it): the run's Snakemake exported its id (onstart) and SLURM started this process in a
+    job. Not a local job that Snakemake spawns (no SLURM_JOB_ID), nor a run started inside a SLURM allocation (its
+    own Snakemake: the id is its own, or none yet)."""
+    run = os.environ.get("BUDGETDRAFT_SNAKEMAKE")
+    return bool(run) and run != str(os.getpid()) and "SLURM_JOB_ID" in os.environ
+
+
+if cluster_job() and "BUDGETDRAFT_WARM_AUTOSTART" not in os.environ:
+    # a cluster job's outermost Snakemake (no onstart runs there). A warm process of the submitting Snakemake runs on
+    # another machine: its socket is no use here. In resident mode the job's first cell starts a resident server
+    # that its job group's other cells share, with the cell's own Python (a conda environment's too). This
+    # Snakemake sets these, with the socket in a private directory of its own under $TMPDIR (never a predictable
+    # name in a shared /tmp) that it removes when it exits; each cell of a group runs in a Snakemake of its own
+    # below it (srun), which keeps them. The server exits with this outermost Snakemake.
+    os.environ.pop("BUDGETDRAFT_WARM", None)
+    if warm_mode() == "resident":
+        job_socket = rendezvous(f"job{os.environ.get('SLURM_JOB_ID')}")
         os.environ.update(
             BUDGETDRAFT_WARM=job_socket, BUDGETDRAFT_WARM_AUTOSTART=str(os.getpid())
         )
         atexit.register(shutil.rmtree, os.path.dirname(job_socket), True)
-    os.environ.setdefault("BUDGETDRAFT_WARM_AUTOSTART", str(os.getpid()))
 
 
 onstart:
+    # this run's own Snakemake (onstart runs in no job): the jobs it starts, here or through a cluster, know it by
+    # its id (cluster_job)
     print_prediction()
-    if (
-        warm_mode()
-        and workflow.local_exec
-        and not workflow.deployment_settings.deployment_method
-    ):
+    os.environ.update(BUDGETDRAFT_SNAKEMAKE=str(os.getpid()))
+    # a warm process here even when the jobs run on a cluster (whether they do is no part of Snakemake's public API):
+    # it then idles until the run ends, and each cluster job drops its socket (above)
+    if warm_mode():
         os.makedirs("logs", exist_ok=True)
         path = os.pathsep.join(["src", os.environ.get("PYTHONPATH", "")])
         env = dict(os.environ, PYTHONPATH=path)

@@ -1,22 +1,19 @@
 """A config's problems in plain language, before any job is planned: one entry point, `check_config`.
 
-In order: a key given twice (in a config file, `check_config_files`, or on the command line, `check_config_args`);
-text a folder or a page cannot hold (a key with a newline, markup in a display name) and numbers that are not
-finite (`.nan`, `.inf`: every JSON-schema bound compares False with NaN, so the schema lets them through); then the
-schema, validated once, with every problem one plain line (``budgets[0] = 0: must be >= 1 (drafter KV budget B in
-tokens), at config['budgets'][0]``) and its defaults filled in, a whole-number float read as the integer it is
-(``replicates: 2.0``); then what a schema cannot express (`check_consistency`): that the sections agree with each
-other and with the verifier, a ValueError at the first inconsistency, naming its key and value. Those checks live by
-their job: `configrefs` (names, methods, models, references between sections), `configgiven` (checkpoints given,
-not trained) and `configbounds` (sizes and counts, with what each would cost).
+In order: a key given twice in a config file (`check_config_files`; one given twice on the command line Snakemake
+hides from a workflow: `check_config`); text a folder or a page cannot hold (a key with a newline, markup in a
+display name) and numbers that are not finite (`.nan`, `.inf`: every JSON-schema bound compares False with NaN, so
+the schema lets them through); then the schema, validated once, with every problem one plain line (``budgets[0] = 0:
+must be >= 1 (drafter KV budget B in tokens), at config['budgets'][0]``) and its defaults filled in, a whole-number
+float read as the integer it is (``replicates: 2.0``); then what a schema cannot express (`check_consistency`): that
+the sections agree with each other and with the verifier, a ValueError at the first inconsistency, naming its key
+and value. Those checks live by their job: `configrefs` (names, methods, models, references between sections),
+`configgiven` (checkpoints given, not trained) and `configbounds` (sizes and counts, with what each would cost).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import copy
-import io
 import math
 import re
 import unicodedata
@@ -220,69 +217,6 @@ def display_name_problems(config: dict) -> list[str]:
     return problems
 
 
-def check_config_args(argv) -> None:
-    """Raise ValueError when a Snakemake command line (``argv``, the program first) gives one ``--config`` key twice,
-    or ``--config`` / ``-C`` or ``--configfile`` twice in any spelling (``-Ca=1``, ``-C a=1``, ``--config=a=1``):
-    Snakemake keeps the last value of a key, and of two flags only the last flag's keys or files, without a word."""
-    uses = command_line_uses(argv)
-    seen = {}
-    for dest, _, values in uses:
-        for given in values if dest == "config" else ():
-            key = given.split("=", 1)[0]
-            if key in seen:
-                raise ValueError(
-                    f"--config gives {key!r} twice ({seen[key]} and {given}): Snakemake would keep only the last; "
-                    "give it once"
-                )
-            seen[key] = given
-    for dest, flag in (("config", "--config"), ("configfile", "--configfile")):
-        given = [(option, values) for d, option, values in uses if d == dest]
-        if len(given) > 1:
-            raise ValueError(flag_twice(flag, given))
-
-
-def flag_twice(flag: str, given: list[tuple[str, list[str]]]) -> str:
-    """One line for a ``--config`` or ``--configfile`` flag given more than once (``given``: each use's option as
-    written and its values)."""
-    written = ", then ".join(" ".join([option, *values]) for option, values in given)
-    dropped = " ".join(v.split("=", 1)[0] if flag == "--config" else v for _, values in given[:-1] for v in values)
-    what = "keys" if flag == "--config" else "files"
-    every = " ".join(v for _, values in given for v in values)
-    return (
-        f"{flag} is given {len(given)} times ({written}): Snakemake keeps only the last flag's {what}, so "
-        f"{dropped or 'nothing'} would be dropped without a word; give them all after one {flag} ({flag} {every})"
-    )
-
-
-def command_line_uses(argv) -> list[tuple[str, str, list[str]]]:
-    """Each ``--config`` / ``-C`` and ``--configfile`` of a Snakemake command line (``argv``, the program first) as
-    Snakemake's own argument parser reads it, in order: (``config`` or ``configfile``, the option, its values). The
-    parser keeps only the last use of each; this reads every one. [] for a command line that parser refuses
-    (Snakemake run through its API, not its command line)."""
-    args = [str(a) for a in list(argv or ())[1:]]
-    if not args:
-        return []
-    from snakemake.cli import get_argument_parser
-
-    uses = []
-
-    class Counted(argparse.Action):
-        def __call__(self, parser, namespace, values, option_string=None):
-            uses.append((self.dest, option_string, [str(v) for v in values or ()]))
-            super().__call__(parser, namespace, values, option_string)
-
-    parser = get_argument_parser()
-    for action in parser._actions:  # the parser's own actions, each counting its uses where it stores them
-        if action.dest in ("config", "configfile"):
-            action.__class__ = type(f"Counted{type(action).__name__}", (Counted, type(action)), {})
-    try:
-        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            parser.parse_known_args(args)
-    except SystemExit:
-        return []
-    return uses
-
-
 # ---------------------------------------------------------------- the config files themselves
 
 
@@ -345,16 +279,55 @@ def typed_scalars(value, schema: dict | None = None):
 # ---------------------------------------------------------------- checks beyond the schema
 
 
-def check_config(config: dict, schema: str | Path | None = None, files=(), argv=(), overrides=None) -> None:
+def command_line_config(given: dict, files) -> dict:
+    """What ``--config`` gave: the entries of ``given`` (the config as Snakemake hands it to the Snakefile before its
+    ``configfile:`` directive: the command line's config files merged in order, then ``--config``) that those
+    ``files`` do not give as they are, at every depth. Snakemake reads a nested ``--config`` value with every scalar a
+    string (`typed_scalars`), so a value a file gives as 0.25 and ``--config`` as '0.25' is ``--config``'s. A value
+    ``--config`` gives exactly as a file does is the file's: the same either way."""
+    from_files: dict = {}
+    for path in files:
+        merge(from_files, copy.deepcopy(_load(path)))
+    return _differences(given, from_files)
+
+
+def _load(path) -> dict:
+    """The mapping a config file holds ({} for one that PyYAML does not read as a mapping: Snakemake read it)."""
+    try:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _differences(given: dict, base: dict) -> dict:
+    """The entries of ``given`` that ``base`` does not hold as they are (same type and value), at every depth."""
+    out = {}
+    for key, value in given.items():
+        known = base.get(key, _MISSING)
+        if isinstance(value, dict) and isinstance(known, dict):
+            if nested := _differences(value, known):
+                out[key] = nested
+        elif type(value) is not type(known) or value != known:
+            out[key] = value
+    return out
+
+
+_MISSING = object()
+
+
+def check_config(config: dict, schema: str | Path | None = None, files=(), overrides=None) -> None:
     """Every check of a config before any job is planned, the one entry point (the Snakefile calls it once): the
-    config files (``files``) and the command line (``argv``) give no key twice; ``overrides`` (Snakemake's
-    ``--config``, every nested scalar a string) are merged in typed as a config file's; names and numbers are ones a
-    run can use; the ``schema`` (a path) holds, validated once, its defaults filled in and whole-number floats read as
-    integers; the sections agree (`check_consistency`). ``config`` is updated in place, as Snakemake's own
-    ``validate`` does. A ValueError lists every problem up to the schema, one line each, or names the first
-    inconsistency."""
+    config files (``files``) give no key twice; ``overrides`` (Snakemake's ``--config``, every nested scalar a
+    string: `command_line_config`) are merged in typed as a config file's; names and numbers are ones a run can use;
+    the ``schema`` (a path) holds, validated once, its defaults filled in and whole-number floats read as integers;
+    the sections agree (`check_consistency`). ``config`` is updated in place, as Snakemake's own ``validate`` does. A
+    ValueError lists every problem up to the schema, one line each, or names the first inconsistency.
+
+    A command line that gives a ``--config`` key twice, or ``--config`` / ``--configfile`` twice, is not refused here:
+    Snakemake keeps the last without a word, and a workflow sees only what it kept (``config``,
+    ``workflow.configfiles``): the command line itself is no part of Snakemake's public API."""
     check_config_files(files)
-    check_config_args(argv)
     tree = yaml.safe_load(Path(schema).read_text()) if schema else None
     merge(config, typed_scalars(overrides or {}, tree))
     problems = text_problems(config)
