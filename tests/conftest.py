@@ -160,10 +160,10 @@ def tiny_cell_inputs(tmp_path, input_ids: list[int]) -> None:
     ).to_parquet(tmp_path / "p.parquet")
 
 
-def tiny_cell_args(tmp_path, out, label="x", method="sd", new_tokens=8, repeats=1, extra=()) -> list[str]:
+def tiny_cell_args(tmp_path, out, label="x", decodes="sd", new_tokens=8, repeats=1, extra=()) -> list[str]:
     """`eval-cell` arguments of one cell (B = 16, γ = 3) on the files of `tiny_cell_inputs`."""
     return [
-        "--label", label, "--method", method, "--verifier", str(tmp_path / "v"), "--drafter", str(tmp_path / "d"),
+        "--label", label, "--decodes", decodes, "--verifier", str(tmp_path / "v"), "--drafter", str(tmp_path / "d"),
         "--prompts", str(tmp_path / "p.parquet"), "--dataset", "d", "--context", "c", "--budget", "16",
         "--gamma", "3", "--max-new-tokens", str(new_tokens), "--repeats", str(repeats), *extra, "--out", str(out),
     ]  # fmt: skip

@@ -1,6 +1,7 @@
 """A cell is a typed value (budgetdraft.evaluation.cellspec.CellSpec): its record in every row of a cell file is
-versioned, a cell written by the previous format (eval-cell's flags, no version) is read as it was, a newer version
-is refused by name; when a cell shares work with others is one rule that the warm process and the estimate read."""
+versioned, a cell written by an earlier format (eval-cell's flags, no version; schema 2, which named the decoder
+`method`) is read as it was, a newer version is refused by name; when a cell shares work with others is one rule, of
+its decoder's declared traits, that the warm process and the estimate read."""
 
 import json
 from dataclasses import replace
@@ -12,7 +13,14 @@ from test_cell_integrity import rows
 
 from budgetdraft.base.names import SHARED_DRAFTER_PREFILL
 from budgetdraft.evaluation import cellfile, cells, grid
-from budgetdraft.evaluation.cellspec import CELL_SCHEMA, SAMPLING_FIELDS, SCHEMA_KEY, CellSpec, read_record
+from budgetdraft.evaluation.cellspec import (
+    CELL_SCHEMA,
+    SAMPLING_FIELDS,
+    SCHEMA_KEY,
+    CellSpec,
+    read_record,
+    record_difference,
+)
 from budgetdraft.pipeline.configcheck import check_config
 from budgetdraft.pipeline.plan import Plan
 from budgetdraft.report.captions import shared_drafter_text
@@ -30,6 +38,18 @@ BEFORE_CELLSPEC = (
     '"verifier_dtype": "float32", "verifier_prefill": "results/prefill/gs/1K.safetensors", "warmup": 1, '
     '"warmup_prompt_tokens": 64, "warmup_tokens": 4}'
 )
+# The same cell's record as the code at 5fe8066 wrote it, `cell_schema` 2: CellSpec's fields, the decoder named
+# `method` (schema 3 names it `decodes`, `method` being a row of the grid only).
+SCHEMA_2 = (
+    '{"budget": 64, "cell_schema": 2, "chunk_size": 8, "context": "1K", "dataset": "gs", "device": "cpu", '
+    '"draft_vocab": null, "drafter": "results/drafters/r0/lambda0.5", "drafter_dtype": "float32", '
+    '"drafter_prefill_shared": true, "engine": "eager", "extra": "", "gamma": 5, "label": "lambda0.5", '
+    '"max_new_tokens": 16, "method": "sd", "policy": "topk_chunks", "prompts": "results/data/prompts/gs/1K.parquet", '
+    '"repeats": 1, "replicate": 0, "score_window": 32, "seed": 0, "temperature": 0, "threads": 1, "top_k": 0, '
+    '"top_p": 1.0, "verifier": "results/models/verifier", "verifier_dtype": "float32", '
+    '"verifier_prefill": "results/prefill/gs/1K.safetensors", "warmup": 1, "warmup_prompt_tokens": 64, '
+    '"warmup_tokens": 4}'
+)
 
 
 def default_plan() -> Plan:
@@ -46,6 +66,7 @@ def test_a_cell_written_before_the_spec_is_read_as_it_was(tmp_path):
     """The previous format's record reads as the spec the plan builds for that cell today; its cell file loads, is
     greedy, and says its drafter prefill was shared."""
     assert CellSpec.of(read_record(BEFORE_CELLSPEC)) == bd_spec()
+    assert read_record(BEFORE_CELLSPEC)["decodes"] == "sd" and "method" not in read_record(BEFORE_CELLSPEC)
     path = tmp_path / "results/cells/lambda0.5/r0/gs/1K/B64_g5.parquet"
     path.parent.mkdir(parents=True)
     old = rows("lambda0.5", "gs", "1K", 64, 5, replicate=0).assign(config=BEFORE_CELLSPEC)
@@ -59,13 +80,31 @@ def test_a_cell_written_before_the_spec_is_read_as_it_was(tmp_path):
     assert grid.decoding_of(json.dumps(before_sampling)) == "greedy" and grid.decoding_of("") == "greedy"
 
 
+@pytest.mark.parametrize("written", [BEFORE_CELLSPEC, SCHEMA_2], ids=["schema-1", "schema-2"])
+def test_a_cell_of_an_earlier_schema_is_the_plans_cell(tmp_path, written):
+    """A record of schema 1 or 2 reads as the cell the plan measures today, its decoder (`method` then) as
+    `decodes`: equal to the planned spec, no difference from it, and its cell file is read as that cell's; had it
+    decoded another way, the difference names the field."""
+    planned = bd_spec()
+    recorded = read_record(written)
+    assert CellSpec.of(recorded) == planned and record_difference(recorded, planned) is None
+    assert recorded["decodes"] == planned.decodes == "sd" and "method" not in recorded
+    path = tmp_path / "results/cells/lambda0.5/r0/gs/1K/B64_g5.parquet"
+    path.parent.mkdir(parents=True)
+    cellfile.write_cell(rows("lambda0.5", "gs", "1K", 64, 5, replicate=0).assign(config=written), str(path))
+    assert cellfile.read_checked(path, planned).num_rows > 0
+    other = read_record(json.dumps({**json.loads(written), "method": "triforce"}))
+    assert record_difference(other, planned) == "its record says decodes 'triforce', the plan wants 'sd'"
+
+
 def test_the_record_is_the_spec_under_its_version_and_a_newer_version_is_refused():
     spec = bd_spec()
     recorded = json.loads(spec.record(drafter_prefill_shared=True))
-    assert recorded[SCHEMA_KEY] == CELL_SCHEMA == 2 and recorded[SHARED_DRAFTER_PREFILL] is True
+    assert recorded[SCHEMA_KEY] == CELL_SCHEMA == 3 and recorded[SHARED_DRAFTER_PREFILL] is True
+    assert recorded["decodes"] == "sd" and "method" not in recorded  # the decoder, under its own name
     assert CellSpec.of(read_record(spec.record())) == spec and SHARED_DRAFTER_PREFILL not in json.loads(spec.record())
     newer = json.dumps({**recorded, SCHEMA_KEY: CELL_SCHEMA + 1})
-    with pytest.raises(ValueError, match=f"cell_schema {CELL_SCHEMA + 1}; this code reads versions 1 to 2"):
+    with pytest.raises(ValueError, match=f"cell_schema {CELL_SCHEMA + 1}; this code reads versions 1 to 3"):
         grid.decoding_of(newer)
     with pytest.raises(ValueError, match="cell_schema 'x'"):
         read_record(json.dumps({SCHEMA_KEY: "x"}))
@@ -92,7 +131,9 @@ def test_what_a_cell_shares_is_one_rule_of_its_spec():
 
 
 def test_a_spec_takes_only_its_fields_from_a_mapping():
-    values = {**json.loads(BEFORE_CELLSPEC), "unknown": 1}
+    values = {**read_record(BEFORE_CELLSPEC), "unknown": 1}
     assert CellSpec.of(values, label="x").label == "x"
     with pytest.raises(TypeError):
-        CellSpec.of({"label": "x"})  # method, models, prompts, ... have no default
+        CellSpec.of({"label": "x"})  # decodes, models, prompts, ... have no default
+    with pytest.raises(ValueError, match="--decodes 'nope' is not one of ar, sd, triforce, eagle3, lookup"):
+        CellSpec.of(values, decodes="nope")  # a decoder no declaration names

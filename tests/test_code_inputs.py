@@ -77,10 +77,10 @@ def jobs(tmp_path_factory):
 
 
 def command_code(shell: str) -> set[str]:
-    """The source files a job's `python -m budgetdraft COMMAND ...` runs (an eval-cell's baseline method too)."""
+    """The source files a job's `python -m budgetdraft COMMAND ...` runs (an eval-cell's decoder's factory too)."""
     command = re.search(r"python -m budgetdraft ([\w-]+)", shell).group(1)
-    method = re.search(r"--method (\w+)", shell)
-    factory = {m.decodes: m.factory for m in methods.REGISTRY.values()}.get(method.group(1)) if method else ""
+    decodes = re.search(r"--decodes (\w+)", shell)
+    factory = methods.DECODERS[decodes.group(1)].factory if decodes else ""
     extra = (factory,) if factory else ()
     return set(code_files(command, extra))
 

@@ -300,7 +300,7 @@ def test_the_schema_says_the_variant_name_rule_of_names():
     names_schema = yaml.safe_load(SCHEMA.read_text())["properties"]["variants"]["propertyNames"]
     assert names_schema["pattern"] == names.VARIANT_NAME
     assert "not" not in names_schema  # no list of method labels to keep in step: the plan asks the declarations
-    for label in [*methods.REGISTRY, *methods.DECODES]:
+    for label in [*methods.REGISTRY, *methods.DECODERS]:
         assert "is the label of method" in names.variant_name_problem(label), label
 
 

@@ -172,7 +172,7 @@ def test_a_cell_gives_the_decoding_layer_its_own_values():
         assert (f.type, f.default) == (cell_fields[f.name].type, cell_fields[f.name].default), f.name
     drafter = dict(drafter="d", budget=64, policy="streaming", chunk_size=16, score_window=4, draft_vocab="v.st")
     machine = dict(device="cuda:1", engine="graphs", drafter_dtype="bfloat16")
-    cell = CellSpec(label="sd", method="sd", verifier="v", prompts="p", dataset="x", context="1k", max_new_tokens=4,
+    cell = CellSpec(label="sd", decodes="sd", verifier="v", prompts="p", dataset="x", context="1k", max_new_tokens=4,
                     gamma=3, verifier_dtype="float16", **drafter, **machine)  # fmt: skip
     assert cell.draft == DraftSpec(**drafter, **machine)
 

@@ -195,17 +195,17 @@ def test_replicated_labels_and_their_drafters():
         == ci.drafters.drafter_dir(names.BD, 1)
         == "results/drafters/r1/lambda0.5"
     )
-    assert ci.labels.method == {
+    assert ci.labels.decodes == {  # each cell label's decoder (methods.DECODERS), a companion its label's
         **{m: m for m in ("ar", "sd", "triforce", "eagle3")},
-        "pi": "sd",
-        "sd@full": "sd",
-        **{v: methods.SD for v in ci.labels.variants},
+        "pi": methods.SD_DECODER,
+        "sd@full": methods.SD_DECODER,
+        **{v: methods.SD_DECODER for v in ci.labels.variants},
         **{
-            f"{d}@{pol}": methods.SD
+            f"{d}@{pol}": methods.SD_DECODER
             for d in (methods.SD, names.BD)
             for pol in ("streaming", "snapkv", "verifier_guided")
         },
-        "lookup": "lookup",
+        "lookup": methods.LOOKUP_DECODER,
         **{f"{m}~24": m for m in ("ar", "sd", "lookup")},  # ci's long generations: 24 new tokens
     }
     assert ci.drafters.comparison_drafters() == {
@@ -279,6 +279,29 @@ def test_a_cell_label_parses_one_way():
             check_config({**cfg, "controls": ["pi", bad]}, schema=SCHEMA)
 
 
+def test_a_decoder_is_declared_once_with_its_traits():
+    """Every method runs a declared decoder (`decodes`; its factory is the decoder's); a declaration whose traits
+    disagree is refused in one line naming it: an undeclared decoder, a drafter kind its decoder does not use, a cost
+    line the estimate does not know, a shared drafter prefill without the paper's drafter, a decoder declared twice."""
+    assert {m.decodes for m in methods.REGISTRY.values()} == set(methods.DECODERS)
+    assert methods.get(methods.PI).decoder is methods.DECODERS[methods.SD_DECODER]
+    assert [n for n, d in methods.DECODERS.items() if d.samples] == [methods.AR_DECODER, methods.SD_DECODER]
+    assert [n for n, d in methods.DECODERS.items() if not d.drafts] == [methods.AR_DECODER]
+    for method, why in (
+        (lambda: methods.Method("x", "X", "nope", methods.BASE), "method 'x': decodes 'nope' is not one of ar, sd, "),
+        (lambda: methods.Method("x", "X", methods.SD_DECODER, methods.NONE), "'none' but decoder 'sd' needs a drafter"),
+        (
+            lambda: methods.Method("x", "X", methods.AR_DECODER, methods.BASE),
+            "'base' but decoder 'ar' drafts with none",
+        ),
+        (lambda: methods.Decoder("x", "cheap"), "decoder 'x': cost 'cheap' is not one of verifier, free_drafts, "),
+        (lambda: methods.Decoder("x", methods.MODEL_DRAFTS, "m", prefilled=True), "decoder 'x': a shared drafter "),
+        (lambda: methods.decoder(methods.DECODERS["sd"]), "decoder 'sd' is declared twice"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            method()
+
+
 def test_a_graphs_run_asks_for_eager_companions_on_their_own_engine():
     """`engine: graphs` (on CUDA; planning needs no GPU): every cell decodes on graphs, and AR, SD and BudgetDraft
     are also measured eagerly (LABEL+eager) at γ_fixed on the comparison dataset, for the claims' finding E1."""
@@ -290,7 +313,9 @@ def test_a_graphs_run_asks_for_eager_companions_on_their_own_engine():
     assert all(p.labels.engine_of(key(c)["label"]) == "eager" for c in eager)
     assert all(key(c)["dataset"] == cfg["comparison"]["dataset"] for c in eager)
     assert all(p.labels.engine_of(key(c)["label"]) == "graphs" for c in p.cells.all_cells() if c not in eager)
-    assert p.labels.method["ar+eager"] == methods.AR and p.labels.method["lambda0.5+eager"] == methods.SD
+    assert (
+        p.labels.decodes["ar+eager"] == methods.AR_DECODER and p.labels.decodes["lambda0.5+eager"] == methods.SD_DECODER
+    )
     assert p.drafters.drafter_dir("sd+eager", 1) == p.drafters.drafter_dir(methods.SD, 1)
     plain = plan("ci")
     assert not any("+eager" in c for c in plain.cells.every_cell()) and plain.labels.engine_labels == []  # an eager run
@@ -471,18 +496,18 @@ def test_each_stage_runs_the_code_its_command_imports():
         assert p.code.digest(stage) == f"results/code/{stage}.sha256" and p.code.files(stage) == code_files(command), (
             stage
         )
-    for method in methods.BASELINES:  # eval-cell imports its declared factory by name: the plan declares it as code
-        assert methods.get(method).factory == f"budgetdraft.decoding.baselines.{method}"
+    for method in methods.BASELINES:  # eval-cell imports its decoder's factory by name: the plan declares it as code
+        assert methods.get(method).decoder.factory == f"budgetdraft.decoding.baselines.{method}"
         assert p.code.cell_code(method) == f"results/code/cell-{method}.sha256"
         assert f"src/budgetdraft/decoding/baselines/{method}.py" in p.code.files(f"cell-{method}")
         # eval-cell imports the copier itself (every row records what it would have predicted)
         assert set(code_files("eval-cell")) <= set(p.code.files(f"cell-{method}"))
     for label in (methods.AR, methods.SD, names.BD, "sd@snapkv"):
-        assert p.code.cell_code(p.labels.method[label]) in (
+        assert p.code.cell_code(p.labels.decodes[label]) in (
             "results/code/cell-ar.sha256",
             "results/code/cell-sd.sha256",
         )
-        assert p.code.files(p.code.cell_code(p.labels.method[label]).split("/")[-1][: -len(".sha256")]) == code_files(
+        assert p.code.files(p.code.cell_code(p.labels.decodes[label]).split("/")[-1][: -len(".sha256")]) == code_files(
             "eval-cell"
         )
     inputs = p.jobs.cell_inputs(p.jobs.spec(names.BD, "gs", "128", 32, 5, 1))

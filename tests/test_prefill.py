@@ -123,7 +123,7 @@ def test_a_cell_with_a_shared_prefill_decodes_what_the_real_verifier_decodes(rea
         "eval-cell",
         "--label",
         "sd",
-        "--method",
+        "--decodes",
         "sd",
         "--verifier",
         "embedded:smollm2",

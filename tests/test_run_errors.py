@@ -163,7 +163,7 @@ def test_decode_refuses_a_flag_it_cannot_mean_in_one_line(argv, said, monkeypatc
 
 COMMANDS_WITH_THREADS = {  # each command's other required flags (files need not exist: --threads is refused first)
     "decode": [],
-    "eval-cell": "--label ar --method ar --verifier v --prompts p.parquet --dataset d --context c "
+    "eval-cell": "--label ar --decodes ar --verifier v --prompts p.parquet --dataset d --context c "
     "--max-new-tokens 1 --repeats 1 --out o.parquet".split(),
     "prefill": "--verifier v --prompts p.parquet --out o.safetensors".split(),
     "targets": "--verifier v --sequences s.parquet --prefix-len 4 --cont-len 2 --out o.safetensors".split(),
@@ -316,7 +316,7 @@ ROUND_FOUR = {  # an attempt of the hostile rounds (issue 46) -> the one line it
             "eval-cell",
             "--label",
             "ar",
-            "--method",
+            "--decodes",
             "ar",
             "--verifier",
             "v",
@@ -401,7 +401,7 @@ def test_a_missing_prompts_file_is_named_with_what_it_lacks(tmp_path):
     assert error_text(FileNotFoundError("p")) == "p: No such file or directory"
     missing = tmp_path / "prompts.parquet"
     proc = subprocess.run(
-        [sys.executable, "-m", "budgetdraft", "eval-cell", "--label", "ar", "--method", "ar", "--verifier", "x",
+        [sys.executable, "-m", "budgetdraft", "eval-cell", "--label", "ar", "--decodes", "ar", "--verifier", "x",
          "--prompts", str(missing), "--dataset", "d", "--context", "c", "--max-new-tokens", "2", "--repeats", "1",
          "--out", str(tmp_path / "c.parquet")],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)},

@@ -437,7 +437,7 @@ def cell(cell_inputs, method, *flags):
         [
             "--label",
             method,
-            "--method",
+            "--decodes",
             method,
             "--verifier",
             str(cell_inputs / "verifier"),
@@ -487,8 +487,9 @@ def test_cells_record_the_sampling_and_aggregation_checks_one_decoding_per_group
         grid.check_lossless(pd.concat([greedy_ar, sampled_sd], ignore_index=True))
 
 
-def test_a_greedy_only_method_refuses_sampling_naming_the_flag(cell_inputs):
-    with pytest.raises(ValueError, match="--temperature 0.9: method 'triforce' decodes greedily only"):
+def test_a_greedy_only_decoder_refuses_sampling_naming_the_flag(cell_inputs):
+    refused = "--temperature 0.9: decoder 'triforce' decodes greedily only; sampling runs with decoders ar, sd"
+    with pytest.raises(ValueError, match=refused):
         cell(cell_inputs, "triforce", "--temperature", "0.9")
 
 

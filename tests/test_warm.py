@@ -79,13 +79,13 @@ def models_and_prompts(tmp_path):
     tiny_cell_inputs(tmp_path, list(range(40)))
 
 
-def cell_argv(tmp_path, out, method="sd", new_tokens=8, repeats=1):
-    args = tiny_cell_args(tmp_path, out, method=method, new_tokens=new_tokens, repeats=repeats)
+def cell_argv(tmp_path, out, decodes="sd", new_tokens=8, repeats=1):
+    args = tiny_cell_args(tmp_path, out, decodes=decodes, new_tokens=new_tokens, repeats=repeats)
     return [sys.executable, "-m", "budgetdraft", "eval-cell", *args]
 
 
-def cell(tmp_path, env, out, method="sd"):
-    return subprocess.run(cell_argv(tmp_path, out, method), env=env, capture_output=True, text=True)
+def cell(tmp_path, env, out, decodes="sd"):
+    return subprocess.run(cell_argv(tmp_path, out, decodes), env=env, capture_output=True, text=True)
 
 
 def test_warm_cell_equals_cold_cell_and_errors_come_through(tmp_path, warm):
@@ -109,8 +109,8 @@ def test_warm_cell_equals_cold_cell_and_errors_come_through(tmp_path, warm):
     again = cell(tmp_path, warm, tmp_path / "again.parquet")
     assert again.returncode == 0 and (tmp_path / "warm.log").read_text().count("warmed up sd with") == 1
     assert "warm-up: run once by the warm process" in again.stderr
-    bad = cell(tmp_path, warm, tmp_path / "bad.parquet", method="nope")
-    assert bad.returncode == 1 and "--method 'nope' is not one of" in bad.stderr
+    bad = cell(tmp_path, warm, tmp_path / "bad.parquet", decodes="nope")
+    assert bad.returncode == 1 and "--decodes 'nope' is not one of" in bad.stderr
     assert not (tmp_path / "bad.parquet").exists()
 
 
@@ -232,8 +232,8 @@ def test_resident_cells_equal_cold_cells_and_read_each_model_once(tmp_path, serv
         assert f"loaded {tmp_path / model} (cpu, float32); it stays resident" in first.stderr, first.stderr
         assert f"{tmp_path / model} (cpu, float32) is resident: not loaded again" in second.stderr, second.stderr
     assert not _descendants(process.pid)  # nothing forked
-    bad = cell(tmp_path, warm, tmp_path / "bad.parquet", method="nope")
-    assert bad.returncode == 1 and "--method 'nope' is not one of" in bad.stderr
+    bad = cell(tmp_path, warm, tmp_path / "bad.parquet", decodes="nope")
+    assert bad.returncode == 1 and "--decodes 'nope' is not one of" in bad.stderr
     again = cell(tmp_path, warm, tmp_path / "c.parquet")  # an error leaves the server serving, its models kept
     assert again.returncode == 0 and "is resident: not loaded again" in again.stderr, again.stderr
 
@@ -507,13 +507,13 @@ def test_the_warm_process_warms_up_once_only_what_every_fork_inherits(tmp_path):
     parser = argparse.ArgumentParser()
     configure_parser(parser)
 
-    def key(*extra, method="sd"):
-        args = parser.parse_args(tiny_cell_args(tmp_path, tmp_path / "o.parquet", method=method) + list(extra))
+    def key(*extra, decodes="sd"):
+        args = parser.parse_args(tiny_cell_args(tmp_path, tmp_path / "o.parquet", decodes=decodes) + list(extra))
         return warm_key(cell_spec(args))
 
-    assert key()[0] == "sd" and key(method="ar")[0] == "ar"
+    assert key()[0] == "sd" and key(decodes="ar")[0] == "ar"
     assert key("--threads", "2") is None  # a pool of threads is not inherited across a fork
-    assert key("--engine", "graphs") is None and key(method="triforce") is None
+    assert key("--engine", "graphs") is None and key(decodes="triforce") is None
     assert key("--drafter", "JackFram/llama-68m") is None  # a hub id: nothing held, nothing warmed
     before = key()
     tiny_llama_again = __import__("conftest").tiny_llama(seed=3, layers=1)

@@ -7,8 +7,8 @@ the file (lazy imports inside functions too), but those under ``if TYPE_CHECKING
 tests/test_layers.py counts them too); importing a module also runs the ``__init__.py`` of every package above it.
 A command's modules are its module (``budgetdraft.pipeline.cli.COMMANDS``: one of ``budgetdraft.pipeline.commands``)
 and everything that imports, transitively. ``cli`` and ``warm`` only dispatch a command and are not part of it. An
-import whose name is computed at run time (``importlib.import_module(method.factory)`` in
-``budgetdraft.evaluation.cells``: a method's factory module, declared in ``budgetdraft.base.methods``) cannot be read
+import whose name is computed at run time (``importlib.import_module(decoder.factory)`` in
+``budgetdraft.evaluation.cells``: a decoder's factory module, declared in ``budgetdraft.base.methods``) cannot be read
 from the source: the caller names such modules (``extra``: the plan's code inputs of a cell, the warm process's
 preloads).
 """

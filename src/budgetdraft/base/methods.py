@@ -1,15 +1,17 @@
-"""The methods of the grid, each declared once: its cell label, its name in the tables, how its cells decode, where its
-drafter comes from, which budgets its cells take, what enables it and where it appears.
+"""The methods of the grid, each declared once: its cell label, its name in the tables, the decoder its cells run,
+where its drafter comes from, which budgets its cells take, what enables it and where it appears; and the decoders
+(decoding algorithms) they run, each declared once with its traits.
 
+A method is a row of the grid; how its cells decode is its ``Method.decodes``, the name of a declared ``Decoder``.
 The plan (which cells, which drafter directory, which code a cell runs, a baseline's --extra), the config check
 (which names `baselines.enabled` and `controls` accept), the tables (the comparison table's rows and every method's
-name), eval-cell (a method's factory) and `estimate` (the cost line of a drafter kind's rule) read this registry.
-A few places still key by how a method decodes (``Method.decodes``) instead of reading a trait declared here:
-eval-cell's sampling check (`budgetdraft.evaluation.cells.SAMPLING_METHODS`, "ar" and "sd") and `estimate`'s cost
-of a generation ("ar", "lookup", and every other as SD). Each declared label (AR, SD, TRIFORCE, EAGLE3, LOOKUP,
-PI) is a constant of this module, its one home. Adding a method of a declared drafter kind is one
-`declare(Method(...))` here (plus a factory module when it decodes its own way); a new drafter kind is one
-`kind(DrafterKind(...))` here plus the rule that makes its drafter (tests/test_extension.py adds both in a copy of
+name) read the methods; eval-cell (a decoder's factory, its drafter, whether it samples), the warm process (what it
+forks and prefills once), the plan (whether a cell drafts: its γ) and `estimate` (the cost line of a generation, and
+of a drafter kind's rule) read the traits declared here, never a decoder's or a method's name. Each declared label
+(AR, SD, TRIFORCE, EAGLE3, LOOKUP, PI) is a constant of this module, its one home, and so is each decoder's name
+(AR_DECODER, SD_DECODER, ...). Adding a method of a declared drafter kind is one `declare(Method(...))` here; a new
+decoder is one `decoder(Decoder(...))` here plus its factory module; a new drafter kind is one
+`kind(DrafterKind(...))` here plus the rule that makes its drafter (tests/test_extension.py adds each in a copy of
 the project).
 
 The trained variants (config `variants`: BudgetDraft and its ablations) are not declared here: a config names them,
@@ -90,6 +92,110 @@ GIVEN = kind(
 # with its full drafter cache, the control `sd@full`, is SD under the policy `full`, not a method of its own.
 POLICY_SEP, ENGINE_SEP, LENGTH_SEP = SEPARATORS = ("@", "+", "~")
 
+# ----------------------------------------------------------------------------------------- how a method's cells decode
+
+# What a decoder's drafter is (``Decoder.drafter``), which eval-cell's --drafter names:
+MODEL_DRAFTER = "model"  # a causal LM: the cell loads it (a warm process preloads it, once for its cells)
+OWN_DRAFTER = "own"  # files its factory reads itself (EAGLE-3's head directory), never loaded as a causal LM
+NO_DRAFTER = ""  # none (AR, the copier): --drafter is not read
+DRAFTERS = (MODEL_DRAFTER, OWN_DRAFTER, NO_DRAFTER)
+# The estimate's cost line of one generation (``Decoder.cost``, budgetdraft.pipeline.estimate.Estimator.generation):
+VERIFIER_STEPS = "verifier"  # the verifier's prefill and one step a token (AR)
+FREE_DRAFTS = "free_drafts"  # rounds of one verify of γ + 1 tokens, drafts that cost nothing (the copier's lookups)
+MODEL_DRAFTS = "model_drafts"  # the drafter's prefill and γ steps a round, plus the verify (SD, TriForce, EAGLE-3)
+COSTS = (VERIFIER_STEPS, FREE_DRAFTS, MODEL_DRAFTS)
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """A decoding algorithm, eval-cell's --decodes, declared once (``DECODERS``) with the traits its readers ask
+    instead of its name: eval-cell (its factory, its drafter, whether it samples), the warm process (whether it
+    forks the cell after running its warm-up once, and prefills its drafter once: ``CellSpec.shares_warm_up``), the
+    plan (whether its cells draft: a γ; its code input) and the cost estimate (its cost line)."""
+
+    name: str
+    cost: str  # the estimate's line for one generation (COSTS)
+    factory: str = ""  # its module, whose `drafter_factory(verifier, draft, extra, load)` eval-cell calls; "": the
+    #                    paper's drafter (budgetdraft.decoding.sparse_drafter) with a model drafter, else none (AR)
+    drafter: str = MODEL_DRAFTER  # what --drafter names (DRAFTERS)
+    samples: bool = False  # decodes in sampling mode too (temperature > 0); else greedily only, and refuses it
+    forks: bool = False  # a forking warm process may run its warm-up once and fork its cells (their drafter state)
+    prefilled: bool = False  # ... and make its drafter's full prefill of each prompt once for all of its cells
+    what: str = ""
+
+    def __post_init__(self):
+        for field, value, allowed in (("cost", self.cost, COSTS), ("drafter", self.drafter, DRAFTERS)):
+            if value not in allowed:
+                raise ValueError(f"decoder {self.name!r}: {field} {value!r} is not one of {', '.join(allowed)}")
+        if self.drafter == OWN_DRAFTER and not self.factory:
+            raise ValueError(f"decoder {self.name!r}: a drafter of its own ({OWN_DRAFTER!r}) needs a factory")
+        if self.prefilled and not (self.forks and self.paper_drafter):
+            raise ValueError(
+                f"decoder {self.name!r}: a shared drafter prefill is the paper's drafter's, made by the forking warm "
+                "process: prefilled needs forks, a model drafter and no factory"
+            )
+
+    @property
+    def drafts(self) -> bool:
+        """Whether its cells draft (the speculative loop, a γ): a drafter or a factory; else the verifier decodes
+        alone (AR), its cells at γ 0."""
+        return bool(self.drafter or self.factory)
+
+    @property
+    def paper_drafter(self) -> bool:
+        """Whether it drafts with the paper's drafter (budgetdraft.decoding.sparse_drafter), the one that keeps a
+        sparse cache under the cell's policy (a control LABEL@POLICY runs one of its methods)."""
+        return self.drafter == MODEL_DRAFTER and not self.factory
+
+
+DECODERS: dict[str, Decoder] = {}
+
+
+def decoder(declared: Decoder) -> str:
+    """Add a decoder to ``DECODERS``; returns its name (a method's ``decodes``)."""
+    if declared.name in DECODERS:
+        raise ValueError(f"decoder {declared.name!r} is declared twice")
+    DECODERS[declared.name] = declared
+    return declared.name
+
+
+AR_DECODER = decoder(
+    Decoder(
+        "ar", VERIFIER_STEPS, drafter=NO_DRAFTER, samples=True, forks=True, what="the verifier alone, a token a step"
+    )
+)
+SD_DECODER = decoder(
+    Decoder(
+        "sd",
+        MODEL_DRAFTS,
+        samples=True,
+        forks=True,
+        prefilled=True,
+        what="the paper's drafter on a sparse KV cache of B tokens drafts γ, the verifier checks them",
+    )
+)
+TRIFORCE_DECODER = decoder(
+    Decoder("triforce", MODEL_DRAFTS, "budgetdraft.decoding.baselines.triforce", what="TriForce's hierarchy")
+)
+EAGLE3_DECODER = decoder(
+    Decoder(
+        "eagle3",
+        MODEL_DRAFTS,
+        "budgetdraft.decoding.baselines.eagle3",
+        OWN_DRAFTER,
+        what="EAGLE-3's head on the verifier's hidden states",
+    )
+)
+LOOKUP_DECODER = decoder(
+    Decoder(
+        "lookup",
+        FREE_DRAFTS,
+        "budgetdraft.decoding.baselines.lookup",
+        NO_DRAFTER,
+        what="the prompt-lookup copier: drafts what followed the last n-gram earlier in the text",
+    )
+)
+
 # Which budgets a method's cells take:
 GRID = "grid"  # every budget of the config
 LARGEST = "largest"  # one cell at the largest budget: the method does not use the drafter's budget B
@@ -106,10 +212,9 @@ class Method:
 
     label: str  # its cell label: results/cells/LABEL/...
     name: str  # its name in the tables and the report
-    decodes: str  # eval-cell --method: how its cells decode (ar, sd: the paper's drafter loop, or a baseline's own)
+    decodes: str  # the decoder its cells run (a name of DECODERS: eval-cell --decodes)
     drafter: str  # where its drafter comes from (a kind of KINDS)
     budgets: str = GRID  # which budgets its cells take (BUDGETS)
-    factory: str = ""  # a baseline's module, whose `drafter_factory(verifier, spec, extra, load)` eval-cell calls
     enabled_by: str = ""  # "" = always run; "baselines" / "controls": the config list that names it (ENABLED_BY)
     comparison: tuple[str, ...] = ()  # a row of the comparison table, its size counted from these: drafter, verifier
     # the claims' findings that read its cells (ids before the '/': PI/1K is "PI"); its cells are then measured at
@@ -125,12 +230,23 @@ class Method:
                 "(LABEL@POLICY, LABEL+ENGINE, LABEL~N): a label parses one way"
             )
         for field, value, allowed in (
+            ("decodes", self.decodes, tuple(DECODERS)),  # live, as the kinds: a decoder declared after this module
             ("drafter", self.drafter, tuple(KINDS)),  # live: a kind declared after this module counts
             ("budgets", self.budgets, BUDGETS),
             ("enabled_by", self.enabled_by, ENABLED_BY),
         ):
             if value not in allowed:
                 raise ValueError(f"method {self.label!r}: {field} {value!r} is not one of {', '.join(allowed)}")
+        if (self.drafter == NONE) != (self.decoder.drafter == NO_DRAFTER):
+            raise ValueError(
+                f"method {self.label!r}: drafter kind {self.drafter!r} but decoder {self.decodes!r} "
+                + ("drafts with none" if self.decoder.drafter == NO_DRAFTER else "needs a drafter")
+            )
+
+    @property
+    def decoder(self) -> Decoder:
+        """How its cells decode: its decoder's traits (its factory is its decoder's)."""
+        return DECODERS[self.decodes]
 
     @property
     def replicated_drafter(self) -> bool:
@@ -149,12 +265,12 @@ def declare(method: Method) -> str:
     return method.label
 
 
-AR = declare(Method("ar", "AR", "ar", NONE, NO_BUDGET, what="the verifier alone, greedy, one token a step"))
+AR = declare(Method("ar", "AR", AR_DECODER, NONE, NO_BUDGET, what="the verifier alone, greedy, one token a step"))
 SD = declare(
     Method(
         "sd",
         "SD (sparse/full)",
-        "sd",
+        SD_DECODER,
         BASE,
         comparison=("drafter",),
         what="speculative decoding with the base drafter on a sparse KV cache of B tokens (the paper's baseline)",
@@ -164,10 +280,9 @@ TRIFORCE = declare(
     Method(
         "triforce",
         "TriForce",
-        "triforce",
+        TRIFORCE_DECODER,
         BASE,
         LARGEST,
-        factory="budgetdraft.decoding.baselines.triforce",
         enabled_by="baselines",
         comparison=("drafter", "verifier"),  # its middle level is the verifier on a retrieval cache
         what="hierarchical speculative decoding: the base drafter drafts for the verifier on a retrieval cache",
@@ -177,10 +292,9 @@ EAGLE3 = declare(
     Method(
         "eagle3",
         "EAGLE-3",
-        "eagle3",
+        EAGLE3_DECODER,
         HEAD,
         LARGEST,
-        factory="budgetdraft.decoding.baselines.eagle3",
         enabled_by="baselines",
         comparison=("drafter",),
         what="a draft head on the verifier's hidden states, trained once (train-eagle3)",
@@ -190,10 +304,9 @@ LOOKUP = declare(
     Method(
         "lookup",
         "Prompt lookup (copier)",
-        "lookup",
+        LOOKUP_DECODER,
         NONE,
         NO_BUDGET,
-        factory="budgetdraft.decoding.baselines.lookup",
         enabled_by="baselines",
         findings=("CP", "CP-long"),
         what="a drafter with no parameters: it copies what followed the last n-gram earlier in the text (transformers' "
@@ -204,14 +317,13 @@ PI = declare(
     Method(
         "pi",
         "SD + position interpolation",
-        "sd",
+        SD_DECODER,
         INTERPOLATED,
         enabled_by="controls",
         findings=("PI",),
         what="the base drafter, its rotary positions interpolated to cover the longest context, no training",
     )
 )
-DECODES = tuple(dict.fromkeys(m.decodes for m in REGISTRY.values()))  # eval-cell --method choices
 BASELINES = tuple(label for label, m in REGISTRY.items() if m.enabled_by == "baselines")
 
 
@@ -219,8 +331,10 @@ def variant(label: str, name: str = "", given: bool = False) -> Method:
     """A variant of config `variants` as a method: SD's loop with its own drafter, trained from the base drafter
     (once per replicate) or ``given`` as a checkpoint (one external draw, no training replicate)."""
     if given:
-        return Method(label, name or label, "sd", GIVEN, what="a drafter given as a checkpoint, not trained here")
-    return Method(label, name or label, "sd", TRAINED, what="a drafter trained from the base drafter (L_A + λ·L_C)")
+        return Method(label, name or label, SD_DECODER, GIVEN, what="a drafter given as a checkpoint, not trained here")
+    return Method(
+        label, name or label, SD_DECODER, TRAINED, what="a drafter trained from the base drafter (L_A + λ·L_C)"
+    )
 
 
 def get(label: str) -> Method:

@@ -107,7 +107,7 @@ def variant_name_problem(name) -> str | None:
     import re
 
     name = str(name)
-    if name in methods.REGISTRY or name in methods.DECODES:
+    if name in methods.REGISTRY or name in methods.DECODERS:
         return f"{name!r} is the label of method {METHOD_NAMES.get(name, name)!r}: its cells would be that method's"
     if POLICY_SEP in name or ENGINE_SEP in name:
         return (

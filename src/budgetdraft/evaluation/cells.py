@@ -4,8 +4,8 @@ The models are loaded once; one warm-up generation is discarded, then every prom
 decoded ``repeats`` times. Every run generates exactly ``max_new_tokens`` tokens (EOS does not stop it, as in
 the paper), so all methods of a cell row decode the same tokens and aggregation can check losslessness.
 A cell is a ``CellSpec`` (budgetdraft.evaluation.cellspec), recorded in every row's ``config``. In sampling mode
-(``temperature`` > 0; methods ar and sd) every run draws from a stream seeded by ``seed``, so the repeats of a prompt
-decode the same sample.
+(``temperature`` > 0; a decoder declared to sample: ar and sd) every run draws from a stream seeded by ``seed``, so the
+repeats of a prompt decode the same sample.
 The file is written atomically: a killed or failed cell leaves no file, and re-running the target redoes it. It is
 sealed (`budgetdraft.evaluation.cellfile`): a file whose bytes change afterwards, or whose rows are not the cell its path
 names, is refused by every reader.
@@ -19,10 +19,9 @@ import sys
 import pandas as pd
 import torch
 
-from budgetdraft.base import methods
 from budgetdraft.base.defaults import EAGER
 from budgetdraft.base.jsonio import json_object
-from budgetdraft.base.methods import EAGLE3
+from budgetdraft.base.methods import DECODERS, MODEL_DRAFTER
 from budgetdraft.decoding import sparse_drafter
 from budgetdraft.decoding.baselines import lookup
 from budgetdraft.decoding.loading import ModelStore, load_model
@@ -82,35 +81,36 @@ CELL_COLUMNS = [
     *(f"copy_share_{n}" for n in COPY_NGRAMS),  # ... the share of the generated tokens it predicted
     "config",  # the cell's CellSpec, versioned (budgetdraft.evaluation.cellspec.record)
 ]
-SAMPLING_METHODS = ("ar", "sd")  # the baselines draft greedily only
 NO_EOS: list[int] = []  # fixed-length generations
 
 
 def make_decoder(spec: CellSpec, verifier, prefilled=None, load=load_model, drafter_prefills=None):
-    """A function (prompt_ids, new_tokens) -> Generation for the cell's method, measured (``stats``: the row's
+    """A function (prompt_ids, new_tokens) -> Generation for the cell's decoder, measured (``stats``: the row's
     timings and memory, ``budgetdraft.evaluation.measure``; ``prefilled``: shared verifier prefills, see
     ``budgetdraft.evaluation.prefill``; ``load``: what loads the drafter, a warm process's ``ModelStore.load``;
-    ``drafter_prefills``: the paper's drafter's shared full prefills, ``prefill_once``)."""
+    ``drafter_prefills``: the paper's drafter's shared full prefills, ``prefill_once``). What it runs is the
+    decoder's declared traits (budgetdraft.base.methods.Decoder): whether it samples, drafts, needs --drafter, and
+    its factory."""
+    decoder = spec.decoder
     sampling = sampling_from_flags(spec.temperature, spec.top_p, spec.top_k, spec.seed)
-    if sampling is not None and spec.method not in SAMPLING_METHODS:
+    if sampling is not None and not decoder.samples:
+        sampled = [name for name, d in DECODERS.items() if d.samples]
         raise ValueError(
-            f"--temperature {spec.temperature}: method {spec.method!r} decodes greedily only; sampling "
-            f"runs with methods {', '.join(SAMPLING_METHODS)}"
+            f"--temperature {spec.temperature}: decoder {spec.decodes!r} decodes greedily only; sampling "
+            f"runs with decoders {', '.join(sampled)}"
         )
-    if spec.method == "ar":
+    if not decoder.drafts:
         return lambda ids, n: timed_autoregressive(
             verifier, ids, n, eos_token_id=NO_EOS, prefilled=prefilled, sampling=sampling, engine=spec.engine
         )
     if spec.gamma < 1:
-        raise ValueError(f"--gamma must be >= 1 for method {spec.method!r}, got {spec.gamma}")
-    method = next(m for m in methods.REGISTRY.values() if m.decodes == spec.method)
-    if not spec.drafter and method.drafter != methods.NONE:
-        raise ValueError(f"method {spec.method!r} needs --drafter")
+        raise ValueError(f"--gamma must be >= 1 for decoder {spec.decodes!r}, got {spec.gamma}")
+    if not spec.drafter and decoder.drafter:
+        raise ValueError(f"decoder {spec.decodes!r} needs --drafter")
     extra = json_object(spec.extra, "--extra")
-    # the paper's drafter or a baseline's module: drafter_factory(verifier, draft, extra, load) -> () -> a new drafter
-    factory = method.factory
-    if factory:
-        new_drafter = importlib.import_module(factory).drafter_factory(verifier, spec.draft, extra, load)
+    # the paper's drafter or a decoder's module: drafter_factory(verifier, draft, extra, load) -> () -> a new drafter
+    if decoder.factory:
+        new_drafter = importlib.import_module(decoder.factory).drafter_factory(verifier, spec.draft, extra, load)
     else:
         new_drafter = sparse_drafter.drafter_factory(verifier, spec.draft, extra, load, shared=drafter_prefills)
     return lambda ids, n: timed_speculative(
@@ -147,7 +147,7 @@ def warm_key(spec: CellSpec) -> tuple | None:
         return None
     verifier = ModelStore.key(spec.verifier, spec.device, spec.verifier_dtype)
     drafter = ModelStore.key(spec.drafter, spec.device, spec.drafter_dtype) if spec.drafter else ()
-    return None if verifier is None or drafter is None else (spec.method, verifier, drafter)
+    return None if verifier is None or drafter is None else (spec.decodes, verifier, drafter)
 
 
 def warm_up_once(spec: CellSpec, models: ModelStore) -> bool:
@@ -215,10 +215,11 @@ def inherited(spec: CellSpec, models: ModelStore | None) -> tuple[bool, dict | N
 
 
 def cell_models(spec: CellSpec) -> list[tuple[str, str]]:
-    """(spec, dtype) of the causal LMs a cell loads: the verifier and, but for EAGLE-3 (its drafter is a head
-    directory), the drafter."""
+    """(spec, dtype) of the causal LMs a cell loads: the verifier and, where its decoder's drafter is a model (not
+    EAGLE-3's head directory, which its factory reads), the drafter."""
     wanted = [(spec.verifier, spec.verifier_dtype)]
-    return wanted + [(spec.drafter, spec.drafter_dtype)] if spec.drafter and spec.method != EAGLE3 else wanted
+    model = spec.drafter and spec.decoder.drafter == MODEL_DRAFTER
+    return wanted + [(spec.drafter, spec.drafter_dtype)] if model else wanted
 
 
 def device_name(device: str) -> str:
@@ -233,7 +234,7 @@ def cell_row(spec: CellSpec, sample, repeat: int, ids: list[int], gen, config: s
     copies = {n: lookup.copied(ids, gen.tokens, n) for n in COPY_NGRAMS}
     return {
         "label": spec.label,
-        "method": spec.method,
+        "method": spec.decodes,  # the row's decoder, as the column has always been named (a cell file's format)
         "dataset": spec.dataset,
         "context": spec.context,
         "budget": spec.budget,
@@ -259,8 +260,6 @@ def cell_row(spec: CellSpec, sample, repeat: int, ids: list[int], gen, config: s
 def run_cell(spec: CellSpec, models: ModelStore | None = None) -> pd.DataFrame:
     """The cell's rows: every prompt decoded ``repeats`` times after ``warmup`` discarded runs, measured. ``models``:
     the warm process's models (budgetdraft.pipeline.warm), else each is read from its files."""
-    if spec.method not in methods.DECODES:
-        raise ValueError(f"--method {spec.method!r} is not one of {', '.join(methods.DECODES)}")
     if spec.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {spec.repeats}")
     prompts = pd.read_parquet(spec.prompts)

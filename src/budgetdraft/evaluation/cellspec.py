@@ -8,7 +8,8 @@ written so far and refuses one it does not know (``UnknownRecord``), and ``recor
 not the cell the plan measures at its path.
 
 When a cell may share work with the cells beside it is decided here once (``shares_warm_up``,
-``shares_drafter_prefill``): the forking warm process, the shared drafter prefill and the cost estimate all ask.
+``shares_drafter_prefill``, from its decoder's declared traits: ``budgetdraft.base.methods.Decoder``): the forking
+warm process, the shared drafter prefill and the cost estimate all ask.
 """
 
 from __future__ import annotations
@@ -19,16 +20,17 @@ from dataclasses import MISSING, asdict, dataclass, fields
 
 from budgetdraft.base.defaults import CHUNK_SIZE, DEVICE, DTYPE, EAGER, ENGINE, POLICY, SCORE_WINDOW, THREADS
 from budgetdraft.base.jsonio import first_difference
+from budgetdraft.base.methods import DECODERS, Decoder
 from budgetdraft.base.names import SHARED, SHARED_DRAFTER_PREFILL
 from budgetdraft.decoding.draftspec import DraftSpec
 
 # Version of the record a cell row carries in its `config` column. 1: eval-cell's flags as parsed (no version key;
-# also `out`, the file's own path); 2: the fields of CellSpec and `cell_schema`.
-CELL_SCHEMA = 2
+# also `out`, the file's own path); 2: the fields of CellSpec and `cell_schema`; 3: the decoder is `decodes` (it was
+# `method`, which now means a row of the grid only). ``read_record`` reads each as the current one.
+CELL_SCHEMA = 3
 SCHEMA_KEY = "cell_schema"
+RENAMED = {"method": "decodes"}  # the fields a record before version 3 names otherwise: its name -> the field's
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")  # a cell's sampling settings (config `sampling`)
-FORKED_METHODS = ("ar", "sd")  # methods whose warm-up and drafter state a forking warm process may make for a cell
-PREFILLED_METHODS = ("sd",)  # ... and whose drafter's full prefill it may make once for all cells of a drafter
 # The one field of a cell that does not define what it measured (record_difference): Snakemake gives a job config
 # `threads` capped at --cores, so the same cell records 1 when measured under --cores 1 and 2 under --cores 2.
 UNCOMPARED = ("threads",)
@@ -36,14 +38,14 @@ UNCOMPARED = ("threads",)
 
 @dataclass(frozen=True, kw_only=True)
 class CellSpec:
-    """One cell: what it decodes (method, label, models, prompts), where in the grid (dataset, context, B, γ,
+    """One cell: what it decodes (its decoder, label, models, prompts), where in the grid (dataset, context, B, γ,
     replicate), how (policy, chunk size, score window, draft vocabulary, engine, device, dtypes, threads, sampling)
     and how it is measured (new tokens, warm-up, repeats, a shared verifier prefill). ``extra`` is a baseline's own
     settings as JSON text. Each field is eval-cell's flag of the same name (``_`` as ``-``), in the order of its
     command line (budgetdraft.pipeline.plan.CellJobs.eval_cell_flags)."""
 
     label: str
-    method: str
+    decodes: str  # the decoder it runs (budgetdraft.base.methods.DECODERS): its method's
     verifier: str
     drafter: str | None = None
     prompts: str
@@ -86,18 +88,28 @@ class CellSpec:
         Derived, never stored: the record and the cell's file are the spec's fields alone."""
         return DraftSpec.of(vars(self))
 
+    def __post_init__(self):
+        if self.decodes not in DECODERS:  # live: a decoder declared after budgetdraft.base.methods counts
+            raise ValueError(f"--decodes {self.decodes!r} is not one of {', '.join(DECODERS)}")
+
+    @property
+    def decoder(self) -> Decoder:
+        """The declared decoder it runs: its traits."""
+        return DECODERS[self.decodes]
+
     def shares_warm_up(self) -> bool:
         """Whether a forking warm process may run this cell's warm-up once for its models and fork the cell after
-        it: AR or the paper's drafter, eager, one thread, on the CPU. Elsewhere each cell warms itself up (an
-        accelerator is never forked; the graphs engine captures per shape; a baseline's drafter builds its own
-        state; more threads start a pool a fork does not inherit)."""
+        it: a decoder declared to fork (AR, the paper's drafter), eager, one thread, on the CPU. Elsewhere each cell
+        warms itself up (an accelerator is never forked; the graphs engine captures per shape; a baseline's drafter
+        builds its own state; more threads start a pool a fork does not inherit)."""
         on_cpu = self.device.split(":")[0] == "cpu"
-        return self.method in FORKED_METHODS and self.engine == EAGER and self.threads == 1 and on_cpu
+        return self.decoder.forks and self.engine == EAGER and self.threads == 1 and on_cpu
 
     def shares_drafter_prefill(self) -> bool:
         """Whether its drafter's full prefill of each prompt may be made once, by that process, for every cell of
-        the drafter and the prompts, each cutting it to its own budget (``budgetdraft.decoding.sparse_drafter``)."""
-        return self.shares_warm_up() and self.method in PREFILLED_METHODS
+        the drafter and the prompts, each cutting it to its own budget (a decoder declared ``prefilled``: the
+        paper's drafter, ``budgetdraft.decoding.sparse_drafter``)."""
+        return self.shares_warm_up() and self.decoder.prefilled
 
     def record(self, drafter_prefill_shared: bool = False) -> str:
         """The JSON a cell row carries in its `config` column: the fields, the schema's version and, where it cut
@@ -121,10 +133,10 @@ class UnknownRecord(ValueError):
 
 def read_record(text: str) -> dict:
     """A cell row's recorded `config` as {field: value} of the current schema, from any version written so far:
-    version 1 (eval-cell's flags, no version key) has the same names, and lacks the sampling flags when it predates
-    sampling mode (greedy, their defaults). A version newer than this code's, or a record that is no JSON object, is
-    refused (``UnknownRecord``), naming it: such a cell is measured again, never misread. An empty record (cells
-    before any record) reads as {}."""
+    version 1 (eval-cell's flags, no version key) has the names of version 2, and lacks the sampling flags when it
+    predates sampling mode (greedy, their defaults); versions 1 and 2 name the decoder `method` (``RENAMED``). A
+    version newer than this code's, or a record that is no JSON object, is refused (``UnknownRecord``), naming it:
+    such a cell is measured again, never misread. An empty record (cells before any record) reads as {}."""
     if not text:
         return {}
     try:
@@ -137,6 +149,8 @@ def read_record(text: str) -> dict:
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= CELL_SCHEMA:
         raise UnknownRecord(f"has {SCHEMA_KEY} {version!r}; this code reads versions 1 to {CELL_SCHEMA}")
     values.pop("out", None)  # version 1: the file's own path
+    if version < 3:
+        values = {RENAMED.get(key, key): value for key, value in values.items()}
     return values
 
 
@@ -144,7 +158,7 @@ def record_difference(recorded: Mapping, planned: CellSpec) -> str | None:
     """Where a cell's record (``read_record``, any version) first differs from the spec the plan measures at the
     cell's path, in the order of the spec's fields, as ``its record says budget 64, the plan wants 128``; None when
     it is the plan's cell. Every field that defines the measurement is compared; a field an older record lacks takes
-    its default, and one without a default (the cell's label, method, models, prompts, new tokens) that a record
+    its default, and one without a default (the cell's label, decoder, models, prompts, new tokens) that a record
     lacks cannot be shown to be the plan's. Not compared: ``UNCOMPARED`` (the threads a run gave the job), and in
     greedy mode the sampling settings but the temperature, which eval-cell's command line carries only in sampling
     mode (``budgetdraft.pipeline.plan.CellJobs.eval_cell_flags``), so a greedy cell records their defaults whatever

@@ -69,20 +69,23 @@ def check_chunks(config: dict) -> None:
 
 def check_targets(config: dict) -> None:
     """What the targets need: the `policies` target's dataset (default: the first), the variants the tables read,
-    and a decoding every enabled baseline supports (greedy only)."""
+    and a decoding every method it enables supports (a decoder not declared to sample, as the baselines', decodes
+    greedily only: budgetdraft.base.methods.Decoder.samples)."""
     dataset = config.get("policies", {}).get("dataset", next(iter(config["datasets"])))
     if dataset not in config["datasets"]:
         raise ValueError(f"policies.dataset = {dataset!r} is not a key of datasets")
     for label, needed_by in names.REQUIRED_VARIANTS.items():
         if label not in config["variants"]:
             raise ValueError(f"variants must define {label!r} ({needed_by})")
-    enabled = config["baselines"].get("enabled", [])
     temperature = config.get("sampling", {}).get("temperature", 0)  # 0 = greedy, the schema's default
-    if temperature > 0 and enabled:
-        raise ValueError(
-            f"sampling.temperature = {temperature} but baselines.enabled = {enabled}: the baselines "
-            "decode greedily only; set baselines.enabled: [] to sample, or sampling.temperature: 0"
-        )
+    lists = {"baselines.enabled": config["baselines"].get("enabled", []), "controls": config.get("controls", [])}
+    for key, enabled in lists.items():
+        greedy = [label for label in enabled if label in methods.REGISTRY and not methods.get(label).decoder.samples]
+        if temperature > 0 and greedy:
+            raise ValueError(
+                f"sampling.temperature = {temperature} but {key} = {enabled}: {', '.join(greedy)} decode greedily "
+                f"only; remove them from {key} to sample, or set sampling.temperature: 0"
+            )
 
 
 # ---------------------------------------------------------------- sizes and counts, with what each would cost

@@ -70,11 +70,12 @@ def check_methods(config: dict) -> None:
 
 
 def check_policy_control(config: dict, key: str, label: str) -> None:
-    """A control LABEL@POLICY: LABEL drafts with the paper's loop (SD or a variant) and POLICY is registered, and
-    is not the config's own `policy`, under which LABEL's cells of the grid run already (`sd@topk_chunks` under
-    `policy: topk_chunks` planned a second copy of SD's grid)."""
+    """A control LABEL@POLICY: LABEL drafts with the paper's drafter (a method whose decoder is declared with it,
+    ``Decoder.paper_drafter``: SD, or a variant), POLICY is registered, and it is not the config's own `policy`,
+    under which LABEL's cells of the grid run already (`sd@topk_chunks` under `policy: topk_chunks` planned a second
+    copy of SD's grid)."""
     drafter, policy = names.split_policy_label(label, "")
-    drafting = [m for m, d in methods.REGISTRY.items() if d.decodes == methods.SD and not d.enabled_by]
+    drafting = [name for name, m in methods.REGISTRY.items() if m.decoder.paper_drafter and not m.enabled_by]
     drafting += list(config.get("variants", {}))
     if drafter not in drafting:
         raise ValueError(f"{key} = {label!r}: {drafter!r} is not a method that drafts; one of {', '.join(drafting)}")

@@ -218,17 +218,18 @@ class Estimator:
         return replace(spec, engine=engine)
 
     def generation(
-        self, method: str, context: int, budget: int, gamma: int, new: int, shared: bool, drafter_shared: bool = False
+        self, cost: str, context: int, budget: int, gamma: int, new: int, shared: bool, drafter_shared: bool = False
     ) -> tuple:
-        """(seconds, tokens prefilled) of one generation of ``new`` tokens after a ``context``-token prompt
-        (``shared``: the verifier's prefill copied in; ``drafter_shared``: the drafter's full prefill too)."""
+        """(seconds, tokens prefilled) of one generation of ``new`` tokens after a ``context``-token prompt, on the
+        cost line ``cost`` of its decoder (``Decoder.cost``, budgetdraft.base.methods.COSTS; ``shared``: the
+        verifier's prefill copied in; ``drafter_shared``: the drafter's full prefill too)."""
         v, d = self.verifier, self.drafter
         prefill = 0.0 if shared else v.prefill(context)
-        if method == "ar":  # the verifier's cache holds prompt + new tokens (decoding.autoregressive)
+        if cost == methods.VERIFIER_STEPS:  # the verifier's cache holds prompt + new tokens (decoding.autoregressive)
             return prefill + new * v.step(1, context + new / 2, context + new), context
         rounds = new / tokens_per_round(self.alpha, gamma)
         verify = v.step(gamma + 1, context + new / 2, context + new + gamma + 1)
-        if method == "lookup":  # the copier: no model of its own, its lookups cost next to nothing
+        if cost == methods.FREE_DRAFTS:  # the copier: no model of its own, its lookups cost next to nothing
             return prefill + rounds * verify, context
         kept = min(budget, context) if budget else context  # the drafter's sparse prefix (B), or all of it
         # each cache holds its prefix + new tokens + γ + 1 (decoding.speculative, drafters.SparseDrafter)
@@ -242,13 +243,13 @@ class Estimator:
     def cell(self, spec: CellSpec, first: bool = True) -> Cost:
         """One cell; ``first``: the first of its drafter's cells of these prompts (forked: it pays their full
         prefills in the warm process, the others cut them)."""
-        context, new, method = self.cfg["contexts"][spec.context], spec.max_new_tokens, spec.method
+        context, new, cost = self.cfg["contexts"][spec.context], spec.max_new_tokens, spec.decoder.cost
         runs = self.samples(spec.dataset) * spec.repeats
         forked = self.forking and spec.shares_warm_up()  # its warm-up run once for the models, in the warm process
         drafter_shared = forked and spec.shares_drafter_prefill()
         budget, gamma = spec.budget, spec.gamma
         timed, prefilled = self.generation(
-            method, context, budget, gamma, new, bool(spec.verifier_prefill), drafter_shared
+            cost, context, budget, gamma, new, bool(spec.verifier_prefill), drafter_shared
         )
         if drafter_shared and first:
             timed += self.drafter.prefill(context)
@@ -257,7 +258,7 @@ class Estimator:
         eager = spec.engine == EAGER  # as evaluation.cells.warm_up: a short warm-up on the eager engine
         warm_len = (spec.warmup_prompt_tokens if eager else 0) or context
         warm_new = (spec.warmup_tokens if eager else 0) or new
-        warm, _ = self.generation(method, warm_len, budget, gamma, warm_new, False)
+        warm, _ = self.generation(cost, warm_len, budget, gamma, warm_new, False)
         loads = self.loads_per_cell * (spec.drafter is not None)  # a drafter per cell: the verifier per process
         load_s = loads * self.drafter.load_s
         return Cost(

@@ -238,7 +238,7 @@ def job_seconds(server: WarmServer, runs: int = 3) -> float:
     time per job. A cell that fails, or runs past `CELL_S`, is named in one line."""
     from budgetdraft.pipeline.warm import ENV
 
-    cell = ("eval-cell --label ar --method ar --verifier v --prompts prompts.parquet --dataset d --context c "
+    cell = ("eval-cell --label ar --decodes ar --verifier v --prompts prompts.parquet --dataset d --context c "
             "--max-new-tokens 2 --warmup 0 --repeats 1 --out results/cells/ar/d/c/B0_g0.parquet")  # fmt: skip
     env = {**package_env(), ENV: server.socket}
     times = []

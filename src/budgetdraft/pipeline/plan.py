@@ -3,7 +3,7 @@ dict as the Snakefile has it after `budgetdraft.pipeline.configcheck.check_confi
 no Snakemake, no file written, so tests/test_plan.py checks it in process and workflow/rules/ only wires it
 (`PLAN = Plan(config)`, then `PLAN.cells.all_cells()`, `PLAN.drafters.drafter_dir(...)`, ...).
 
-- `Labels`: which methods and variants this config measures, and what each cell label decodes with;
+- `Labels`: which methods and variants this config measures, and which decoder each cell label runs;
 - `CellPlan`: which cell files each table, figure, control and target reads (files planned; the cells measured are
   `budgetdraft.evaluation.grid.Grid`);
 - `TrainingChain` (`budgetdraft.pipeline.trainingchain`): where each drafter lives and what its training job is
@@ -84,7 +84,7 @@ class Plan:
 
 
 class Labels:
-    """Which methods and variants a config measures, and what each cell label decodes with."""
+    """Which methods and variants a config measures, and which decoder each cell label runs (`decodes`)."""
 
     def __init__(self, plan: Plan):
         config = plan.config
@@ -120,9 +120,9 @@ class Labels:
         self._companions(config, plan.datasets)
 
     def _companions(self, config: dict, datasets: list) -> None:
-        """The cell labels and their eval-cell --method (`method`): methods, variants and their companions."""
-        self.method = {label: m.decodes for label, m in methods.REGISTRY.items()}
-        self.method.update({variant: methods.SD for variant in self.variants})
+        """The cell labels and the decoder each runs, eval-cell's --decodes (`decodes`): methods (every declared one:
+        the eval rules' wildcards list them), variants and their companions, which decode as the label they are of."""
+        self.decodes = {label: m.decodes for label, m in {**methods.REGISTRY, **self.methods}.items()}
         self.policy, self.engine = config["policy"], config["engine"]  # every cell's, unless its label says another
         # The `policies` target: the base drafter and BudgetDraft under each sparse policy; a policy other than the
         # config's `policy` has its own cell labels (LABEL@POLICY, budgetdraft.base.names.policy_label).
@@ -136,9 +136,7 @@ class Labels:
         self.policy_labels = [
             names.policy_label(label, policy, self.policy) for label in run for policy in self.policies["names"]
         ]
-        self.method.update(
-            {label: self.method[self.drafter_label(label)] for label in self.policy_labels + self.policy_controls}
-        )
+        self._decode_as_drafter(self.policy_labels + self.policy_controls)
         # a policy that keeps every position (`full`) takes no budget: its cells are B0
         self.unbudgeted = {name for name, budgeted in configrefs.registered_policies().items() if not budgeted}
         # `engine: graphs`: AR, SD and BudgetDraft also decoded eagerly at γ_fixed on the comparison dataset
@@ -148,7 +146,7 @@ class Labels:
             if self.engine != defaults.EAGER
             else []
         )
-        self.method.update({label: self.method[self.drafter_label(label)] for label in self.engine_labels})
+        self._decode_as_drafter(self.engine_labels)
         # `long_generation`: AR, SD, BudgetDraft and the copier generating more tokens (LABEL~N, names.length_label)
         self.long = config.get("long_generation") or None
         self.long_labels = (
@@ -160,8 +158,16 @@ class Labels:
             if self.long
             else []
         )
-        self.method.update({label: self.method[self.drafter_label(label)] for label in self.long_labels})
+        self._decode_as_drafter(self.long_labels)
         self.max_new_tokens = config["max_new_tokens"]
+
+    def _decode_as_drafter(self, labels: list[str]) -> None:
+        """Companion labels (LABEL@POLICY, LABEL+ENGINE, LABEL~N) run LABEL's decoder."""
+        self.decodes.update({label: self.decodes[self.drafter_label(label)] for label in labels})
+
+    def drafts(self, label: str) -> bool:
+        """Whether a cell label's decoder drafts (``Decoder.drafts``): its cells take a γ; else (AR) they are B0_g0."""
+        return methods.DECODERS[self.decodes[label]].drafts
 
     def drafter_label(self, label: str) -> str:
         """The drafter a cell label decodes with: LABEL@POLICY, LABEL+ENGINE and LABEL~N are LABEL's."""
@@ -273,7 +279,7 @@ class CellPlan:
             for b in self.budgets_of(label)
             for g in (
                 [0]
-                if self.labels.method[label] == methods.AR
+                if not self.labels.drafts(label)
                 else self.config["gammas"][c]
                 if cells.gamma == artifacts.SWEEP
                 else [gamma]
@@ -318,7 +324,7 @@ class CellPlan:
             return []
         out = []
         for label in ls.long_labels:
-            ar = ls.method[label] == methods.AR
+            ar = not ls.drafts(label)  # the verifier alone: no budget, no γ
             budgets = [long["budget"]] if self.budgets_of(label) == self.plan.budgets else self.budgets_of(label)
             for c in self.plan.contexts:
                 for b in budgets:
@@ -370,7 +376,7 @@ class CellPlan:
             return "|".join(re.escape(str(v)) for v in values)
 
         constraints = {
-            "label": escaped(label for label in self.labels.method if self.labels.replicated(label) == replicated),
+            "label": escaped(label for label in self.labels.decodes if self.labels.replicated(label) == replicated),
             "dataset": escaped(self.plan.datasets),
             "context": escaped(self.plan.contexts),
             "budget": cellfile.NUMBER,
@@ -393,7 +399,7 @@ class CellJobs:
         sampling = {k: c["sampling"][k] for k in SAMPLING_FIELDS}
         share = c["share_verifier_prefill"]
         return CellSpec(
-            label=label, method=labels.method[label], verifier=VERIFIER,
+            label=label, decodes=labels.decodes[label], verifier=VERIFIER,
             prompts=f"results/data/prompts/{dataset}/{context}.parquet", dataset=dataset, context=context,
             max_new_tokens=labels.new_tokens_of(label), repeats=c["repeats"],
             drafter=self.plan.drafters.drafter_dir(label, replicate), budget=int(budget), gamma=int(gamma),
@@ -409,7 +415,7 @@ class CellJobs:
     def cell_inputs(self, spec: CellSpec) -> dict:
         """The inputs of a cell's job: the verifier, the prompts, its code, the shared prefill
         (`share_verifier_prefill`) and the drafter (not for AR)."""
-        inputs = {"verifier": spec.verifier, "prompts": spec.prompts, "code": self.plan.code.cell_code(spec.method)}
+        inputs = {"verifier": spec.verifier, "prompts": spec.prompts, "code": self.plan.code.cell_code(spec.decodes)}
         if spec.verifier_prefill:
             inputs["prefill"] = spec.verifier_prefill
         if spec.drafter is not None:
@@ -467,13 +473,12 @@ class CodeInputs:
 
     @cached_property
     def _code(self) -> dict[str, list[str]]:
-        """{code set: the src/ modules it runs}: each stage's command, and eval-cell per way a cell decodes (a
-        baseline's declared factory module, which eval-cell imports by name, among them)."""
+        """{code set: the src/ modules it runs}: each stage's command, and eval-cell per declared decoder (its
+        factory module, which eval-cell imports by name, among them)."""
         stages = {stage: code_files(command) for stage, command in STAGE_COMMANDS.items()}
-        factories = {m.decodes: m.factory for m in methods.REGISTRY.values()}
         cells = {
-            f"cell-{decodes}": code_files("eval-cell", (factory,) if factory else ())
-            for decodes, factory in factories.items()
+            f"cell-{name}": code_files("eval-cell", (d.factory,) if d.factory else ())
+            for name, d in methods.DECODERS.items()
         }
         return {**stages, **cells}
 
@@ -494,5 +499,5 @@ class CodeInputs:
         return CODE_DIGEST.format(code=stage)
 
     def cell_code(self, decodes: str) -> str:
-        """The code input of a cell that decodes as ``decodes`` (eval-cell --method; a baseline's factory with it)."""
+        """The code input of a cell that runs decoder ``decodes`` (eval-cell --decodes; its factory with it)."""
         return self.digest(f"cell-{decodes}")

@@ -88,13 +88,14 @@ AUTOSTART_PATIENCE_S = 600  # how long a cell waits for the server it started to
 
 def preload_modules() -> list[str]:
     """What the warm process imports before serving: the libraries, then every budgetdraft module a command runs
-    (``budgetdraft.base.importgraph``; eval-cell's baselines, imported by a computed name, included), itself aside."""
+    (``budgetdraft.base.importgraph``; eval-cell's decoder factories, imported by a computed name, included), itself
+    aside."""
     from budgetdraft.base import methods
     from budgetdraft.base.importgraph import command_imports, commands
 
-    baselines = tuple(m.factory for m in methods.REGISTRY.values() if m.factory)
+    factories = tuple(d.factory for d in methods.DECODERS.values() if d.factory)
     ours = {module for command in commands() if command != "warm" for module in command_imports(command)}
-    return [*LIBRARIES, *sorted(ours | set(command_imports("eval-cell", baselines)) - {__name__})]
+    return [*LIBRARIES, *sorted(ours | set(command_imports("eval-cell", factories)) - {__name__})]
 
 
 def sent_env() -> dict[str, str | None]:

@@ -9,6 +9,7 @@ import json
 import torch
 
 from budgetdraft.base.defaults import GAMMA
+from budgetdraft.base.methods import AR, SD
 from budgetdraft.decoding.draftspec import DraftSpec
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.sparse_drafter import drafter_factory
@@ -34,7 +35,12 @@ def prompt_text(text: str) -> str:
 def configure_parser(parser) -> None:
     parser.add_argument("--verifier", default="embedded:smollm2", help="verifier model spec")
     parser.add_argument("--drafter", default="embedded:smollm2:layers=4", help="drafter model spec (sd)")
-    parser.add_argument("--method", choices=["ar", "sd"], default="sd")
+    parser.add_argument(  # a method (a row of the grid), as a user names it: decode runs these two only
+        "--method",
+        choices=[AR, SD],
+        default=SD,
+        help="ar: the verifier alone; sd: the paper's drafter drafts, the verifier checks",
+    )
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--prompt", type=prompt_text, default=DEFAULT_PROMPT, help=f"prompt text ({DEFAULT_PROMPT!r})")
     src.add_argument("--prompt-file", help="file holding the prompt text")
@@ -52,7 +58,7 @@ def run(args) -> None:
 
     sampling = sampling_from_args(args)
     check_device(args.device)
-    if args.method == "sd":
+    if args.method == SD:
         refuse_partial_chunk("--budget", args.budget, "--chunk-size", args.chunk_size)
         refuse_long_draft("--gamma", args.gamma, "--max-new-tokens", args.max_new_tokens)
     torch.set_num_threads(args.threads)
@@ -69,7 +75,7 @@ def run(args) -> None:
     else:
         ids = tokenizer(text)["input_ids"]
     verifier = load_model(args.verifier, args.device, args.verifier_dtype)
-    drafter = None if args.method == "ar" else drafter_factory(verifier, DraftSpec.of(vars(args)), {})()
+    drafter = None if args.method == AR else drafter_factory(verifier, DraftSpec.of(vars(args)), {})()
     with Stopwatch(verifier.device) as watch:  # the loop decides the tokens; its caller times them, end to end
         if drafter is None:
             gen = autoregressive(verifier, ids, args.max_new_tokens, sampling=sampling, engine=args.engine)

@@ -18,7 +18,9 @@ from budgetdraft.pipeline.commands.flags import add_decode_flags, count, refuse_
 
 def configure_parser(parser) -> None:
     parser.add_argument("--label", required=True, help="row label in the tables: ar, sd, lambda0.5, ...")
-    parser.add_argument("--method", required=True, help="decoding algorithm: " + ", ".join(methods.DECODES))
+    parser.add_argument(
+        "--decodes", required=True, help="the decoder (decoding algorithm) it runs: " + ", ".join(methods.DECODERS)
+    )
     parser.add_argument("--verifier", required=True)
     parser.add_argument("--drafter", help="drafter model (sd, triforce) or EAGLE-3 head directory (eagle3)")
     parser.add_argument("--prompts", required=True, help="prompts parquet of one dataset x context")
@@ -46,7 +48,7 @@ def configure_parser(parser) -> None:
         help="the prompts' verifier prefills from `budgetdraft prefill`: copied in, their recorded "
         "seconds charged, instead of recomputed in every run",
     )
-    parser.add_argument("--extra", default="", help="JSON of method-specific settings (triforce, eagle3)")
+    parser.add_argument("--extra", default="", help="JSON of the decoder's own settings (triforce, eagle3, lookup)")
     parser.add_argument(
         "--replicate",
         type=int,
@@ -67,7 +69,7 @@ def preload(argv: list[str], models: ModelStore) -> list[str]:
     wanted = cell_models(spec)
     done = [f"preloaded {name}" for name, dtype in wanted if models.preload(name, spec.device, dtype)]
     if warm_up_once(spec, models):
-        done.append(f"warmed up {spec.method} with {' + '.join(name for name, _ in wanted)}")
+        done.append(f"warmed up {spec.decodes} with {' + '.join(name for name, _ in wanted)}")
     if prefilled := prefill_once(spec, models):
         done.append(f"prefilled {prefilled} prompts of {spec.prompts} with {spec.drafter}")
     return done
