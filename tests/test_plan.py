@@ -256,7 +256,13 @@ def test_a_cell_label_parses_one_way():
     assert p.labels.method_of(names.SD_FULL) is p.labels.method_of(methods.SD) is methods.get(methods.SD)
     assert (p.labels.policy_of(names.SD_FULL), p.cells.budgets_of(names.SD_FULL)) == ("full", [0])
     assert p.cells.budgets_of("sd@snapkv") == p.cells.budgets_of(methods.SD) == p.budgets
-    assert p.labels.method_of("lambda0.5@full+eager") is p.labels.methods[names.BD]
+    # the grammar parses a label the config writes once, at planning, and writes it back the same; a label the plan
+    # did not make is refused, named, never parsed downstream
+    parts = names.parse_label("lambda0.5@full+eager~64")
+    assert parts == names.CellLabel("lambda0.5", "full", "eager", 64) and parts.text == "lambda0.5@full+eager~64"
+    assert p.labels.parts[names.SD_FULL] == names.CellLabel(methods.SD, "full")
+    with pytest.raises(ValueError, match=r"^cell label 'lambda0.5@full\+eager' is none of this config's: ar, sd, "):
+        p.labels.method_of("lambda0.5@full+eager")
     # only a label's own policy takes the budget away: a config decoding everything under `full` keeps its budgets
     # (without the control sd@full, which would measure SD's cells under `full` again: refused, tests/test_leftovers)
     whole = Plan(config("ci", policy="full", controls=["pi"]))
@@ -570,3 +576,22 @@ def test_every_cell_spec_is_what_eval_cell_reads_back_from_its_flags(name):
         spec = p.jobs.spec(m["label"], m["dataset"], m["context"], m["budget"], m["gamma"], replicate)
         flags = shlex.split(p.jobs.eval_cell_flags(spec))
         assert cell_spec(parser.parse_args([*flags, "--out", path])) == spec, path
+
+
+def test_a_cell_is_looked_up_in_the_plan_not_parsed_from_its_path():
+    """The plan makes {cell file: CellSpec} once for every cell any target can ask for; a cell's job and the set-aside
+    check look it up (workflow/rules/common.smk: cell_spec, planned_cell). Each spec names the file it is at, a
+    companion's spec carries its label's own policy, engine and length, and the lookup is the same object each time."""
+    cfg = config("ci")
+    cfg["controls"] = [*cfg.get("controls", []), "sd@full"]
+    p = Plan(cfg)
+    specs = p.jobs.specs
+    assert set(specs) == set(p.cells.every_cell())
+    for path, spec in specs.items():
+        replicate = spec.replicate
+        assert cellfile.cell_path(spec.label, spec.dataset, spec.context, spec.budget, spec.gamma, replicate) == path
+    assert p.jobs.at(next(iter(specs))) is next(iter(specs.values())) and p.jobs.at("results/cells/x/y.parquet") is None
+    sd_full = [s for s in specs.values() if s.label == names.SD_FULL]
+    assert sd_full and {(s.policy, s.budget) for s in sd_full} == {("full", 0)}
+    long = [s for s in specs.values() if s.label in p.labels.long_labels]
+    assert long and all(s.max_new_tokens == p.labels.parts[s.label].tokens for s in long)

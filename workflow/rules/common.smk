@@ -16,7 +16,7 @@ from pathlib import Path
 
 # src/ is on sys.path (Snakefile): the workflow runs the library it declares as code inputs.
 from budgetdraft.base import defaults, methods, names, revisions
-from budgetdraft.evaluation.cellfile import cell_path, path_key
+from budgetdraft.evaluation.cellfile import cell_path
 from budgetdraft.pipeline.plan import Plan
 from budgetdraft.pipeline.setaside import guard, set_aside
 
@@ -64,15 +64,10 @@ def planned_files():
 
 
 def planned_cell(path):
-    """The CellSpec the plan measures at cell file ``path`` (its job's, as cell_spec renders it), which the file's
-    record must be (budgetdraft.evaluation.cellfile.problem), when Snakemake plans and in rule set_aside's job; None
-    for a path that is no cell of a label of the plan (its checks alone)."""
-    key = path_key(path)
-    if key.get("label") not in PLAN.labels.decodes:
-        return None
-    replicate = None if key["replicate"] == names.SHARED else key["replicate"]
-    cell = [key[c] for c in ("label", "dataset", "context", "budget", "gamma")]
-    return PLAN.jobs.spec(*cell, replicate)
+    """The CellSpec the plan measures at cell file ``path`` (looked up: PLAN.jobs.specs), which the file's record
+    must be (budgetdraft.evaluation.cellfile.problem), when Snakemake plans and in rule set_aside's job; None for a
+    path that is no cell of the plan (its checks alone)."""
+    return PLAN.jobs.at(path)
 
 
 def set_aside_marker(path):
@@ -89,12 +84,20 @@ def cell_replicate(wildcards):
     return int(wildcards.replicate) if "replicate" in wildcards.keys() else None
 
 
+def cell_file(wildcards):
+    """The cell file of a cell job: its output, formatted from its wildcards (an input function has no output)."""
+    w, replicate = wildcards, cell_replicate(wildcards)
+    shared = names.SHARED if replicate is None else replicate
+    return cell_path(w.label, w.dataset, w.context, w.budget, w.gamma, shared)
+
+
 def cell_spec(wildcards, threads=None):
-    """The CellSpec of a cell job (the plan's: budgetdraft.evaluation.cellspec); ``threads``: what Snakemake gives
-    the job (config `threads`, at most --cores)."""
+    """The CellSpec of a cell job, looked up in the plan (PLAN.jobs.specs); a cell file outside the plan's grid (a
+    budget or γ of the user's own, asked for by its path) is made from its wildcards. ``threads``: what Snakemake
+    gives the job (config `threads`, at most --cores)."""
     w = wildcards
-    spec = PLAN.jobs.spec(
-        w.label, w.dataset, w.context, w.budget, w.gamma, cell_replicate(wildcards)
+    spec = PLAN.jobs.at(cell_file(w)) or PLAN.jobs.spec(
+        w.label, w.dataset, w.context, w.budget, w.gamma, cell_replicate(w)
     )
     return dataclasses.replace(spec, threads=threads) if threads else spec
 
@@ -102,12 +105,8 @@ def cell_spec(wildcards, threads=None):
 def cell_inputs(wildcards):
     """The verifier, the prompts, the code, the shared prefill (`share_verifier_prefill`), the drafter (not AR) and
     the cell file's set-aside marker, if any."""
-    spec = cell_spec(wildcards)
-    inputs = PLAN.jobs.cell_inputs(spec)
-    path = cell_path(
-        spec.label, spec.dataset, spec.context, spec.budget, spec.gamma, spec.replicate
-    )
-    if marker := set_aside_marker(path):
+    inputs = PLAN.jobs.cell_inputs(cell_spec(wildcards))
+    if marker := set_aside_marker(cell_file(wildcards)):
         inputs["setaside"] = marker
     return inputs
 

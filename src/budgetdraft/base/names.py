@@ -9,6 +9,8 @@ only): the workflow (`workflow/rules/common.smk` and `budgetdraft.pipeline.plan`
 job runs and without the heavy dependencies of the other modules.
 """
 
+from dataclasses import dataclass
+
 from budgetdraft.base import methods
 from budgetdraft.base.defaults import EAGER as EAGER  # re-exported: names.EAGER, the eager companions
 
@@ -36,6 +38,35 @@ REQUIRED_VARIANTS = {  # trained variant (cell label) -> the artifacts that read
 # The `replicate` of a cell that no per-replicate training feeds (AR, a drafter trained once or not at all); cells of
 # a drafter trained once per training replicate (config `replicates`) carry 0, 1, ...
 SHARED = -1
+
+
+@dataclass(frozen=True)
+class CellLabel:
+    """A cell label as its parts, made once when the plan is made (budgetdraft.pipeline.plan.Labels) so that nothing
+    after it parses a label: the method or variant whose drafter and decoder it runs (``method``), and what it
+    changes of the config's run, each None where it keeps the config's: its sparse ``policy`` (LABEL@POLICY), its
+    ``engine`` (LABEL+ENGINE) and its new ``tokens`` (LABEL~N). ``text`` is the label itself."""
+
+    method: str
+    policy: str | None = None
+    engine: str | None = None
+    tokens: int | None = None
+
+    @property
+    def text(self) -> str:
+        policy = f"{POLICY_SEP}{self.policy}" if self.policy else ""
+        engine = f"{ENGINE_SEP}{self.engine}" if self.engine else ""
+        return self.method + policy + engine + ("" if self.tokens is None else f"{LENGTH_SEP}{self.tokens}")
+
+
+def parse_label(text: str) -> CellLabel:
+    """The parts of a cell label written in a config (a control LABEL@POLICY: `sd@full`), the inverse of
+    ``CellLabel.text``: the label grammar's one parse of a label the plan did not make itself."""
+    rest, tokens = split_length_label(text)
+    rest, engine = split_engine_label(rest, None)
+    method, policy = split_policy_label(rest, None)
+    return CellLabel(method, policy, engine, tokens)
+
 
 # A drafter decoded with a sparse policy other than the config's `policy` has its own cell label, LABEL@POLICY
 # (results/cells/sd@snapkv/...); under the config's policy it keeps its plain label, so the grid's paths stay put.

@@ -107,8 +107,6 @@ class Labels:
             {v: methods.variant(v, names.METHOD_NAMES.get(v, ""), given=v in self.given) for v in self.variants}
         )
         self.baselines = [label for label, m in self.methods.items() if m.enabled_by == "baselines"]
-        # the controls that are a method under a sparse policy of its own (LABEL@POLICY: sd@full), read by the claims
-        self.policy_controls = methods.policy_controls(config)
         # Variants beyond the paper's four are trained and evaluated like them, at γ_fixed over every dataset x
         # context x budget (as lambda1.0): a λ variant (its training differs from BudgetDraft's in lambda_c alone,
         # names.lambda_variants) joins the λ table, in order of λ; any other the `variants` table, which `all`
@@ -120,10 +118,12 @@ class Labels:
         self._companions(config, plan.datasets)
 
     def _companions(self, config: dict, datasets: list) -> None:
-        """The cell labels and the decoder each runs, eval-cell's --decodes (`decodes`): methods (every declared one:
-        the eval rules' wildcards list them), variants and their companions, which decode as the label they are of."""
-        self.decodes = {label: m.decodes for label, m in {**methods.REGISTRY, **self.methods}.items()}
+        """The cell labels, each made here from its parts, once (`parts`: label -> names.CellLabel; nothing after the
+        plan splits a label): the methods (every declared one: the eval rules' wildcards list them), the variants and
+        their companions; and the decoder each runs (`decodes`: eval-cell --decodes), the one of the label it is of."""
         self.policy, self.engine = config["policy"], config["engine"]  # every cell's, unless its label says another
+        self.max_new_tokens = config["max_new_tokens"]
+        plain = [names.CellLabel(label) for label in [*methods.REGISTRY, *self.variants]]
         # The `policies` target: the base drafter and BudgetDraft under each sparse policy; a policy other than the
         # config's `policy` has its own cell labels (LABEL@POLICY, budgetdraft.base.names.policy_label).
         self.policies = {
@@ -133,37 +133,45 @@ class Labels:
             **config.get("policies", {}),
         }
         run = [label for label in (methods.SD, names.BD) if label not in self.not_run]  # BudgetDraft may be left out
-        self.policy_labels = [
-            names.policy_label(label, policy, self.policy) for label in run for policy in self.policies["names"]
+        policy = [
+            names.CellLabel(label, None if policy == self.policy else policy)
+            for label in run
+            for policy in self.policies["names"]
         ]
-        self._decode_as_drafter(self.policy_labels + self.policy_controls)
+        # the controls that are a method under a sparse policy of its own (LABEL@POLICY: sd@full), read by the claims:
+        # labels a config writes, parsed here
+        controls = [names.parse_label(label) for label in methods.policy_controls(config)]
         # a policy that keeps every position (`full`) takes no budget: its cells are B0
         self.unbudgeted = {name for name, budgeted in configrefs.registered_policies().items() if not budgeted}
         # `engine: graphs`: AR, SD and BudgetDraft also decoded eagerly at γ_fixed on the comparison dataset
         # (LABEL+eager, budgetdraft.base.names.engine_label), for the claims' finding E1.
-        self.engine_labels = (
-            [names.engine_label(label, defaults.EAGER, self.engine) for label in (methods.AR, *run)]
+        eager = (
+            [names.CellLabel(label, engine=defaults.EAGER) for label in (methods.AR, *run)]
             if self.engine != defaults.EAGER
             else []
         )
-        self._decode_as_drafter(self.engine_labels)
         # `long_generation`: AR, SD, BudgetDraft and the copier generating more tokens (LABEL~N, names.length_label)
         self.long = config.get("long_generation") or None
-        self.long_labels = (
+        long = (
             [
-                names.length_label(label, self.long["max_new_tokens"])
+                names.CellLabel(label, tokens=self.long["max_new_tokens"])
                 for label in self.long["methods"]
                 if label not in self.not_run and (label in self.methods or label in self.variants)
             ]
             if self.long
             else []
         )
-        self._decode_as_drafter(self.long_labels)
-        self.max_new_tokens = config["max_new_tokens"]
+        self.policy_labels, self.policy_controls, self.engine_labels, self.long_labels = (
+            [part.text for part in parts] for parts in (policy, controls, eager, long)
+        )
+        self.parts = {part.text: part for part in plain + policy + controls + eager + long}
+        self.decodes = {label: self.method_of(label).decodes for label in self.parts}
 
-    def _decode_as_drafter(self, labels: list[str]) -> None:
-        """Companion labels (LABEL@POLICY, LABEL+ENGINE, LABEL~N) run LABEL's decoder."""
-        self.decodes.update({label: self.decodes[self.drafter_label(label)] for label in labels})
+    def part(self, label: str) -> names.CellLabel:
+        """The parts of a cell label this plan made (``parts``); a label it did not make is refused, named."""
+        if label not in self.parts:
+            raise ValueError(f"cell label {label!r} is none of this config's: {', '.join(self.parts)}")
+        return self.parts[label]
 
     def drafts(self, label: str) -> bool:
         """Whether a cell label's decoder drafts (``Decoder.drafts``): its cells take a γ; else (AR) they are B0_g0."""
@@ -171,32 +179,31 @@ class Labels:
 
     def drafter_label(self, label: str) -> str:
         """The drafter a cell label decodes with: LABEL@POLICY, LABEL+ENGINE and LABEL~N are LABEL's."""
-        label = names.split_length_label(label)[0]
-        return names.split_policy_label(names.split_engine_label(label, self.engine)[0], self.policy)[0]
+        return self.part(label).method
 
     def new_tokens_of(self, label: str) -> int:
         """The new tokens a cell label generates: its own (LABEL~N), else the config's max_new_tokens."""
-        return names.split_length_label(label)[1] or self.max_new_tokens
+        return self.part(label).tokens or self.max_new_tokens
 
     def engine_of(self, label: str) -> str:
         """The engine a cell label decodes on: its own (LABEL+eager), else the config's."""
-        return names.split_engine_label(label, self.engine)[1]
+        return self.part(label).engine or self.engine
 
     def policy_of(self, label: str) -> str:
         """The sparse policy a cell label decodes with: its own (LABEL@POLICY), else the config's."""
-        return names.split_policy_label(label, self.policy)[1]
+        return self.part(label).policy or self.policy
 
     def method_of(self, label: str) -> methods.Method:
         """The method (declared, or a variant) a cell label measures: LABEL@POLICY, LABEL+ENGINE and LABEL~N are
-        LABEL's (no method's label has a separator, so this is the one parse); a declared method this config does
-        not run is still known (the eval rules' wildcards list every label)."""
-        label = self.drafter_label(label)
-        return self.methods.get(label) or methods.get(label)
+        LABEL's; a declared method this config does not run is still known (the eval rules' wildcards list every
+        label)."""
+        method = self.part(label).method
+        return self.methods.get(method) or methods.get(method)
 
     def budget_kind(self, label: str) -> str:
         """Which budgets a cell label's cells take (methods.BUDGETS): its method's, none when the label names a policy
         of its own that keeps every position (sd@full). A config whose own `policy` is such a one keeps its grid."""
-        own = names.split_policy_label(label, "")[1]  # "" under the config's policy
+        own = self.part(label).policy  # None under the config's policy
         return methods.NO_BUDGET if own in self.unbudgeted else self.method_of(label).budgets
 
     def replicated(self, label: str) -> bool:
@@ -222,12 +229,16 @@ class CellPlan:
         self.all_tables = [key for key, a in self.artifacts.items() if a.kind == "table"]  # what rule `table` builds
         self.all_figures = {a.stem: key for key, a in self.artifacts.items() if a.kind == "figure"}  # stem -> key
         self.figures_in_all = [key for key in self.in_all if self.artifacts[key].kind == "figure"]
+        self.named: dict[str, tuple] = {}  # cell file -> (label, dataset, context, B, γ, replicate), as `cell` made it
 
     def cell(self, label, dataset, context, budget, gamma, replicate=None) -> str:
         """A cell file (budgetdraft.evaluation.cellfile.cell_path): results/cells/LABEL/rR/... for replicate R of a
-        trained drafter, results/cells/LABEL/... shared (``replicate`` None)."""
+        trained drafter, results/cells/LABEL/... shared (``replicate`` None). The file is noted with the cell it
+        names (``named``), where `CellJobs.specs` looks its cell up."""
         shared = names.SHARED if replicate is None else replicate
-        return cellfile.cell_path(label, dataset, context, budget, gamma, shared)
+        path = cellfile.cell_path(label, dataset, context, budget, gamma, shared)
+        self.named.setdefault(path, (label, dataset, context, int(budget), int(gamma), replicate))
+        return path
 
     def cell_files(self, label, dataset, context, budget, gamma) -> list[str]:
         """The files of one grid cell: one per replicate (`replicated`), else the one shared file."""
@@ -411,6 +422,17 @@ class CellJobs:
             verifier_prefill=f"results/prefill/{dataset}/{context}.safetensors" if share else "",
             extra=self.extra(label),
         )  # fmt: skip
+
+    @cached_property
+    def specs(self) -> dict[str, CellSpec]:
+        """{cell file: its CellSpec} of every cell any target can ask for (`CellPlan.every_cell`), made once: a cell's
+        job and the set-aside check look their cell up here, never parse its path or label."""
+        named = self.plan.cells.named
+        return {path: self.spec(*named[path]) for path in self.plan.cells.every_cell()}
+
+    def at(self, path: str) -> CellSpec | None:
+        """The cell the plan measures at cell file ``path`` (``specs``); None for a file that is no cell of the plan."""
+        return self.specs.get(str(path))
 
     def cell_inputs(self, spec: CellSpec) -> dict:
         """The inputs of a cell's job: the verifier, the prompts, its code, the shared prefill
