@@ -1,10 +1,12 @@
 """The names the library and the workflow share beyond the declared methods: the trained variants' cell labels,
-the labels of a method under its own policy, engine or length (LABEL@POLICY, LABEL+ENGINE, LABEL~N: made and split
-here), and the rule a variant's name follows. The declared methods' labels (AR, SD, the baselines, the controls) and
-the separators of a cell label have their one home in `budgetdraft.base.methods` (this module re-binds the
-separators, never the labels); the artifacts are declared on their builders (`budgetdraft.report.artifacts`).
+the labels of a method under its own policy, engine or length (LABEL@POLICY, LABEL+ENGINE, LABEL~N: a cell label as
+its parts, ``CellLabel``, which the plan makes once, and the grammar that writes and reads them), and the rule a
+variant's name follows. The declared methods' labels (AR, SD, the baselines, the controls) and the separators of a
+cell label have their one home in `budgetdraft.base.methods` (read from there: other modules import them from it, not
+from here); the engines' names theirs in `budgetdraft.base.defaults`; the artifacts are declared on their builders
+(`budgetdraft.report.artifacts`).
 
-No imports beyond the standard library, `budgetdraft.base.defaults` and `budgetdraft.base.methods` (standard library
+No imports beyond the standard library and `budgetdraft.base.methods` (standard library
 only): the workflow (`workflow/rules/common.smk` and `budgetdraft.pipeline.plan`) reads this module too, before any
 job runs and without the heavy dependencies of the other modules.
 """
@@ -12,14 +14,13 @@ job runs and without the heavy dependencies of the other modules.
 from dataclasses import dataclass
 
 from budgetdraft.base import methods
-from budgetdraft.base.defaults import EAGER as EAGER  # re-exported: names.EAGER, the eager companions
+from budgetdraft.base.methods import ENGINE_SEP, LENGTH_SEP, POLICY_SEP
 
 # Cell labels of the trained variants the tables read (a declared method's label, AR, SD, the baselines and the
 # controls, has its one home in budgetdraft.base.methods: methods.AR, methods.SD, ...).
 BD, LA_ONLY, LAMBDA1, SINGLE = "lambda0.5", "la_only", "lambda1.0", "single_budget"
 # A method under another sparse policy has its own cell label, LABEL@POLICY (policy_label, below); the separators'
 # home is budgetdraft.base.methods, where no declared label may contain one.
-POLICY_SEP, ENGINE_SEP, LENGTH_SEP = methods.POLICY_SEP, methods.ENGINE_SEP, methods.LENGTH_SEP
 FULL = "full"  # the sparse policy that keeps every position (budgetdraft.decoding.policies, unbudgeted)
 # the control of the collapse: SD with its full drafter cache, no budget (B0)
 SD_FULL = f"{methods.SD}{POLICY_SEP}{FULL}"

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 
+from budgetdraft.base.defaults import EAGER
 from budgetdraft.base.methods import AR, SD
-from budgetdraft.base.names import BD, EAGER, engine_label
+from budgetdraft.base.names import BD, engine_label
 from budgetdraft.evaluation.grid import draft_cost, predicted_speedup
 from budgetdraft.report.evidence import Evidence
 from budgetdraft.report.findings import PAPER_BEST_SPEEDUP, no_cells
