@@ -280,6 +280,7 @@ def test_a_cell_label_parses_one_way():
         ("ar@full", r"controls\[1\] = 'ar@full': 'ar' is not a method that drafts"),
         ("sd@topk", r"controls\[1\] = 'sd@topk': 'topk' is not a sparse policy"),
         ("sd_full", r"controls\[1\] = 'sd_full': must be one of pi, or LABEL@POLICY \(e.g. sd@full\)"),
+        ("sd@full+eager", r"controls\[1\] = 'sd@full\+eager': must match \^\[A-Za-z0-9\]"),  # LABEL@POLICY alone
     ):
         with pytest.raises(ValueError, match=why):
             check_config({**cfg, "controls": ["pi", bad]}, schema=SCHEMA)

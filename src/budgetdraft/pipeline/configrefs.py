@@ -60,12 +60,12 @@ def check_methods(config: dict) -> None:
     for key, given in lists.items():
         known = [label for label, m in methods.REGISTRY.items() if m.enabled_by == key.split(".")[0]]
         for i, name in enumerate(given):
-            if key == "controls" and names.POLICY_SEP in name:
+            if key == "controls" and methods.POLICY_SEP in name:
                 check_policy_control(config, f"{key}[{i}]", name)
             elif name not in known:
                 raise ValueError(
                     f"{key}[{i}] = {name!r}: must be one of {', '.join(known)}"
-                    + (f", or LABEL{names.POLICY_SEP}POLICY (e.g. {names.SD_FULL})" if key == "controls" else "")
+                    + (f", or LABEL{methods.POLICY_SEP}POLICY (e.g. {names.SD_FULL})" if key == "controls" else "")
                 )
 
 
@@ -74,7 +74,8 @@ def check_policy_control(config: dict, key: str, label: str) -> None:
     ``Decoder.paper_drafter``: SD, or a variant), POLICY is registered, and it is not the config's own `policy`,
     under which LABEL's cells of the grid run already (`sd@topk_chunks` under `policy: topk_chunks` planned a second
     copy of SD's grid)."""
-    drafter, policy = names.split_policy_label(label, "")
+    parts = names.parse_label(label)
+    drafter, policy = parts.method, parts.policy or ""
     drafting = [name for name, m in methods.REGISTRY.items() if m.decoder.paper_drafter and not m.enabled_by]
     drafting += list(config.get("variants", {}))
     if drafter not in drafting:
@@ -267,7 +268,7 @@ def check_references(config: dict) -> None:
             raise ValueError(f"long_generation.budget = {long['budget']} is not in budgets")
         run = methods.enabled(config) + list(config["variants"])
         for i, label in enumerate(long["methods"]):
-            if names.POLICY_SEP in label:
+            if methods.POLICY_SEP in label:
                 raise ValueError(
                     f"long_generation.methods[{i}] = {label!r}: a policy's control runs at its own budget; name its "
                     "method (sd) or a variant"

@@ -39,7 +39,7 @@ import yaml
 
 from budgetdraft.base import methods
 from budgetdraft.base.defaults import EAGER, ENGINE, ENGINES, GRAPHS, PREFILL_RUNS, SLOT_ROUNDING
-from budgetdraft.base.names import SHARED, split_engine_label, split_length_label
+from budgetdraft.base.names import SHARED
 from budgetdraft.evaluation.cellfile import path_key
 from budgetdraft.evaluation.cellspec import CellSpec
 from budgetdraft.pipeline import gpusteps
@@ -214,8 +214,7 @@ class Estimator:
         """The plan's CellSpec of a cell (``context``: its label, e.g. "1K"), on the estimate's engine unless the
         label names its own (LABEL+ENGINE)."""
         spec = self.plan.jobs.spec(label, dataset, context, budget, gamma, replicate)
-        engine = split_engine_label(split_length_label(label)[0], self.engine)[1]
-        return replace(spec, engine=engine)
+        return replace(spec, engine=self.plan.labels.part(label).engine or self.engine)
 
     def generation(
         self, cost: str, context: int, budget: int, gamma: int, new: int, shared: bool, drafter_shared: bool = False
