@@ -46,12 +46,18 @@ EXPORT = "export"  # a cost line: the drafter is a model exported again from ano
 KINDS: dict[str, DrafterKind] = {}
 
 
+def add(table: dict, name: str, declared, what: str) -> str:
+    """Add ``declared`` to ``table`` (one of this module's: ``KINDS``, ``DECODERS``, ``REGISTRY``) under ``name``,
+    refusing a name declared twice (``what`` names it: "drafter kind"); returns the name."""
+    if name in table:
+        raise ValueError(f"{what} {name!r} is declared twice")
+    table[name] = declared
+    return name
+
+
 def kind(declared: DrafterKind) -> str:
     """Add a drafter kind to ``KINDS``; returns its name."""
-    if declared.name in KINDS:
-        raise ValueError(f"drafter kind {declared.name!r} is declared twice")
-    KINDS[declared.name] = declared
-    return declared.name
+    return add(KINDS, declared.name, declared, "drafter kind")
 
 
 NONE = kind(DrafterKind("none", what="no drafter (AR, the copier)"))
@@ -153,10 +159,7 @@ DECODERS: dict[str, Decoder] = {}
 
 def decoder(declared: Decoder) -> str:
     """Add a decoder to ``DECODERS``; returns its name (a method's ``decodes``)."""
-    if declared.name in DECODERS:
-        raise ValueError(f"decoder {declared.name!r} is declared twice")
-    DECODERS[declared.name] = declared
-    return declared.name
+    return add(DECODERS, declared.name, declared, "decoder")
 
 
 AR_DECODER = decoder(
@@ -259,10 +262,7 @@ REGISTRY: dict[str, Method] = {}
 
 def declare(method: Method) -> str:
     """Add ``method`` to the registry; returns its label (the name the rest of the code compares cells with)."""
-    if method.label in REGISTRY:
-        raise ValueError(f"method {method.label!r} is declared twice")
-    REGISTRY[method.label] = method
-    return method.label
+    return add(REGISTRY, method.label, method, "method")
 
 
 AR = declare(Method("ar", "AR", AR_DECODER, NONE, NO_BUDGET, what="the verifier alone, greedy, one token a step"))
