@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from budgetdraft.base import methods
+from budgetdraft.base.names import parse_label
 from budgetdraft.evaluation import cellfile
 from budgetdraft.evaluation.grid import Grid, load_cells
 from budgetdraft.pipeline import cli
@@ -31,6 +33,7 @@ SETTINGS = {
 }
 LABELS = ["sd", "lambda0.5", "la_only", "lambda1.0", "single_budget"]
 SAMPLES, REPEATS, NEW_TOKENS, DRAFTED = range(6), [0, 1], 64, 50  # more new tokens than drafts accepted
+GRID_MAX_NEW_TOKENS = 32  # what the grid's cells record they were asked for (decoded_as)
 SPEED = {"ar": 1.0, "sd": 1.2, "lambda0.5": 2.0, "la_only": 1.5, "lambda1.0": 1.9, "single_budget": 1.4}
 MEASURED = [
     "decode_s",
@@ -87,9 +90,19 @@ def equal_sd_bd(label, dataset, context, budget, sample):
     return 0.5 + (e if label == "lambda0.5" else -e)
 
 
+def decoded_as(label: str) -> dict:
+    """What a real cell of ``label`` records of how it decoded (the report reads these, never the label): its
+    decoder, its engine (LABEL+ENGINE: ar+eager is AR on the eager engine) and the new tokens asked for (LABEL~N;
+    the grid's cells: GRID_MAX_NEW_TOKENS, fewer than the long generations', whatever this fixture's outputs are)."""
+    parts = parse_label(label)
+    decodes = methods.REGISTRY[parts.method].decodes if parts.method in methods.REGISTRY else methods.SD
+    record = {"max_new_tokens": parts.tokens or GRID_MAX_NEW_TOKENS}
+    return {"method": decodes, "engine": parts.engine or "graphs", "config": json.dumps(record)}
+
+
 def write_cell(root: Path, accept, label, dataset, context, budget, gamma, measured=True, replicate=None) -> Path:
     rows = []
-    is_ar = label.partition("+")[0] == "ar"  # ar+eager: AR on the eager engine
+    is_ar = decoded_as(label)["method"] == methods.AR
     for s in SAMPLES:
         for r in REPEATS:
             total = ar_time(s) / SPEED[label] * (0.98 if r == 0 else 1.02)
@@ -109,6 +122,7 @@ def write_cell(root: Path, accept, label, dataset, context, budget, gamma, measu
                 accepted=round(accept(label, dataset, context, budget, s) * drafted) if drafted else 0,
                 peak_mem_mb=PEAK_MB(context) + (0.5 if r else -0.5),
                 output_ids=np.arange(NEW_TOKENS, dtype=np.int32) + 100 * s,
+                **decoded_as(label),
             )
             if replicate is not None:
                 row["replicate"] = replicate
@@ -198,6 +212,26 @@ def test_speedup_matches_paper_grid_and_prediction(grid):
     assert f.extra["c"] == pytest.approx(0.1)
     assert f.extra["predicted"] == pytest.approx((1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * 0.1 + 1)))
     assert "interval does not include that choice" in f.note
+
+
+def test_the_ar_cell_a_cell_divides_by_is_read_from_its_rows_not_its_label(tmp_path, monkeypatch):
+    """A cell divides by the AR cell its rows say decoded on the same engine to the same length, whatever the labels
+    say: an eager SD cell by the eager AR cell, not the grid's; without one, the error names what is missing."""
+    accept = lambda *a: 0.5  # noqa: E731
+    monkeypatch.setitem(SPEED, "ar+eager", 0.5)  # the eager AR takes twice the grid's AR's time
+    monkeypatch.setitem(SPEED, "sd+eager", 1.0)
+    d, c = next(iter(SETTINGS["datasets"])), SETTINGS["contexts"][0]
+    cells = {label: write_cell(tmp_path, accept, label, d, c, 0, 0) for label in ("ar", "ar+eager")}
+    cells["sd+eager"] = write_cell(tmp_path, accept, "sd+eager", d, c, 16, 5)
+    g = Grid(load_cells(list(cells.values())))
+    assert g.ar_key(d, c, "sd+eager") == ("ar+eager", d, c, 0, 0) and g.ar_key(d, c) == ("ar", d, c, 0, 0)
+    assert g.speedup(("sd+eager", d, c, 16, 5)) == pytest.approx(2.0)  # 1.0 if it divided by the grid's AR
+    relabelled = load_cells(list(cells.values()))  # the labels' text is no part of it: a label of any name
+    relabelled["label"] = relabelled["label"].map({"ar": "ar", "ar+eager": "slow", "sd+eager": "fast"})
+    assert Grid(relabelled).ar_key(d, c, "fast") == ("slow", d, c, 0, 0)
+    g = Grid(load_cells([cells["ar"], cells["sd+eager"]]))
+    with pytest.raises(ValueError, match=r"missing the AR cell of label=sd\+eager.*no AR cell decoded on engine eager"):
+        g.speedup(("sd+eager", d, c, 16, 5))
 
 
 def test_bd_beats_sd_holds_reversed_does_not_hold_equal_not_resolved(grid, tmp_path):

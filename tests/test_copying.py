@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from test_claims import NEW_TOKENS, SETTINGS, write_cell
+from test_claims import NEW_TOKENS, SETTINGS, decoded_as, write_cell
 
 from budgetdraft.evaluation import cellfile
 from budgetdraft.report import claims, copying, evidence
@@ -140,7 +140,7 @@ def test_a_long_generation_is_checked_against_ar_at_its_own_length():
 
     def rows(label, ids):
         return {"label": label, "dataset": "d", "context": "1K", "budget": 0, "gamma": 0, "sample": 0, "repeat": 0,
-                "output_ids": ids, "config": "{}"}  # fmt: skip
+                "output_ids": ids, **decoded_as(label)}  # fmt: skip
 
     short, long = list(range(8)), list(range(16))
     cells = [rows("ar", short), rows("sd", short), rows("ar~16", long), rows("sd~16", long)]

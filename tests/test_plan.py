@@ -596,3 +596,26 @@ def test_a_cell_is_looked_up_in_the_plan_not_parsed_from_its_path():
     assert sd_full and {(s.policy, s.budget) for s in sd_full} == {("full", 0)}
     long = [s for s in specs.values() if s.label in p.labels.long_labels]
     assert long and all(s.max_new_tokens == p.labels.parts[s.label].tokens for s in long)
+
+
+def test_a_cell_of_the_users_own_budget_or_gamma_is_the_plans_cell_at_its_path():
+    """A cell file outside the grid (a budget or γ the user asks for by its path, as the eval rules' wildcards allow)
+    is the plan's cell of its label, dataset, context and replicate at that budget and γ: its job measures it and the
+    set-aside check compares its record with it (common.smk: cell_spec and planned_cell are one lookup). A path of
+    no label, dataset, context or replicate of the plan, or not in the form the plan writes, is no cell of it."""
+    p = Plan(config("ci"))
+    own = "results/cells/lambda0.5/r1/lwm/256/B48_g7.parquet"
+    assert own not in p.jobs.specs
+    assert p.jobs.at(own) == p.jobs.spec("lambda0.5", "lwm", "256", 48, 7, 1)
+    assert p.jobs.at("results/cells/ar/gs/128/B0_g0.parquet") is p.jobs.specs["results/cells/ar/gs/128/B0_g0.parquet"]
+    for foreign in (
+        "results/cells/nolabel/lwm/256/B48_g7.parquet",
+        "results/cells/lambda0.5/r1/nodata/256/B48_g7.parquet",
+        "results/cells/lambda0.5/r1/lwm/999/B48_g7.parquet",
+        "results/cells/lambda0.5/r9/lwm/256/B48_g7.parquet",  # replicate 9 of 2
+        "results/cells/lambda0.5/lwm/256/B48_g7.parquet",  # a replicated label without its replicate
+        "results/cells/ar/r0/lwm/256/B0_g0.parquet",  # a shared label with one
+        "results/cells/lambda0.5/r1/lwm/256/B048_g7.parquet",
+        "elsewhere/lambda0.5/r1/lwm/256/B48_g7.parquet",
+    ):
+        assert p.jobs.at(foreign) is None, foreign

@@ -64,9 +64,9 @@ def planned_files():
 
 
 def planned_cell(path):
-    """The CellSpec the plan measures at cell file ``path`` (looked up: PLAN.jobs.specs), which the file's record
-    must be (budgetdraft.evaluation.cellfile.problem), when Snakemake plans and in rule set_aside's job; None for a
-    path that is no cell of the plan (its checks alone)."""
+    """The CellSpec the plan measures at cell file ``path`` (PLAN.jobs.at: looked up, or a budget or γ of the
+    user's own), which the file's record must be (budgetdraft.evaluation.cellfile.problem) when Snakemake plans,
+    in rule set_aside's job and in the cell's job; None for a path that is no cell of the plan (its checks alone)."""
     return PLAN.jobs.at(path)
 
 
@@ -92,13 +92,9 @@ def cell_file(wildcards):
 
 
 def cell_spec(wildcards, threads=None):
-    """The CellSpec of a cell job, looked up in the plan (PLAN.jobs.specs); a cell file outside the plan's grid (a
-    budget or γ of the user's own, asked for by its path) is made from its wildcards. ``threads``: what Snakemake
-    gives the job (config `threads`, at most --cores)."""
-    w = wildcards
-    spec = PLAN.jobs.at(cell_file(w)) or PLAN.jobs.spec(
-        w.label, w.dataset, w.context, w.budget, w.gamma, cell_replicate(w)
-    )
+    """The CellSpec of a cell job: its file's planned cell (``planned_cell``). ``threads``: what Snakemake gives the
+    job (config `threads`, at most --cores)."""
+    spec = planned_cell(cell_file(wildcards))
     return dataclasses.replace(spec, threads=threads) if threads else spec
 
 

@@ -63,10 +63,12 @@ class CellLabel:
 def parse_label(text: str) -> CellLabel:
     """The parts of a cell label written in a config (a control LABEL@POLICY: `sd@full`), the inverse of
     ``CellLabel.text``: the label grammar's one parse of a label the plan did not make itself."""
-    rest, tokens = split_length_label(text)
-    rest, engine = split_engine_label(rest, None)
-    method, policy = split_policy_label(rest, None)
-    return CellLabel(method, policy, engine, tokens)
+    rest, sep, tokens = text.partition(LENGTH_SEP)
+    if not (sep and tokens.isdigit()):
+        rest, tokens = text, None
+    rest, _, engine = rest.partition(ENGINE_SEP)
+    method, _, policy = rest.partition(POLICY_SEP)
+    return CellLabel(method, policy or None, engine or None, None if tokens is None else int(tokens))
 
 
 # A drafter decoded with a sparse policy other than the config's `policy` has its own cell label, LABEL@POLICY
@@ -76,12 +78,6 @@ def parse_label(text: str) -> CellLabel:
 def policy_label(label: str, policy: str, default: str) -> str:
     """The cell label of drafter ``label`` decoded with sparse ``policy`` (``default``: the config's policy)."""
     return label if policy == default else f"{label}{POLICY_SEP}{policy}"
-
-
-def split_policy_label(label: str, default: str) -> tuple[str, str]:
-    """(drafter label, sparse policy) of a cell label: the inverse of ``policy_label``."""
-    base, sep, policy = label.partition(POLICY_SEP)
-    return base, policy if sep else default
 
 
 # With `engine: graphs` the run also decodes AR, SD and BudgetDraft eagerly, at γ_fixed on the comparison dataset,
@@ -95,21 +91,6 @@ def engine_label(label: str, engine: str, default: str) -> str:
     return label if engine == default else f"{label}{ENGINE_SEP}{engine}"
 
 
-def split_engine_label(label: str, default: str) -> tuple[str, str]:
-    """(label, engine) of a cell label: the inverse of ``engine_label``."""
-    base, sep, engine = label.partition(ENGINE_SEP)
-    return base, engine if sep else default
-
-
-def ar_label(label: str) -> str:
-    """The AR cell label a cell of ``label`` divides by (and whose tokens it must equal): AR on the same engine,
-    generating as many tokens (LABEL~N: AR~N)."""
-    label, tokens = split_length_label(label)
-    _, sep, engine = label.partition(ENGINE_SEP)
-    ar = methods.AR + sep + engine
-    return ar if tokens is None else length_label(ar, tokens)
-
-
 # The long-generation control (config `long_generation`): a few cells that generate more tokens than the grid's, so
 # that a continuation reaches the part where a greedy base model repeats itself, under labels LABEL~N (N new
 # tokens: results/cells/sd~128/...; LENGTH_SEP).
@@ -118,12 +99,6 @@ def ar_label(label: str) -> str:
 def length_label(label: str, tokens: int) -> str:
     """The cell label of ``label`` generating ``tokens`` new tokens (the long-generation control)."""
     return f"{label}{LENGTH_SEP}{tokens}"
-
-
-def split_length_label(label: str) -> tuple[str, int | None]:
-    """(label, its new tokens; None: the config's max_new_tokens) of a cell label: the inverse of ``length_label``."""
-    base, sep, tokens = label.partition(LENGTH_SEP)
-    return (base, int(tokens)) if sep and tokens.isdigit() else (label, None)
 
 
 # Variants beyond the paper's four (REQUIRED_VARIANTS): a config may add any trained variant (an override of

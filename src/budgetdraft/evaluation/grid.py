@@ -7,7 +7,8 @@ cell that no per-replicate training feeds). A grid cell pools the files of its r
 
   per-sample time   mean over repeats (and replicates) of `total_s`
   speedup           mean over samples of AR per-sample time / method per-sample time (matched by `sample`;
-                    the AR cell is label `ar`, budget 0, gamma 0 of the same dataset and context)
+                    the AR cell: decoded by AR on the same engine to the same length, `Generation`, at budget 0,
+                    gamma 0 of the same dataset and context)
   acceptance (%)    100 * sum(accepted) / sum(drafted) over the cell (every replicate)
   AR tok/s          mean `tok_per_s` of the AR cell
   peak memory (GB)  mean `peak_mem_mb` / 1024 over the cell's rows
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -36,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from budgetdraft.base.methods import AR
-from budgetdraft.base.names import SHARED, ar_label, length_label, split_length_label
+from budgetdraft.base.names import SHARED
 from budgetdraft.evaluation import cellfile
 from budgetdraft.evaluation.cellspec import SAMPLING_FIELDS, read_record
 
@@ -56,7 +58,11 @@ def cell_name(key, replicate: int = SHARED) -> str:
 TIE_COLUMNS = ("runner_up_ids", "top2_margins")  # written by greedy AR cells (budgetdraft.decoding.loop.Generation)
 COST_COLUMNS = ("draft_s", "draft_steps", "verify_s", "new_tokens")  # c of the analytical speedup model
 CLOCK_COLUMNS = ("engine", "bound_fraction")  # how the decode steps ran, and AR's share of the bandwidth bound
-OPTIONAL_COLUMNS = ("replicate", "device", "mem_kind", *TIE_COLUMNS, *COST_COLUMNS, *CLOCK_COLUMNS)  # when present
+# how a cell decoded: its decoder (the `method` column) and its recorded `config` (CellSpec.record)
+DECODING_COLUMNS = ("method", "config")
+OPTIONAL_COLUMNS = (
+    "replicate", "device", "mem_kind", *DECODING_COLUMNS, *TIE_COLUMNS, *COST_COLUMNS, *CLOCK_COLUMNS
+)  # when present  # fmt: skip
 
 
 def read_cell(path: Path, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
@@ -137,10 +143,48 @@ def sampled_groups(df: pd.DataFrame) -> set[tuple[str, str]]:
     return sampled
 
 
+@dataclass(frozen=True)
+class Generation:
+    """How the cells of one label decoded, as their rows record it: the decoder (the `method` column), the engine,
+    and the new tokens asked for (the recorded `config`'s max_new_tokens; a long generation's, LABEL~N, differ from
+    the grid's). The report reads these, never the label's text: which AR cell a cell divides by and is compared
+    with is the AR cell decoded on the same engine to the same length. A frame built by hand without these columns
+    reads its label as its decoder, on one engine, at one length."""
+
+    decodes: str
+    engine: str | None = None
+    max_new_tokens: int | None = None
+
+
+def generations(df: pd.DataFrame) -> dict[str, Generation]:
+    """{label: its cells' ``Generation``}, read from each label's first row."""
+    first = df.drop_duplicates("label")
+    out = {}
+    for i, label in zip(first.index, first["label"]):
+        row = first.loc[i]
+        record = read_record(row["config"]) if "config" in first.columns else {}
+        out[label] = Generation(
+            str(row["method"]) if "method" in first.columns else label,
+            row["engine"] if "engine" in first.columns else None,
+            record.get("max_new_tokens"),
+        )
+    return out
+
+
+def ar_partners(found: dict[str, Generation]) -> dict[str, str]:
+    """{label: the AR label its cells divide by and must equal}: the AR cells decoded on its engine to its length
+    (the first label in order where several are)."""
+    ar = {}
+    for label, g in sorted(found.items()):
+        if g.decodes == AR:
+            ar.setdefault((g.engine, g.max_new_tokens), label)
+    return {label: ar[g.engine, g.max_new_tokens] for label, g in found.items() if (g.engine, g.max_new_tokens) in ar}
+
+
 def check_lossless(df: pd.DataFrame, mode: str = "error", near_tie_margin: float = 0.0) -> list[dict]:
     """Every row's output_ids must equal the AR output of its (dataset, context, sample) at its length (a long
-    generation's, ``LABEL~N``: ``ar~N``'s); returns the rows that differ (``divergence``), each marked ``near_tie``
-    or not.
+    generation's, ``LABEL~N``: the AR cell asked for as many new tokens, ``Generation``); returns the rows that
+    differ (``divergence``), each marked ``near_tie`` or not.
 
     Without an AR cell for that (dataset, context), the first cell (sorted by key) is the reference.
     ``mode="error"``: any difference fails. ``mode="near_tie"`` (fp16 verifiers, whose batched verify and
@@ -148,11 +192,13 @@ def check_lossless(df: pd.DataFrame, mode: str = "error", near_tie_margin: float
     reference's verifier had the row's token as its runner-up within ``near_tie_margin`` logits at the first
     differing position; any other difference fails. Sampling mode: see ``sampled_groups``."""
     sampled = sampled_groups(df)
+    found = generations(df)
     divergences = []
-    tokens = df["label"].map(lambda label: split_length_label(label)[1] or 0)  # a long generation: its own AR~N
-    for (dataset, context, length), group in df.groupby([df["dataset"], df["context"], tokens], sort=True):
+    length = df["label"].map(lambda label: found[label].max_new_tokens or 0)
+    for (dataset, context, _), group in df.groupby([df["dataset"], df["context"], length], sort=True):
         if (dataset, context) not in sampled:
-            divergences += group_divergences(group, near_tie_margin, length_label(AR, length) if length else AR)
+            ar = sorted(label for label in group["label"].unique() if found[label].decodes == AR)
+            divergences += group_divergences(group, near_tie_margin, ar[0] if ar else None)
     fatal = [d for d in divergences if mode == "error" or not d["near_tie"]]
     if fatal:
         d = fatal[0]
@@ -169,9 +215,9 @@ def check_lossless(df: pd.DataFrame, mode: str = "error", near_tie_margin: float
     return divergences
 
 
-def group_divergences(group: pd.DataFrame, near_tie_margin: float, ar: str = AR) -> list[dict]:
+def group_divergences(group: pd.DataFrame, near_tie_margin: float, ar: str | None = AR) -> list[dict]:
     """The rows of one (dataset, context, generation length) whose output_ids differ from the reference cell's:
-    ``ar``'s (AR's cell label at that length), else the first cell's."""
+    ``ar``'s (an AR cell label at that length), else the first cell's."""
     keys = sorted({tuple(k) for k in group[KEY].itertuples(index=False)})
     ref_key = (ar, *keys[0][1:3], 0, 0)
     if ref_key not in keys:
@@ -244,6 +290,8 @@ class Grid:
         )
         self.samples = {tuple(k): g.droplevel(KEY) for k, g in per_sample.groupby(level=KEY, sort=False)}
         self.rows = {tuple(k): g for k, g in df.groupby(KEY, sort=False)}
+        self.generations = generations(df)
+        self.ar_partner = ar_partners(self.generations)
 
     def has(self, key) -> bool:
         return tuple(key) in self.rows
@@ -257,9 +305,22 @@ class Grid:
     def gammas(self, label, dataset, context, budget) -> list[int]:
         return sorted(k[4] for k in self.rows if k[:4] == (label, dataset, context, budget))
 
+    def decodes(self, label) -> str | None:
+        """The decoder of ``label``'s cells (None: no cell of it was given)."""
+        found = self.generations.get(label)
+        return found.decodes if found else None
+
     def ar_key(self, dataset, context, label=AR):
-        """The AR cell a cell of ``label`` divides by (AR on the same engine: ``names.ar_label``)."""
-        return self.need(ar_label(label), dataset, context, 0, 0)
+        """The AR cell a cell of ``label`` divides by: AR decoded on the same engine to the same length
+        (``ar_partners``)."""
+        ar = self.ar_partner.get(label)
+        if ar is None and label in self.generations:
+            g = self.generations[label]
+            raise ValueError(
+                f"missing the AR cell of {cell_name((label, dataset, context, 0, 0))[1:-1]}: no AR cell decoded on "
+                f"engine {g.engine} to max_new_tokens {g.max_new_tokens} is among the --cells given"
+            )
+        return self.need(ar or AR, dataset, context, 0, 0)
 
     def sample_speedups(self, key) -> pd.Series:
         """AR per-sample time / method per-sample time, indexed by sample."""

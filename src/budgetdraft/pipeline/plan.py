@@ -431,8 +431,23 @@ class CellJobs:
         return {path: self.spec(*named[path]) for path in self.plan.cells.every_cell()}
 
     def at(self, path: str) -> CellSpec | None:
-        """The cell the plan measures at cell file ``path`` (``specs``); None for a file that is no cell of the plan."""
-        return self.specs.get(str(path))
+        """The cell the plan measures at cell file ``path``: looked up (``specs``), or, for a budget or γ of the
+        user's own (a file outside the grid, asked for by its path, as the eval rules' wildcards allow), made for
+        the label, dataset, context and replicate the plan has; None for a file that is no cell of the plan."""
+        path = str(path)
+        if path in self.specs:
+            return self.specs[path]
+        key = cellfile.path_key(path)
+        labels, plan = self.plan.labels, self.plan
+        if not key or key["label"] not in labels.decodes or key["dataset"] not in plan.datasets:
+            return None
+        replicate = None if key["replicate"] == names.SHARED else key["replicate"]
+        if key["context"] not in plan.contexts or labels.replicated(key["label"]) != (replicate is not None):
+            return None
+        if replicate is not None and replicate not in plan.replicates:
+            return None
+        spec = self.spec(key["label"], key["dataset"], key["context"], key["budget"], key["gamma"], replicate)
+        return spec if cellfile.cell_path(**key) == path else None
 
     def cell_inputs(self, spec: CellSpec) -> dict:
         """The inputs of a cell's job: the verifier, the prompts, its code, the shared prefill

@@ -20,7 +20,7 @@ import pandas as pd
 from budgetdraft.base.atomic import atomic_write_text
 from budgetdraft.base.jsonio import plain
 from budgetdraft.base.methods import AR, LOOKUP, SD
-from budgetdraft.base.names import BD, SHARED, ar_label, extra_variants, split_length_label
+from budgetdraft.base.names import BD, SHARED, extra_variants, length_label
 from budgetdraft.evaluation.grid import KEY, acceptance_by_replicate
 from budgetdraft.report import copying, findings, memoryuse, speedups
 from budgetdraft.report.bootstrap import RESAMPLES, SEED
@@ -156,7 +156,8 @@ def speedup_model(ev: Evidence) -> list[dict]:
     """Per speculative cell with an AR cell beside it: α, γ, c, measured and predicted speedup (`budgetdraft.evaluation.grid`)."""
     out = []
     for key in sorted(ev.grid.rows):
-        if key[0] == ar_label(key[0]) or not ev.grid.has((ar_label(key[0]), key[1], key[2], 0, 0)):
+        ar = ev.grid.ar_partner.get(key[0])
+        if ev.grid.decodes(key[0]) == AR or ar is None or not ev.grid.has((ar, *key[1:3], 0, 0)):
             continue
         measured, predicted = ev.grid.speedup(key), ev.grid.predicted_speedup(key)
         out.append(
@@ -172,9 +173,9 @@ def speedup_model(ev: Evidence) -> list[dict]:
     return out
 
 
-def speedup_model_rows(model: list[dict], labels=(SD, BD, LOOKUP)) -> list[str]:
+def speedup_model_rows(model: list[dict], tokens: int | None = None, labels=(SD, BD, LOOKUP)) -> list[str]:
     """Markdown: per label × context × γ, means over its cells (datasets × budgets) of `speedup_model`; the labels'
-    long generations (LABEL~N) too. The copier's c is its lookups' cost: near 0, so where it accepts at all it is
+    long generations of ``tokens`` new tokens (LABEL~N) too. The copier's c is its lookups' cost: near 0, so where it accepts at all it is
     the one drafter whose speedup is not eaten by drafting."""
     df = pd.DataFrame(model)
     lines = [
@@ -183,7 +184,7 @@ def speedup_model_rows(model: list[dict], labels=(SD, BD, LOOKUP)) -> list[str]:
     ]
     if df.empty:
         return lines
-    shown = df["label"].map(lambda label: split_length_label(label)[0] in labels)
+    shown = df["label"].isin([*labels, *(length_label(label, tokens) for label in labels if tokens)])
     for (label, context, gamma), g in df[shown].groupby(["label", "context", "gamma"], sort=False):
         m = g[["alpha", "c", "measured", "predicted", "measured_over_predicted"]].mean()
         lines.append(
@@ -326,7 +327,8 @@ def markdown(head: dict, found: list[Finding], ev: Evidence, model: list[dict], 
     lines += ["", "## Copying", ""] + copying.section(ev, found)
     lines += ["", "## Positional profile", "", POSITIONS_TEXT, ""] + section(profile or {})
     lines += ["", "## Decode engine and clock", "", CLOCK_TEXT, ""] + clock_rows(ev)
-    lines += ["", "## Analytical speedup model", "", SPEEDUP_MODEL_TEXT, ""] + speedup_model_rows(model)
+    model_rows = speedup_model_rows(model, copying.long_tokens(ev))
+    lines += ["", "## Analytical speedup model", "", SPEEDUP_MODEL_TEXT, ""] + model_rows
     lines += ["", "## Acceptance per training replicate", "", REPLICATE_TEXT, ""] + replicate_rows(ev)
     lines += ["", "## Variants beyond the paper (not judged)", "", EXTRA_VARIANTS_TEXT, ""]
     lines += extra_variant_rows(extra_variant_acceptance(ev))

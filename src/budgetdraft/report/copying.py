@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from budgetdraft.base.methods import AR, LOOKUP, SD
-from budgetdraft.base.names import BD, length_label, split_length_label
+from budgetdraft.base.names import BD, length_label
 from budgetdraft.report.bootstrap import estimate, ratio
 from budgetdraft.report.evidence import Evidence
 from budgetdraft.report.verdicts import FAILS, OPEN, Finding
@@ -46,16 +46,19 @@ TEXT = (
 
 
 def long_tokens(ev: Evidence) -> int | None:
-    """The new tokens of the long-generation control's cells (labels LABEL~N), None when the run has none."""
-    tokens = {split_length_label(k[0])[1] for k in ev.grid.rows}
-    tokens.discard(None)
+    """The new tokens of the long-generation control's cells (labels LABEL~N): the most any cell was asked for
+    beyond the grid's AR cell (its cells' ``Generation``), None when the run has none."""
+    grid = ev.grid.generations.get(AR)
+    tokens = {g.max_new_tokens for g in ev.grid.generations.values()} - {None, grid and grid.max_new_tokens}
     return max(tokens) if tokens else None
 
 
 def keys_at(ev: Evidence, label: str, context: str, gamma: int | None = None) -> list[tuple]:
-    gamma = 0 if split_length_label(label)[0] == AR else ev.gamma if gamma is None else gamma
-    budgets = None if split_length_label(label)[0] in (SD, BD) else [0]
-    return [k for k in ev.keys(label, gamma, [context], budgets) if k[0] == label]
+    """``label``'s cells at ``context``: AR's at γ 0, a drafter's at ``gamma`` (γ_fixed), over the settings' budgets
+    where it was measured at them, else at budget 0 (a drafter without a budget: the copier)."""
+    gamma = 0 if ev.grid.decodes(label) == AR else ev.gamma if gamma is None else gamma
+    budgeted = any(k[0] == label and k[3] in ev.budgets for k in ev.grid.rows)
+    return [k for k in ev.keys(label, gamma, [context], None if budgeted else [0]) if k[0] == label]
 
 
 def copy_finding(ev: Evidence, context: str, tokens: int | None) -> Finding:
