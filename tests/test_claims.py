@@ -654,3 +654,21 @@ def test_a_finding_whose_interval_is_wider_than_its_effect_names_the_lever(tmp_p
     f = by_id(write_replicated(tmp_path / "three", [0.0, -0.1, 0.1]))["F2/1K"]
     assert "power:" in f.note and "training replicates" in f.note and "×" in f.note
     assert "prompts would" not in f.note
+
+
+def test_cells_loaded_from_files_keep_what_the_lossless_check_reads_of_their_sampling(tmp_path):
+    """Cells decoded by sampling differ from AR's tokens by design: loaded from their files (grid.load_cells), they
+    still carry their recorded sampling settings, so the report skips the token check for them with a note instead of
+    failing it; greedy cells that differ still fail."""
+    d, c = next(iter(SETTINGS["datasets"])), SETTINGS["contexts"][0]
+    paths = [write_cell(tmp_path, lambda *a: 0.5, label, d, c, *at) for label, at in (("ar", (0, 0)), ("sd", (16, 5)))]
+    sd = pd.read_parquet(paths[1])
+    sd["output_ids"] = [ids + 1 for ids in sd["output_ids"]]  # other tokens than AR's
+    cellfile.write_cell(sd, paths[1])
+    with pytest.raises(ValueError, match="lossless check failed"):
+        Grid(load_cells(paths))
+    sampled = json.dumps({"max_new_tokens": GRID_MAX_NEW_TOKENS, "temperature": 1.0, "seed": 0})
+    for path in paths:
+        frame = pd.read_parquet(path)
+        cellfile.write_cell(frame.assign(config=sampled), path)
+    assert Grid(load_cells(paths)).divergences == []
