@@ -357,7 +357,7 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers():
     ]
     shown = {a: json.loads(p.settings.artifact_settings(a))["variants"] for a in ("lambda", "variants")}
     assert shown["lambda"]["lambda0.25"]["lambda_c"] == 0.25 and "budgets_mix" not in shown["lambda"]
-    assert shown["variants"]["budgets_mix"] == {"lambda_c": 0.5, "budgets": [16, 32], "steps": 10}
+    assert shown["variants"]["budgets_mix"] == {"lambda_c": 0.5, "budgets": [16, 32], "steps": 4}
     assert '"lambda_c": 0.25' in p.drafters.variant_hparams("lambda0.25", 0)
     # a λ variant alone: the λ table shows it, and `all` builds no `variants` table (`snakemake variants` would)
     only = Plan(config("ci", variants={"lambda0.25": {"lambda_c": 0.25}}))

@@ -422,7 +422,7 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers(dry_run, tmp_p
     assert shown == {a: json.loads(plan.settings.artifact_settings(a)) for a in shown}  # what the plan says, as a file
     assert shown["lambda"]["variants"]["lambda0.25"]["lambda_c"] == 0.25
     assert "budgets_mix" not in shown["lambda"]["variants"]
-    assert shown["variants"]["variants"]["budgets_mix"] == {"lambda_c": 0.5, "budgets": [16, 32], "steps": 10}
+    assert shown["variants"]["variants"]["budgets_mix"] == {"lambda_c": 0.5, "budgets": [16, 32], "steps": 4}
 
 
 VARIANT_NAMES = [
