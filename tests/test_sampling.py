@@ -34,6 +34,11 @@ from budgetdraft.evaluation.prefill import load_prefills, record_prefills, save_
 from budgetdraft.pipeline.commands import cmd_eval_cell
 
 LEVEL = 1e-3  # chi-square test level: a correct rule passes above it; a broken one falls far below
+# Draws of the tiny pair's end-to-end tests. The level, not the count, sets a correct rule's false-alarm rate (1e-3
+# per test); the count sets the power, which the broken-rule tests show at half of it: resampling from p instead of
+# the residual gives p = 4e-13 at 150 draws (1e-10 at 100, 9e-20 at 300), accepting every draft an outcome of
+# probability 0, while the correct rules gave p = 0.40 to 0.93 at 300 draws (measured on these seeds).
+TINY_DRAWS = 300
 
 
 # ---- the chi-square goodness-of-fit test ------------------------------------------------------------------------
@@ -254,10 +259,11 @@ TINY_SETTINGS = [Sampling(1.0, top_k=3), Sampling(0.8, top_p=0.6, top_k=4)]
 
 @pytest.mark.parametrize("setting", TINY_SETTINGS, ids=["T1_k3", "T0.8_k4_p0.6"])
 def test_speculative_sampling_matches_the_verifiers_distribution_tiny(tiny, prompt, setting):
-    """First 3 of 4 tokens, γ = 3 (round 1 drafts 2: both draft positions and the bonus are exercised)."""
+    """First 3 of 4 tokens, γ = 3 (round 1 drafts 2: both draft positions and the bonus are exercised), over
+    ``TINY_DRAWS`` seeds (600 until the broken-rule tests showed the power the test needs at 150)."""
     verifier, drafter = tiny
     exact = exact_prefix_distribution(verifier, prompt, 3, setting)
-    n = 600
+    n = TINY_DRAWS
     sd = first_tokens(
         lambda s: speculative(SparseDrafter(drafter, 8), verifier, prompt, 4, 3, eos_token_id=[], sampling=s),
         range(n),
@@ -270,9 +276,12 @@ def test_speculative_sampling_matches_the_verifiers_distribution_tiny(tiny, prom
 
 
 def test_speculative_sampling_from_a_reduced_draft_vocabulary_matches_the_verifiers_distribution(tiny, prompt):
-    """The drafter proposes only the even token ids (its q is 0 elsewhere): the output is still drawn from p."""
+    """The drafter proposes only the even token ids (its q is 0 elsewhere): the output is still drawn from p.
+    Top-3 puts 70%, 58% and 53% of p's mass at tokens 1, 2 and 3 on odd ids the drafter cannot propose, and its 27
+    outcomes each get a bin of their own at ``TINY_DRAWS`` draws (top-6 at 600 draws had 40% / 37% / 37% there,
+    and pooled 204 of its 216 outcomes into one bin)."""
     verifier, drafter = tiny
-    setting, n, vocab = Sampling(1.0, top_k=6), 600, torch.arange(0, 96, 2)
+    setting, n, vocab = Sampling(1.0, top_k=3), TINY_DRAWS, torch.arange(0, 96, 2)
     exact = exact_prefix_distribution(verifier, prompt, 3, setting)
 
     def decode(s):
@@ -289,7 +298,7 @@ def test_the_distribution_test_rejects_a_broken_rule_tiny(tiny, prompt, monkeypa
     setting = TINY_SETTINGS[0]
     exact = exact_prefix_distribution(verifier, prompt, 3, setting)
     breakage(monkeypatch)
-    n = 300
+    n = TINY_DRAWS // 2  # the power shown at half the draws the tests above take holds at their count too
     sd = first_tokens(
         lambda s: speculative(SparseDrafter(drafter, 8), verifier, prompt, 4, 3, eos_token_id=[], sampling=s),
         range(n),
