@@ -304,10 +304,14 @@ def test_frequent_tokens_and_the_reduced_head(pair, tmp_path):
 def test_a_cpu_float32_model_decodes_in_this_machines_layout_and_trains_in_transformers_own(tmp_path, monkeypatch):
     """load_model lays every linear weight out as this machine decodes fastest (measured once on the LM head's shape
     and cached, budgetdraft.decoding.layout): column-major, the same values, the tied embedding sharing the LM head's
-    tensor, or transformers' own; a model to train keeps transformers' layout. Both compute the same logits."""
+    tensor, or transformers' own; a model to train keeps transformers' layout. Both compute the same logits. (The
+    converted models are this session's cache, linked: converting the GGUF again is no part of the claim.)"""
     from budgetdraft.decoding import layout
+    from budgetdraft.decoding.loading import embedded_dir
 
+    models = embedded_dir("smollm2", {"layers": "4"}).parent  # converted once per cache, as every real test finds it
     monkeypatch.setenv("BUDGETDRAFT_CACHE", str(tmp_path))  # a machine that has measured nothing yet
+    (tmp_path / "models").symlink_to(models)
     train = load_model("embedded:smollm2:layers=4", trainable=True)
     column = layout.decode_layout(
         load_model("embedded:smollm2:layers=4", trainable=True), "cpu", "float32", layout.COLUMN
