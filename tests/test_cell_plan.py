@@ -229,13 +229,17 @@ def test_every_cell_eval_cell_records_is_the_plans(sampling):
 
 BAD = "results/cells/lambda0.5/r1/gs/128/B16_g5.parquet"  # a cell of config/ci.yaml copied in: its record's budget 32
 KEPT = "results/cells/lambda0.5/r1/gs/128/B32_g5.parquet"  # the plan's cell, measured with 2 threads
+CUT_SHORT = "results/cells/lambda0.5/r0/gs/128/B16_g5.parquet"  # a cell file cut short (tests/test_unreadable_cells.py)
+OUTSIDE = "elsewhere/lambda0.5/r0/gs/128/B16_g5.parquet"  # cut short too, outside results/, with a cell's last segments
 
 
 @pytest.mark.workflow
 def test_snakemake_compares_each_cell_with_its_plan_and_its_job_moves_it(tmp_path):
-    """Through Snakemake (`--until set_aside`: only the set-aside jobs run): the cell whose record is another budget is
-    named when it plans and moved aside by its job, which compared it with the same spec; the cell measured on other
-    threads is kept and named nowhere."""
+    """Through Snakemake (`--until set_aside`: only the set-aside jobs run), in one run: the cell whose record is
+    another budget is named when it plans and moved aside by its job, which compared it with the same spec; the cell
+    measured on other threads is kept and named nowhere. The run moves a cell cut short by a job too, saying so, and
+    writes its marker; the file outside results/ with a cell's last segments is no output of any rule and stays (the
+    run that tests/test_unreadable_cells.py's in-process tests of `guard` and `set_aside` are wired to)."""
     copy_project(tmp_path)
     p = plan("ci")
     for path in (BAD, KEPT):
@@ -245,10 +249,19 @@ def test_snakemake_compares_each_cell_with_its_plan_and_its_job_moves_it(tmp_pat
         record = dataclasses.replace(spec, budget=32) if path == BAD else dataclasses.replace(spec, threads=2)
         seal = sealed_copy if path == BAD else cellfile.write_cell
         seal(rows(*cell).assign(config=record.record()), tmp_path / path)
-    done = snakemake(tmp_path, "--until", "set_aside", BAD, KEPT)
+    for path in (CUT_SHORT, OUTSIDE):
+        os.makedirs(tmp_path / os.path.dirname(path))
+        (tmp_path / path).write_bytes(b"PAR1 cut short")
+    done = snakemake(tmp_path, "--until", "set_aside", BAD, KEPT, CUT_SHORT)
     assert done.returncode == 0, done.stderr[-3000:]
     said = "its record says budget 32, the plan wants 16"
     assert f"cell file {BAD} ({said}): job set_aside moves it to {BAD}.unreadable" in done.stderr, done.stderr[-3000:]
     assert f"cell file {BAD} ({said}): moved to {BAD}.unreadable, making it again" in done.stderr
     assert (tmp_path / f"{BAD}.unreadable").is_file() and not (tmp_path / BAD).exists()
     assert f"cell file {KEPT}" not in done.stderr and (tmp_path / KEPT).is_file()
+    cut = f"cell file {CUT_SHORT} (not a whole parquet file): moved to {CUT_SHORT}.unreadable, making it again"
+    assert cut in done.stderr, done.stderr[-3000:]
+    (marker,) = (tmp_path / "results/setaside" / os.path.dirname(CUT_SHORT).removeprefix("results/")).iterdir()
+    assert marker.read_text() == cut + "\n"
+    assert (tmp_path / f"{CUT_SHORT}.unreadable").read_bytes() == b"PAR1 cut short"
+    assert (tmp_path / OUTSIDE).read_bytes() == b"PAR1 cut short" and "elsewhere" not in done.stderr

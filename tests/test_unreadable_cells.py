@@ -168,19 +168,8 @@ def test_a_command_that_runs_no_job_moves_no_cell(bad_cell_copy, command):
         assert not (bad_cell_copy / f"{path}.unreadable").exists()
 
 
-@pytest.mark.workflow
-def test_a_run_moves_the_cell_by_a_job_and_nothing_outside_results(bad_cell_copy):
-    """The same cell, asked of a run that runs only the set-aside (`--until set_aside`): its job moves it aside,
-    saying so, and writes its marker; the file outside results/ with a cell's last segments is no output of any rule
-    and stays."""
-    done = snakemake(bad_cell_copy, "--until", "set_aside", BAD_CELL)
-    assert done.returncode == 0, done.stderr[-3000:]
-    said = f"cell file {BAD_CELL} (not a whole parquet file): moved to {BAD_CELL}.unreadable, making it again"
-    assert said in done.stderr, done.stderr[-3000:]
-    (marker,) = (bad_cell_copy / "results/setaside" / os.path.dirname(BAD_CELL).removeprefix("results/")).iterdir()
-    assert marker.read_text() == said + "\n"
-    assert (bad_cell_copy / f"{BAD_CELL}.unreadable").read_bytes() == b"PAR1 cut short"
-    assert (bad_cell_copy / OUTSIDE).read_bytes() == b"PAR1 cut short" and "elsewhere" not in done.stderr
+# A run that moves a cut-short cell by a job (and nothing outside results/) is tests/test_cell_plan.py's
+# test_snakemake_compares_each_cell_with_its_plan_and_its_job_moves_it: one `--until set_aside` run for both.
 
 
 @pytest.fixture()
