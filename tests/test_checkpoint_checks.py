@@ -142,7 +142,14 @@ def test_a_download_cut_off_mid_transfer_is_called_that_not_offline(checkpoint, 
 
 
 def test_a_hub_that_refuses_the_connection_is_still_unreachable(tmp_path, monkeypatch):
-    """The other side of the type check: nothing listens at the endpoint (httpx2's ConnectError)."""
+    """The other side of the type check: nothing listens at the endpoint (httpx2's ConnectError). huggingface_hub
+    retries a refused connection 5 times, 23 s of backoff it sleeps through ``time.sleep`` in its ``utils._http``
+    (no setting shortens it): the test skips the sleeps, not the attempts, so the error is the one after the last."""
+    from types import SimpleNamespace
+
+    from huggingface_hub.utils import _http
+
+    monkeypatch.setattr(_http, "time", SimpleNamespace(sleep=lambda seconds: None))
     constants = huggingface_hub.constants
     monkeypatch.setenv("HF_HUB_OFFLINE", "")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
