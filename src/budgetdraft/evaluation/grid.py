@@ -7,7 +7,7 @@ cell that no per-replicate training feeds). A grid cell pools the files of its r
 
   per-sample time   mean over repeats (and replicates) of `total_s`
   speedup           mean over samples of AR per-sample time / method per-sample time (matched by `sample`;
-                    the AR cell: decoded by AR on the same engine to the same length, `Generation`, at budget 0,
+                    the AR cell: decoded by AR on the same engine to the same length, `CellDecoding`, at budget 0,
                     gamma 0 of the same dataset and context)
   acceptance (%)    100 * sum(accepted) / sum(drafted) over the cell (every replicate)
   AR tok/s          mean `tok_per_s` of the AR cell
@@ -144,7 +144,7 @@ def sampled_groups(df: pd.DataFrame) -> set[tuple[str, str]]:
 
 
 @dataclass(frozen=True)
-class Generation:
+class CellDecoding:
     """How the cells of one label decoded, as their rows record it: the decoder (the `method` column), the engine,
     and the new tokens asked for (the recorded `config`'s max_new_tokens; a long generation's, LABEL~N, differ from
     the grid's). The report reads these, never the label's text: which AR cell a cell divides by and is compared
@@ -156,14 +156,14 @@ class Generation:
     max_new_tokens: int | None = None
 
 
-def generations(df: pd.DataFrame) -> dict[str, Generation]:
-    """{label: its cells' ``Generation``}, read from each label's first row."""
+def cell_decodings(df: pd.DataFrame) -> dict[str, CellDecoding]:
+    """{label: its cells' ``CellDecoding``}, read from each label's first row."""
     first = df.drop_duplicates("label")
     out = {}
     for i, label in zip(first.index, first["label"]):
         row = first.loc[i]
         record = read_record(row["config"]) if "config" in first.columns else {}
-        out[label] = Generation(
+        out[label] = CellDecoding(
             str(row["method"]) if "method" in first.columns else label,
             row["engine"] if "engine" in first.columns else None,
             record.get("max_new_tokens"),
@@ -171,7 +171,7 @@ def generations(df: pd.DataFrame) -> dict[str, Generation]:
     return out
 
 
-def ar_partners(found: dict[str, Generation]) -> dict[str, str]:
+def ar_partners(found: dict[str, CellDecoding]) -> dict[str, str]:
     """{label: the AR label its cells divide by and must equal}: the AR cells decoded on its engine to its length
     (the first label in order where several are)."""
     ar = {}
@@ -183,7 +183,7 @@ def ar_partners(found: dict[str, Generation]) -> dict[str, str]:
 
 def check_lossless(df: pd.DataFrame, mode: str = "error", near_tie_margin: float = 0.0) -> list[dict]:
     """Every row's output_ids must equal the AR output of its (dataset, context, sample) at its length (a long
-    generation's, ``LABEL~N``: the AR cell asked for as many new tokens, ``Generation``); returns the rows that
+    generation's, ``LABEL~N``: the AR cell asked for as many new tokens, ``CellDecoding``); returns the rows that
     differ (``divergence``), each marked ``near_tie`` or not.
 
     Without an AR cell for that (dataset, context), the first cell (sorted by key) is the reference.
@@ -192,7 +192,7 @@ def check_lossless(df: pd.DataFrame, mode: str = "error", near_tie_margin: float
     reference's verifier had the row's token as its runner-up within ``near_tie_margin`` logits at the first
     differing position; any other difference fails. Sampling mode: see ``sampled_groups``."""
     sampled = sampled_groups(df)
-    found = generations(df)
+    found = cell_decodings(df)
     divergences = []
     length = df["label"].map(lambda label: found[label].max_new_tokens or 0)
     for (dataset, context, _), group in df.groupby([df["dataset"], df["context"], length], sort=True):
@@ -290,8 +290,8 @@ class Grid:
         )
         self.samples = {tuple(k): g.droplevel(KEY) for k, g in per_sample.groupby(level=KEY, sort=False)}
         self.rows = {tuple(k): g for k, g in df.groupby(KEY, sort=False)}
-        self.generations = generations(df)
-        self.ar_partner = ar_partners(self.generations)
+        self.decoding = cell_decodings(df)
+        self.ar_partner = ar_partners(self.decoding)
 
     def has(self, key) -> bool:
         return tuple(key) in self.rows
@@ -307,15 +307,15 @@ class Grid:
 
     def decodes(self, label) -> str | None:
         """The decoder of ``label``'s cells (None: no cell of it was given)."""
-        found = self.generations.get(label)
+        found = self.decoding.get(label)
         return found.decodes if found else None
 
     def ar_key(self, dataset, context, label=AR):
         """The AR cell a cell of ``label`` divides by: AR decoded on the same engine to the same length
         (``ar_partners``)."""
         ar = self.ar_partner.get(label)
-        if ar is None and label in self.generations:
-            g = self.generations[label]
+        if ar is None and label in self.decoding:
+            g = self.decoding[label]
             raise ValueError(
                 f"missing the AR cell of {cell_name((label, dataset, context, 0, 0))[1:-1]}: no AR cell decoded on "
                 f"engine {g.engine} to max_new_tokens {g.max_new_tokens} is among the --cells given"

@@ -47,9 +47,9 @@ TEXT = (
 
 def long_tokens(ev: Evidence) -> int | None:
     """The new tokens of the long-generation control's cells (labels LABEL~N): the most any cell was asked for
-    beyond the grid's AR cell (its cells' ``Generation``), None when the run has none."""
-    grid = ev.grid.generations.get(AR)
-    tokens = {g.max_new_tokens for g in ev.grid.generations.values()} - {None, grid and grid.max_new_tokens}
+    beyond the grid's AR cell (its cells' ``CellDecoding``), None when the run has none."""
+    grid = ev.grid.decoding.get(AR)
+    tokens = {g.max_new_tokens for g in ev.grid.decoding.values()} - {None, grid and grid.max_new_tokens}
     return max(tokens) if tokens else None
 
 
