@@ -143,68 +143,83 @@ TRAINED = ["results/drafters/r0/la_only", "results/drafters/r0/lambda0.5", "resu
            "results/drafters/r0/single_budget", "results/drafters/eagle3"]  # fmt: skip
 TRAINED_CELLS = [f"results/cells/{label}/lwm/{CONTEXT}/B1024_g5.parquet"
                  for label in ("lambda0.5/r0", "single_budget/r0", "eagle3")]  # fmt: skip
+# the two configs at tiny sizes, side by side in one copy of the project
+PAPER_CONFIG, RELEASE_CONFIG = "config/paper_tiny.yaml", "config/release_tiny.yaml"
 
 
 @pytest.mark.pipeline
-def test_the_paper_config_trains_through_the_hub(hub, tmp_path):
-    """`pin`, the plan of `snakemake all` on config/paper.yaml at tiny sizes, and its training chain for real:
-    export -> PG-19 train through the hub -> targets -> 4 variants and EAGLE-3 trained at a 2,176-token prefix -> a
-    cell of each at 2,304 tokens with the paper's fp16 verifier, every read at the pinned commits. Its grid, every
-    table, figure, the claims and the paper diff run through the hub in the release test below (the same verifier,
-    datasets and grid); its paper diff's "steps 1 (paper: 5000)" is tests/test_paperdiff.py's."""
+def test_the_paper_configs_run_through_the_hub_and_a_local_copy(hub, tmp_path, monkeypatch):
+    """Both paper configs at tiny sizes in one copy of the project, so that what they share (the project, the hub's
+    downloads, the exported verifier and drafter, the prompts) is made once: `pin` and the plan of `snakemake all` on
+    each, one `snakemake all` on config/paper_release.yaml (the smaller: no training), then config/paper.yaml's
+    training chain for real (its grid, tables, figures, claims and paper diff are the release run's: the same
+    verifier, datasets and grid).
+
+    - the release config runs through the hub and a local copy (`release_planned`, `release_ran`,
+      `changed_checkpoint_exported_again`, `unknown_revision_refused`): sizes made tiny and nothing else, λ = 0.5 read
+      from the authors' hub repository (main/), L_A only and λ = 1.0 from a copy made as their README makes it
+      (`hf download ... --local-dir ./ckpts`), no training job, the single-budget rows "not run: the authors do not
+      release this drafter"; the paper's verifier exported, the prompts of PG-19, LongBench and NarrativeQA, every
+      cell at 2,304 tokens, every table, figure, the claims and the paper diff, every read at the pinned commits. A
+      checkpoint changed in the copy after its export is exported (and measured) again; a revision the hub does not
+      have is refused;
+    - the paper config trains through the hub (`paper_planned`, `paper_trained`): export -> PG-19 train through the
+      hub -> targets -> 4 variants and EAGLE-3 trained at a 2,176-token prefix -> a cell of each at 2,304 tokens with
+      the paper's fp16 verifier, every read at the pinned commits; its paper diff's "steps 1 (paper: 5000)" is
+      tests/test_paperdiff.py's."""
     work = project(tmp_path / "paper")
-    env = hub_env(hub, tmp_path / "hf")
-    (work / "config/paper_tiny.yaml").write_text(
-        yaml.safe_dump(tiny_sizes(yaml.safe_load((ROOT / "config/paper.yaml").read_text())), sort_keys=False)
-    )
-    revisions = pinned(work, "config/paper_tiny.yaml", env)
-    assert revisions == {
-        repo: hub.commit(kind, repo, "main")
-        for repo, kind in [(paper_hub.VERIFIER, "model"), (paper_hub.DRAFTER, "model"), (paper_hub.PG19, "dataset"),
-                           (paper_hub.LONGBENCH, "dataset"), (paper_hub.NARRATIVEQA, "dataset")]
-    }  # fmt: skip
-    dry = snakemake(work, "config/paper_tiny.yaml", env, "-n", "all")
-    assert "read at no pinned revision" not in dry.stderr
-    planned = {out for line in re.findall(r"^\s+output: (.+)$", dry.stdout, re.M) for out in line.split(", ")}
-    assert set(TRAINED + TRAINED_CELLS) <= planned, sorted(planned)[:20]
-    hub.requests.clear()
-    snakemake(work, "config/paper_tiny.yaml", env, *TRAINED, *TRAINED_CELLS)
-    assert hub.unknown == [] and hub.requests
-    reads_only_pinned(hub, revisions)
-    import pyarrow.parquet as pq
-
-    for variant in TRAINED[:-1]:  # every step of the tiny recipe at the 2,176-token prefix logged
-        assert (work / variant / "model.safetensors").is_file() and (work / variant / "loss_log.csv").is_file()
-    assert (work / "results/drafters/eagle3/head.safetensors").is_file()
-    for path in TRAINED_CELLS:
-        for row in pq.read_table(work / path).to_pylist():
-            assert row["prompt_tokens"] == CONTEXT and row["new_tokens"] >= 1, path
-            assert json.loads(row["config"])["verifier_dtype"] == "float16", path
-
-
-@pytest.mark.pipeline
-def test_the_release_config_runs_through_the_hub_and_a_local_copy(hub, tmp_path, monkeypatch):
-    """config/paper_release.yaml, sizes made tiny and nothing else, `snakemake all`: λ = 0.5 read from the authors'
-    hub repository (main/), L_A only and λ = 1.0 from a copy made as their README makes it (`hf download ...
-    --local-dir ./ckpts`), no training job, the single-budget rows "not run: the authors do not release this drafter";
-    the paper's verifier exported, the prompts of PG-19, LongBench and NarrativeQA, every cell at 2,304 tokens, every
-    table, figure, the claims and the paper diff, every read at the pinned commits. A checkpoint changed in the copy
-    after its export is exported (and measured) again; a revision the hub does not have is refused."""
-    work = project(tmp_path / "release")
     env = hub_env(hub, tmp_path / "hf")
     run(["hf", "download", paper_hub.RELEASE, "--local-dir", str(work / "ckpts")], work, env)
     assert sorted(p.name for p in (work / "ckpts").iterdir() if p.is_dir() and p.name in paper_hub.RELEASED) == [
         "ac", "aonly", "main",
     ]  # fmt: skip
+    paper_revisions = paper_planned(hub, work, env)
+    release_revisions = release_planned(hub, work, env)
+    release_ran(hub, work, env, release_revisions, monkeypatch)
+    paper_trained(hub, work, env, paper_revisions)
+    changed_checkpoint_exported_again(work, env, tmp_path / "other")
+    unknown_revision_refused(work, env)
+
+
+def paper_planned(hub: LocalHub, work: Path, env: dict) -> dict:
+    """config/paper.yaml at tiny sizes pinned (every repository it reads, at the hub's commit) and planned: `all`
+    plans the training chain and a cell of each trained drafter, no repository read unpinned. Its revisions."""
+    (work / PAPER_CONFIG).write_text(
+        yaml.safe_dump(tiny_sizes(yaml.safe_load((ROOT / "config/paper.yaml").read_text())), sort_keys=False)
+    )
+    revisions = pinned(work, PAPER_CONFIG, env)
+    assert revisions == {
+        repo: hub.commit(kind, repo, "main")
+        for repo, kind in [(paper_hub.VERIFIER, "model"), (paper_hub.DRAFTER, "model"), (paper_hub.PG19, "dataset"),
+                           (paper_hub.LONGBENCH, "dataset"), (paper_hub.NARRATIVEQA, "dataset")]
+    }  # fmt: skip
+    dry = snakemake(work, PAPER_CONFIG, env, "-n", "all")
+    assert "read at no pinned revision" not in dry.stderr
+    planned = {out for line in re.findall(r"^\s+output: (.+)$", dry.stdout, re.M) for out in line.split(", ")}
+    assert set(TRAINED + TRAINED_CELLS) <= planned, sorted(planned)[:20]
+    return revisions
+
+
+def release_planned(hub: LocalHub, work: Path, env: dict) -> dict:
+    """config/paper_release.yaml at tiny sizes, L_A only and λ = 1.0 read from ./ckpts, pinned and planned: no
+    training job. Its revisions."""
     cfg = tiny_sizes(yaml.safe_load((ROOT / "config/paper_release.yaml").read_text()))
     for variant in ("la_only", "lambda1.0"):
         cfg["variants"][variant]["checkpoint"] = "./ckpts"
-    (work / "config/release_tiny.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    revisions = pinned(work, "config/release_tiny.yaml", env)
+    (work / RELEASE_CONFIG).write_text(yaml.safe_dump(cfg, sort_keys=False))
+    revisions = pinned(work, RELEASE_CONFIG, env)
     assert revisions[paper_hub.RELEASE] == hub.commit("model", paper_hub.RELEASE, "main")
-    plan = snakemake(work, "config/release_tiny.yaml", env, "-n", "all").stdout
+    plan = snakemake(work, RELEASE_CONFIG, env, "-n", "all").stdout
     assert "rule train" not in plan and "rule targets" not in plan
-    snakemake(work, "config/release_tiny.yaml", env, "all")
+    return revisions
+
+
+def release_ran(hub: LocalHub, work: Path, env: dict, revisions: dict, monkeypatch) -> None:
+    """`snakemake all` on the release config: the given drafters exported, the paper's verifier exported with its
+    YaRN positions and its tokenizer converted, the prompts of the three datasets at 2,304 tokens, every cell of
+    every label with the fp16 verifier, every table traced to its cells, nothing trained, the single-budget rows
+    "not run" and the paper diff; every read at the pinned commits."""
+    snakemake(work, RELEASE_CONFIG, env, "all")
     assert hub.unknown == []
     reads_only_pinned(hub, revisions)
     for variant in ("la_only", "lambda0.5", "lambda1.0"):
@@ -241,19 +256,46 @@ def test_the_release_config_runs_through_the_hub_and_a_local_copy(hub, tmp_path,
     diff = (work / "results/paper_diff.md").read_text()
     assert "not a rerun" in diff.splitlines()[0] and "The paper's own inconsistencies" in diff
 
-    weights = work / "ckpts/aonly/model.safetensors"  # the copy's L_A-only weights replaced, at the same path
+
+def paper_trained(hub: LocalHub, work: Path, env: dict, revisions: dict) -> None:
+    """The paper config's training chain and a cell of each trained drafter, run for real through the hub: every
+    variant's weights and loss log at the 2,176-token prefix, EAGLE-3's head, each cell at 2,304 tokens with the
+    fp16 verifier; every read at the pinned commits (PG-19's train split among them: the release reads none)."""
+    hub.requests.clear()
+    snakemake(work, PAPER_CONFIG, env, *TRAINED, *TRAINED_CELLS)
+    assert hub.unknown == [] and hub.requests
+    reads_only_pinned(hub, revisions)
+    import pyarrow.parquet as pq
+
+    for variant in TRAINED[:-1]:  # every step of the tiny recipe at the 2,176-token prefix logged
+        assert (work / variant / "model.safetensors").is_file() and (work / variant / "loss_log.csv").is_file()
+    assert (work / "results/drafters/eagle3/head.safetensors").is_file()
+    for path in TRAINED_CELLS:
+        for row in pq.read_table(work / path).to_pylist():
+            assert row["prompt_tokens"] == CONTEXT and row["new_tokens"] >= 1, path
+            assert json.loads(row["config"])["verifier_dtype"] == "float16", path
+
+
+def changed_checkpoint_exported_again(work: Path, env: dict, other: Path) -> None:
+    """The copy's L_A-only weights replaced at the same path, even with their old modification time: the release
+    plan exports it again (and measures again what reads it), and only it."""
+    weights = work / "ckpts/aonly/model.safetensors"
     stat = weights.stat()
-    paper_models.write_model(paper_hub.llama_68m(), tmp_path / "other", paper_models.llama2_like_tokenizer(), seed=99)
-    shutil.copy(tmp_path / "other/model.safetensors", weights)
-    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with its old modification time
-    again = snakemake(work, "config/release_tiny.yaml", env, "-n", "all").stdout
+    paper_models.write_model(paper_hub.llama_68m(), other, paper_models.llama2_like_tokenizer(), seed=99)
+    shutil.copy(other / "model.safetensors", weights)
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    again = snakemake(work, RELEASE_CONFIG, env, "-n", "all").stdout
     assert "output: results/drafters/given/la_only\n" in again  # exported again, and what reads it measured again
     assert (
         "output: results/drafters/given/lambda1.0\n" not in again
         and "output: results/drafters/given/lambda0.5\n" not in again
     )
 
-    bad = yaml.safe_load((work / "config/release_tiny.yaml").read_text())
+
+def unknown_revision_refused(work: Path, env: dict) -> None:
+    """The release pinned at a revision the hub does not have: exporting its drafter fails, its log naming the
+    repository and the revision."""
+    bad = yaml.safe_load((work / RELEASE_CONFIG).read_text())
     bad["revisions"][paper_hub.RELEASE] = "0" * 40
     (work / "config/bad.yaml").write_text(yaml.safe_dump(bad, sort_keys=False))
     shutil.rmtree(work / "results/drafters/given/lambda0.5")
