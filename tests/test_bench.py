@@ -1,12 +1,19 @@
 """Every script of bench/ runs once (issue 55): bench/decode_speed.py had failed at its first import for weeks, and
-nothing ran it. Each runs as a user runs it, ``python bench/X.py`` in a process of its own with this checkout's src
-first on the path, at the smallest sizes that still take its whole code path once (tiny random models of
-tests/conftest.py, a few tokens, one repeat, one thread), and must exit 0 and print the table or JSON it promises:
-a broken import, a renamed function or a changed return type fails here. The numbers themselves mean nothing.
+nothing ran it. Each runs as a user runs it, ``python bench/X.py``, at the smallest sizes that still take its whole
+code path once (tiny random models of tests/conftest.py, a few tokens, one repeat, one thread), and must exit 0 and
+print the table or JSON it promises: a broken import, a renamed function or a changed return type fails here. The
+numbers themselves mean nothing.
 
-verifier_load.py is the exception: its whole run starts a dozen fresh processes (a load each, cold cells, warm
-and resident servers), most of a minute of CPU even at a tiny size, so its main() runs in this process with
-those processes run here instead (see its test)."""
+A fresh process pays ~7 s importing torch and transformers on a 2-core machine, so the runs that decode run in this
+process (``run_script``: runpy runs the file as ``__main__``, with the sys.argv, sys.path and working directory that
+command gives it, and the torch settings it changes put back afterwards); that the scripts import in a process of
+their own, with only this checkout's src on the path, is checked once for all of them
+(test_every_bench_script_starts_in_a_fresh_process). verdict_stability.py (no torch) still runs as a process;
+gpu_decode.py runs as one in tests/test_bench_gpu_decode.py, where its smoke run's columns and --profile are checked.
+
+verifier_load.py's whole run starts a dozen fresh processes (a load each, cold cells, warm and resident servers),
+most of a minute of CPU even at a tiny size, so its main() runs in this process with those processes run here
+instead (see its test)."""
 
 import argparse
 import contextlib
@@ -15,6 +22,7 @@ import importlib.util
 import io
 import json
 import os
+import runpy
 import subprocess
 import sys
 import types
@@ -28,7 +36,8 @@ from conftest import shakespeare_text, tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
-# the scripts this file runs; a new script of bench/ needs a smoke run here (test_every_bench_script_is_run)
+# the scripts this file runs (gpu_decode.py: tests/test_bench_gpu_decode.py); a new script of bench/ needs a smoke run
+# here (test_every_bench_script_is_run)
 RUN_HERE = {
     "cpu_decode_before_after.py",
     "decode_speed.py",
@@ -54,6 +63,37 @@ def bench(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
         timeout=300,
     )
     assert run.returncode == 0, f"bench/{script} exited {run.returncode}:\n{run.stderr[-3000:]}"
+    return run
+
+
+def run_script(script: str, *args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """``python bench/SCRIPT ARGS`` in ``cwd``, run in this process: runpy runs the file as ``__main__`` with the
+    sys.argv and the path that command gives it (the script's folder, then this checkout's src), and what it
+    prints and the status it exits with are what the process's would be (``sys.exit("message")``: status 1, the
+    message on stderr); ``check``: it must exit 0. The process-wide settings a script changes (the working
+    directory, sys.argv, sys.path, torch's threads, grad mode and random state) are put back afterwards, so the
+    tests after it see none of them."""
+    path = BENCH / script
+    saved = sys.argv, sys.path[:], os.getcwd()
+    torch_saved = torch.get_num_threads(), torch.is_grad_enabled(), torch.random.get_rng_state()
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    try:
+        sys.argv, sys.path[:0] = [str(path), *args], [str(BENCH), str(ROOT / "src")]
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
+        if isinstance(exit.code, str):
+            stderr.write(exit.code + "\n")  # as the interpreter prints it
+    finally:
+        sys.argv, sys.path[:] = saved[0], saved[1]
+        os.chdir(saved[2])
+        torch.set_num_threads(torch_saved[0])
+        torch.set_grad_enabled(torch_saved[1])
+        torch.random.set_rng_state(torch_saved[2])
+    run = subprocess.CompletedProcess([str(path), *args], code, stdout.getvalue(), stderr.getvalue())
+    assert not check or code == 0, f"bench/{script} exited {code}:\n{run.stderr[-3000:]}"
     return run
 
 
@@ -100,9 +140,44 @@ def test_every_bench_script_is_run():
     assert {p.name for p in BENCH.glob("*.py")} == RUN_HERE
 
 
+# ``python bench/X.py --help`` for each of SCRIPTS in a child of its own, forked from a process that imported only
+# torch and transformers (a fresh import of both is most of a script's start: once for all, not once each)
+FRESH_STARTS = """
+import os, runpy, sys
+import torch, transformers
+for script in sys.argv[1:]:
+    pid = os.fork()
+    if pid == 0:
+        sys.argv, sys.path[0] = [script, "--help"], os.path.dirname(script)
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exit:
+            sys.stdout.flush()
+            os._exit(0 if exit.code in (None, 0) else 1)
+        os._exit(1)  # --help exits
+    if os.waitpid(pid, 0)[1]:
+        sys.exit(f"{script} --help failed")
+"""
+
+
+def test_every_bench_script_starts_in_a_fresh_process(tmp_path):
+    """The scripts the tests below run in this process (run_script) start as ``python bench/X.py --help`` in a
+    process of their own, with only this checkout's src on the path (PYTHONPATH): their imports need nothing of
+    this process's, and each prints its flags. Each child imports budgetdraft afresh; torch and transformers were
+    imported once by the process it is forked from."""
+    scripts = ["decode_speed.py", "drafter_curve.py", "lookup_vs_transformers.py", "training_acceptance.py"]
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    run = subprocess.run(
+        [sys.executable, "-c", FRESH_STARTS, *(str(BENCH / s) for s in scripts)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("usage: ") == len(scripts) and "--new-tokens" in run.stdout
+
+
 def test_decode_speed_runs_every_method_and_writes_its_json(tiny, tmp_path):
     out = tmp_path / "speed.json"
-    run = bench(
+    run = run_script(
         "decode_speed.py", "--verifier", str(tiny / "v"), "--drafter", str(tiny / "d"), "--prompt-tokens", "48",
         "--new-tokens", "6", "--budget", "16", "--gamma", "2", "--repeats", "1", "--cost-steps", "1",
         "--threads", "1", "--self-draft", "--draft-vocab-size", "8", "--json", str(out), cwd=tmp_path,
@@ -121,7 +196,7 @@ def test_decode_speed_runs_every_method_and_writes_its_json(tiny, tmp_path):
 
 
 def test_decode_speed_profiles_each_method(tiny, tmp_path):
-    run = bench(
+    run = run_script(
         "decode_speed.py", "--verifier", str(tiny / "v"), "--drafter", str(tiny / "d"), "--prompt-tokens", "32",
         "--new-tokens", "4", "--budget", "16", "--gamma", "2", "--threads", "1", "--policies", "topk_chunks",
         "--no-hf", "--profile", cwd=tmp_path,
@@ -145,7 +220,7 @@ def test_drafter_curve_trains_and_prints_acceptance_at_each_step(tiny, tmp_path)
     pd.DataFrame({"input_ids": [list(range(1, 41))]}).to_parquet(tmp_path / "p.parquet")
     hparams = {"lr": 1e-3, "warmup_steps": 1, "budgets": [8, 16], "budget_weights": [0.5, 0.5], "chunk_size": 4,
                "score_window": 4}  # fmt: skip
-    run = bench(
+    run = run_script(
         "drafter_curve.py", "--verifier", str(tiny / "v"), "--init", str(tiny / "d"), "--targets",
         str(tmp_path / "targets.safetensors"), "--hparams", json.dumps(hparams), "--eval-at", "0", "2",
         "--prompts", str(tmp_path / "p.parquet"), "--num-prompts", "1", "--budgets", "16", "0", "--gamma", "2",
@@ -158,7 +233,7 @@ def test_drafter_curve_trains_and_prints_acceptance_at_each_step(tiny, tmp_path)
 
 
 def test_training_acceptance_prints_each_drafter_at_each_budget(tiny, tmp_path):
-    run = bench(
+    run = run_script(
         "training_acceptance.py", "--verifier", str(tiny / "v"), "--drafter", f"untrained={tiny / 'd'}",
         "--drafter", str(tiny / "v"), "--budgets", "16", "32", "--gamma", "2", "--prompt-len", "40",
         "--num-prompts", "2", "--new-tokens", "6", "--threads", "1", cwd=tmp_path,
@@ -170,7 +245,7 @@ def test_training_acceptance_prints_each_drafter_at_each_budget(tiny, tmp_path):
 
 
 def test_lookup_vs_transformers_prints_one_json_line_per_prompt(tiny, tmp_path):
-    run = bench(
+    run = run_script(
         "lookup_vs_transformers.py", "--verifier", str(tiny / "v"), "--new-tokens", "6", "--gamma", "2",
         "--repeats", "1", "--threads", "1", cwd=tmp_path,
     )  # fmt: skip
@@ -209,17 +284,6 @@ def test_cpu_decode_before_after_prints_one_json_line(tmp_path):
     for method in ("ar", "sd"):
         assert {"decode_s_per_token", "total_wall_s", "total_cpu_s"} <= set(out[method])
         assert out[method]["total_cpu_s"]["n"] == 1
-
-
-def test_gpu_decode_smoke_profile_writes_the_report_and_its_json(tmp_path):
-    """The GPU benchmark's CPU smoke run with --profile (its other flags: tests/test_bench_gpu_decode.py)."""
-    out = tmp_path / "x.md"
-    run = bench("gpu_decode.py", "--smoke", "--profile", "--contexts", "32", "--budgets", "16", "--out", str(out),
-                cwd=tmp_path)  # fmt: skip
-    assert "| context | AR eager ms |" in run.stdout and out.read_text(encoding="utf-8") == run.stdout
-    record = json.loads(out.with_suffix(".json").read_text())
-    profiles = record["rows"][0]["profiles"]
-    assert profiles and all(p["aten_ops"] > 0 for p in profiles.values())
 
 
 def test_verifier_load_runs_its_whole_main_on_a_tiny_7b_shaped_model(tmp_path, monkeypatch, capsys):

@@ -1,6 +1,11 @@
 """bench/gpu_decode.py, the GPU decode benchmark of issue 28: its code path runs on the CPU (``--smoke``: tiny
 models, eager engine, a few steps) and prints the table's columns; without CUDA and without ``--smoke`` it says in
-one line what it needs. Its numbers are measured only on a GPU."""
+one line what it needs. Its numbers are measured only on a GPU.
+
+A fresh process pays ~7 s importing torch and transformers here: the smoke run whose columns and --profile are
+checked and the one-line refusal run in this process (tests/test_bench.py's ``run_script``, which runs the file as
+``python bench/gpu_decode.py`` would); the run cut short by --max-minutes, whose json the estimate reads, runs as a
+process of its own, as a user runs it."""
 
 import json
 import subprocess
@@ -9,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_bench import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_decode.py"
@@ -18,10 +24,16 @@ def bench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
 
 
-def test_smoke_prints_every_column_for_every_context(tmp_path):
-    out = tmp_path / "report.md"
-    run = bench("--smoke", "--contexts", "48", "80", "--budgets", "16", "32", "--out", str(out))
-    assert run.returncode == 0, run.stderr[-3000:]
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The smoke run at two contexts and two budgets, HF's rows included, with --profile: its output and report."""
+    out = tmp_path_factory.mktemp("smoke") / "report.md"
+    flags = ["--smoke", "--profile", "--contexts", "48", "80", "--budgets", "16", "32", "--out", str(out)]
+    return run_script("gpu_decode.py", *flags, cwd=out.parent), out
+
+
+def test_smoke_prints_every_column_for_every_context(smoke):
+    run, out = smoke
     lines = run.stdout.splitlines()
     header = next(line for line in lines if line.startswith("| context | AR eager ms"))
     columns = [c.strip() for c in header.strip("|").split("|")]
@@ -56,35 +68,52 @@ def test_smoke_prints_every_column_for_every_context(tmp_path):
     assert out.read_text(encoding="utf-8") == run.stdout
 
 
+def test_smoke_profile_writes_the_report_and_its_json(smoke):
+    """--profile (the same run): each step's aten ops, in the report's json."""
+    run, out = smoke
+    assert "| context | AR eager ms |" in run.stdout and out.read_text(encoding="utf-8") == run.stdout
+    assert "Kernels a step (--profile" in run.stdout
+    record = json.loads(out.with_suffix(".json").read_text())
+    profiles = record["rows"][0]["profiles"]
+    assert profiles and all(p["aten_ops"] > 0 for p in profiles.values())
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present: the benchmark would run")
 def test_without_cuda_it_says_what_it_needs_in_one_line(tmp_path):
-    run = bench("--out", str(tmp_path / "report.md"))
+    run = run_script("gpu_decode.py", "--out", str(tmp_path / "report.md"), cwd=tmp_path, check=False)
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1] == "needs a CUDA device; --smoke runs a CPU smoke test"
     assert run.stdout == ""
 
 
-def test_a_context_past_the_time_budget_is_skipped_and_named(tmp_path):
-    """The first context always runs; a later one that would take the run past --max-minutes is named, not run;
-    the report's json copy lies beside it."""
-    out = tmp_path / "report.md"
+@pytest.fixture(scope="module")
+def cut_short(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """``python bench/gpu_decode.py --smoke`` at two contexts, without HF's rows, with a time limit the first
+    context already passes: its output and report."""
+    out = tmp_path_factory.mktemp("cut_short") / "report.md"
     run = bench(
         "--smoke", "--contexts", "32", "48", "--budgets", "16", "--no-hf", "--max-minutes", "0.01", "--out", str(out)
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    return run, out
+
+
+def test_a_context_past_the_time_budget_is_skipped_and_named(cut_short):
+    """The first context always runs; a later one that would take the run past --max-minutes is named, not run;
+    the report's json copy lies beside it."""
+    run, out = cut_short
     assert "| 32 (32) |" in run.stdout and "| 48 (48) |" not in run.stdout
     assert "Not measured, to stay within --max-minutes 0.01: ours at 48 (48)." in run.stdout
     assert [row["context"] for row in json.loads(out.with_suffix(".json").read_text())["rows"]] == [32]
 
 
-def test_its_json_is_what_the_estimate_reads(tmp_path):
+def test_its_json_is_what_the_estimate_reads(cut_short, tmp_path):
     """The run's json names its device, date, bandwidth and source, and budgetdraft.pipeline.gpusteps reads it
-    (a CPU smoke run has no bound: a GPU's is put in its place here)."""
+    (a CPU smoke run has no bound: a GPU's is put in its place here). The run cut short above: its one row is a
+    smoke run's at context 32 without HF's rows, as a run of that context alone."""
     from budgetdraft.pipeline import gpusteps
 
-    out = tmp_path / "report.md"
-    run = bench("--smoke", "--contexts", "32", "--budgets", "16", "--no-hf", "--out", str(out))
-    assert run.returncode == 0, run.stderr[-3000:]
+    _, out = cut_short
     record = json.loads(out.with_suffix(".json").read_text())
     assert record["device"] == "CPU (smoke test)" and record["source"].startswith("bench/gpu_decode.py --smoke")
     record.update(bandwidth_gbs=4100.0)
