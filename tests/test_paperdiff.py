@@ -10,6 +10,7 @@ import math
 import pytest
 from test_claims import SPEED, paper_like, write_cell
 
+from budgetdraft.evaluation import cellfile
 from budgetdraft.report import paper, paperdiff
 from budgetdraft.report.paperdiff import SAME, Value
 
@@ -64,8 +65,21 @@ def test_the_papers_reference_values_parse_and_cover_every_table():
 @pytest.fixture(scope="module")
 def paper_scale_tables(tmp_path_factory):
     """Every table built by this pipeline from synthetic cells at the paper's settings (three datasets, 4K / 8K /
-    16K, four budgets, the paper's γ sweep, the single-budget table at γ = 20)."""
-    root = tmp_path_factory.mktemp("paper_scale")
+    16K, four budgets, the paper's γ sweep, the single-budget table at γ = 20).
+
+    Its 693 cells pass from test_claims' writer to the grid's reader (`grid.load_cells`) in memory: each cell's
+    rows are checked as a cell file's are (`cellfile.write_cell`: its invariants, its identity, its record) and read
+    as the tables read them, but not sealed into a file and read back (`cellfile.write_sealed`, `read_checked`,
+    which checks the same table again): ~10 s of file work here, which tests/test_cell_integrity.py checks."""
+    with pytest.MonkeyPatch.context() as m:
+        held = {}
+        m.setattr(cellfile, "write_sealed", lambda table, out: held.__setitem__(str(out), table))
+        m.setattr(cellfile, "read_checked", lambda path: held[str(path)])
+        return paper_scale_build(tmp_path_factory.mktemp("paper_scale"))
+
+
+def paper_scale_build(root) -> dict:
+    """The cells of the paper's settings under ``root``, and each table of them in ``root/tables``."""
     for label, speed in {"triforce": 1.1, "eagle3": 1.3}.items():
         SPEED.setdefault(label, speed)
     s = PAPER_SETTINGS
