@@ -7,15 +7,13 @@ on the real model.
 """
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch._dynamo.utils
 from conftest import shakespeare_text
 from paper_models import yarn_llama_2_7b_128k
+from test_bench import run_script
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from budgetdraft.decoding import attention
@@ -116,13 +114,12 @@ def test_the_flex_step_is_captured_whole_and_never_recompiled(model, monkeypatch
 
 
 def test_the_gpu_benchmark_runs_our_rows_under_each_attention(tmp_path):
-    """bench/gpu_decode.py --attentions sdpa flex (its CPU smoke run): one run gives both attentions' rows."""
-    script = Path(__file__).resolve().parents[1] / "bench" / "gpu_decode.py"
+    """bench/gpu_decode.py --attentions sdpa flex (its CPU smoke run): one run gives both attentions' rows. Run in
+    this process as ``python bench/gpu_decode.py`` would run (tests/test_bench.py's ``run_script``: a fresh process
+    imports torch and transformers for ~7 s; tests/test_bench_gpu_decode.py runs the script as one)."""
     flags = ["--smoke", "--contexts", "32", "--budgets", "16", "--no-hf", "--steps", "2", "--repeats", "1"]
     out = tmp_path / "report.md"
-    run = subprocess.run([sys.executable, str(script), *flags, "--attentions", "sdpa", "flex", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
+    run = run_script("gpu_decode.py", *flags, "--attentions", "sdpa", "flex", "--out", str(out), cwd=tmp_path)
     lines = run.stdout.splitlines()
     header, row = (next(line for line in lines if line.startswith(start)) for start in ("| context |", "| 32 (32) |"))
     cells = dict(zip((c.strip() for c in header.strip("|").split("|")), row.strip("|").split("|")))
@@ -131,9 +128,7 @@ def test_the_gpu_benchmark_runs_our_rows_under_each_attention(tmp_path):
     assert "Targets (issue 55), attention sdpa:" in run.stdout and "Targets (issue 55), attention flex:" in run.stdout
     record = json.loads(out.with_suffix(".json").read_text())
     assert list(record["rows"][0]["ours"]) == ["eager", "eager flex"] and list(record["targets"]) == ["sdpa", "flex"]
-    wrong = subprocess.run(
-        [sys.executable, str(script), *flags, "--attentions", "flash"], capture_output=True, text=True
-    )
+    wrong = run_script("gpu_decode.py", *flags, "--attentions", "flash", cwd=tmp_path, check=False)
     assert wrong.returncode == 2 and wrong.stderr.splitlines()[-1].endswith("--attentions flash: not one of sdpa, flex")
 
 
