@@ -36,19 +36,30 @@ def without_escapes(tex: str) -> str:
     return re.sub(r"\\(textbackslash|textasciitilde|textasciicircum)\{\}|\\[&%$#_{}]", "", tex)
 
 
-@pytest.mark.parametrize("artifact", ["main", "comparison", "single_budget", "vram_gamma", "vram"])
-def test_tables_print_a_name_with_latex_specials_escaped(cells, tmp_path, artifact):  # noqa: F811
-    text = build_text(cells, artifact, tmp_path, settings=HOSTILE)  # trace_file re-derives it too
+TABLES = ("main", "comparison", "single_budget", "vram_gamma", "vram")
+
+
+@pytest.fixture(scope="module")
+def hostile_tables(cells, tmp_path_factory) -> dict[str, str]:  # noqa: F811
+    """Each of TABLES built from the cells with the hostile dataset name (and traced: build_text's trace_file
+    re-derives it too), once for the tests below: the report page's test had built three of them again."""
+    root = tmp_path_factory.mktemp("hostile")
+    return {artifact: build_text(cells, artifact, root, settings=HOSTILE) for artifact in TABLES}
+
+
+@pytest.mark.parametrize("artifact", TABLES)
+def test_tables_print_a_name_with_latex_specials_escaped(hostile_tables, artifact):
+    text = hostile_tables[artifact]
     assert ESCAPED in text and NAME not in text
     for line in text.splitlines():
         if ESCAPED in line:  # nothing raw left of the name: & % $ # _ ~ ^ \input
             assert "input" not in without_escapes(line.replace(ESCAPED, "")), line
 
 
-def test_the_report_page_of_such_a_table_shows_the_name_as_written(cells, tmp_path):  # noqa: F811
+def test_the_report_page_of_such_a_table_shows_the_name_as_written(hostile_tables):
     render = load_render()
     for artifact in ("main", "comparison", "single_budget"):
-        page = render.table_page(build_text(cells, artifact, tmp_path, settings=HOSTILE), artifact)
+        page = render.table_page(hostile_tables[artifact], artifact)
         assert r"Q&amp;A 100% \input{x} $5 #1 a_b ~^" in page, artifact
     assert render.inline_html("costs $5 (no math)") == "costs $5 (no math)"  # a lone $ is a dollar, not a crash
     assert render.split_cells(r"a \& b & \{c & d\} & e") == [r"a \& b ", r" \{c ", r" d\} ", " e"]
