@@ -1,6 +1,10 @@
 """Warm start: a cell run through the pre-imported process equals the same cell run in its own process, and a
 killed client takes its command with it; the resident server (the GPU path, run here on device cpu) keeps each
-model loaded across cells, forks nothing, and can be started by the first cell of a cluster job."""
+model loaded across cells, forks nothing, and can be started by the first cell of a cluster job.
+
+A server's start costs seconds of imports: the tests that only talk to a server share one of each kind (``server``,
+module-scoped; each test reads the log its own requests wrote) and wait REQUEST_KNOB s for a silent client, not 10;
+those that end or replace their server start their own, which polls every POLL_KNOB s, not 5."""
 
 import contextlib
 import json
@@ -14,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +29,9 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 # How long a step may take before the test gives up: a bound against hanging, never the thing tested. (A 60 s
 # wait for the server's imports failed under load; what a test checks is that something happens, or does not.)
 PATIENCE_S = 600
+# The server's tuning knobs (budgetdraft.pipeline.warm.KNOBS), set small where a test would wait on them
+POLL_KNOB = {"BUDGETDRAFT_WARM_POLL_S": "0.2"}  # a server whose owner is gone exits within 0.2 s, not 5
+REQUEST_KNOB = {"BUDGETDRAFT_WARM_REQUEST_TIMEOUT_S": "2"}  # a silent client is dropped after 2 s, not 10
 
 
 def wait_until(done, patience: float = PATIENCE_S) -> bool:
@@ -43,36 +51,57 @@ def wait_for_server(sock: Path, process: subprocess.Popen, log: Path) -> None:
     assert sock.exists(), f"warm process did not start: {log.read_text() if log.exists() else ''}"
 
 
-@pytest.fixture(params=["forking"])
-def server(tmp_path, request):
-    """A warm process serving on tmp_path/warm.sock: its Popen and the environment that sends commands to it
-    (``resident`` when the test is parametrized so)."""
-    sock = tmp_path / "warm.sock"
-    env = {**os.environ, "PYTHONPATH": SRC}
-    log = open(tmp_path / "warm.log", "w")
+@dataclass
+class Server:
+    """A warm process serving on ``sock`` (``python -m budgetdraft warm``) and logging to ``log``; ``env`` sends
+    commands to it. ``start``: where the running test's part of the log begins."""
+
+    process: subprocess.Popen
+    env: dict
+    sock: Path
+    log: Path
+    start: int = 0
+
+    def log_text(self) -> str:
+        """What the server logged since the running test began."""
+        return self.log.read_bytes()[self.start :].decode()
+
+
+@pytest.fixture(scope="module", params=["forking"])
+def shared_server(tmp_path_factory, request):
+    """A warm process (``resident`` when the test is parametrized so) shared by the module's tests of that kind,
+    with REQUEST_KNOB and the default poll interval (``test_a_server_reads_its_intervals...``)."""
+    folder = tmp_path_factory.mktemp(request.param)
+    sock, log = folder / "warm.sock", folder / "warm.log"
+    env = {**os.environ, "PYTHONPATH": SRC, **REQUEST_KNOB}
+    env.pop("BUDGETDRAFT_WARM_POLL_S", None)
     mode = ["--resident"] if request.param == "resident" else []
-    server = subprocess.Popen(
-        [sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--idle", "60", *mode],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        # as a server started from a background job is (`snakemake ... &`, nohup, CI): its shell ignores SIGINT,
-        # which made Python's interrupt_main a no-op and a killed client's resident command run on (issue 30)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )
-    wait_for_server(sock, server, tmp_path / "warm.log")
-    yield server, {**env, "BUDGETDRAFT_WARM": str(sock)}
-    for pid in _descendants(server.pid):  # a fork a failed test left running would slow every later test
-        with contextlib.suppress(ProcessLookupError):  # it may exit between the listing and the kill
-            os.kill(pid, signal.SIGKILL)
-    server.terminate()
-    server.wait()
-    log.close()
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--idle", str(PATIENCE_S), *mode],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            # as a server started from a background job is (`snakemake ... &`, nohup, CI): its shell ignores SIGINT,
+            # which made Python's interrupt_main a no-op and a killed client's resident command run on (issue 30)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+    wait_for_server(sock, process, log)
+    yield Server(process, {**env, "BUDGETDRAFT_WARM": str(sock)}, sock, log)
+    _end_descendants(process.pid)
+    process.terminate()
+    process.wait()
 
 
 @pytest.fixture
-def warm(server):
-    return server[1]
+def server(shared_server):
+    """The shared server, its log read from this test's start on; a fork the test left running is ended after it."""
+    shared_server.start = shared_server.log.stat().st_size
+    yield shared_server
+    _end_descendants(shared_server.process.pid)  # a fork a failed test left running would slow every later test
+
+
+RESIDENT = pytest.mark.parametrize("shared_server", ["resident"], indirect=True)
 
 
 def models_and_prompts(tmp_path):
@@ -88,26 +117,39 @@ def cell(tmp_path, env, out, decodes="sd"):
     return subprocess.run(cell_argv(tmp_path, out, decodes), env=env, capture_output=True, text=True)
 
 
-def test_warm_cell_equals_cold_cell_and_errors_come_through(tmp_path, warm):
+@pytest.fixture(scope="module")
+def cold_cell(tmp_path_factory):
+    """The cell that the warm and resident cells must equal, run once in its own process (no warm process) on models
+    and prompts that ``models_and_prompts`` writes alike in every folder: its rows and its stderr."""
+    folder = tmp_path_factory.mktemp("cold")
+    models_and_prompts(folder)
+    env = {k: v for k, v in os.environ.items() if k != "BUDGETDRAFT_WARM"}
+    cold = cell(folder, {**env, "PYTHONPATH": SRC}, folder / "cold.parquet")
+    assert cold.returncode == 0, cold.stderr
+    return pd.read_parquet(folder / "cold.parquet"), cold.stderr
+
+
+def test_warm_cell_equals_cold_cell_and_errors_come_through(tmp_path, server, cold_cell):
+    warm = server.env
     models_and_prompts(tmp_path)
-    cold_env = {k: v for k, v in warm.items() if k != "BUDGETDRAFT_WARM"}
-    hot, cold = cell(tmp_path, warm, tmp_path / "hot.parquet"), cell(tmp_path, cold_env, tmp_path / "cold.parquet")
-    assert hot.returncode == 0 and cold.returncode == 0, hot.stderr + cold.stderr
+    b, cold_stderr = cold_cell
+    hot = cell(tmp_path, warm, tmp_path / "hot.parquet")
+    assert hot.returncode == 0, hot.stderr
     assert "sample 0 repeat 0" in hot.stderr  # the child wrote to the client's stderr
-    a, b = pd.read_parquet(tmp_path / "hot.parquet"), pd.read_parquet(tmp_path / "cold.parquet")
+    a = pd.read_parquet(tmp_path / "hot.parquet")
     assert list(a.output_ids[0]) == list(b.output_ids[0]) and a.drafted[0] == b.drafted[0]
     # the hot cell decoded with the models the server preloaded before forking it (not with its own reads)
-    log = (tmp_path / "warm.log").read_text()
+    log = server.log_text()
     assert f"preloaded {tmp_path / 'v'}" in log and f"preloaded {tmp_path / 'd'}" in log, log
     # and it warmed up once with them, before the fork: the cell decoded its prompts at once; the cold one warmed
     assert "warmed up sd with" in log and "warm-up: run once by the warm process" in hot.stderr, log
-    assert "warm-up: run once" not in cold.stderr
+    assert "warm-up: run once" not in cold_stderr
     # its drafter's full prefills too: the hot cell cut them to its budget and was charged their recorded seconds
-    assert "full prefills shared by the warm process" in hot.stderr and "shared" not in cold.stderr
+    assert "full prefills shared by the warm process" in hot.stderr and "shared" not in cold_stderr
     assert list(a.accepted) == list(b.accepted) and list(a.drafted) == list(b.drafted)
     assert (a.drafter_prefill_s > 0).all()
     again = cell(tmp_path, warm, tmp_path / "again.parquet")
-    assert again.returncode == 0 and (tmp_path / "warm.log").read_text().count("warmed up sd with") == 1
+    assert again.returncode == 0 and server.log_text().count("warmed up sd with") == 1
     assert "warm-up: run once by the warm process" in again.stderr
     bad = cell(tmp_path, warm, tmp_path / "bad.parquet", decodes="nope")
     assert bad.returncode == 1 and "--decodes 'nope' is not one of" in bad.stderr
@@ -140,10 +182,17 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _end_descendants(pid: int) -> None:
+    """SIGKILL the running processes below ``pid``."""
+    for below in _descendants(pid):
+        with contextlib.suppress(ProcessLookupError):  # it may exit between the listing and the kill
+            os.kill(below, signal.SIGKILL)
+
+
 def test_a_killed_client_takes_its_command_with_it(tmp_path, server):
     """A job killed while its cell runs (Snakemake stopped, Ctrl-C, a job timeout) must not leave the cell
     computing on and writing its file later, beside other cells being timed."""
-    process, env = server
+    process, env = server.process, server.env
     models_and_prompts(tmp_path)
     out, log = tmp_path / "killed.parquet", tmp_path / "killed.log"
     with open(log, "w") as stderr:  # a log file as under Snakemake (a closed pipe would end the command itself)
@@ -158,25 +207,27 @@ def test_a_killed_client_takes_its_command_with_it(tmp_path, server):
 
 def test_the_server_outlives_idle_time_but_not_the_process_that_started_it(tmp_path):
     """The training stages keep every cell waiting for minutes: the server must not time out meanwhile (it once
-    did, and every later cell paid its imports), and it must not outlive Snakemake."""
-    from budgetdraft.pipeline.warm import POLL_S
-
-    sock = tmp_path / "warm.sock"
+    did, and every later cell paid its imports), and it must not outlive Snakemake. (It polls every POLL_KNOB s,
+    as its log says: the wait below spans more than two polls.)"""
+    sock, log = tmp_path / "warm.sock", tmp_path / "warm.log"
     starter = (
         "import subprocess, sys; p = subprocess.Popen([sys.executable, '-m', 'budgetdraft', 'warm', "
-        "'--socket', sys.argv[1]]); print(p.pid, flush=True); sys.stdin.readline()"
+        "'--socket', sys.argv[1]], stdout=open(sys.argv[2], 'w')); print(p.pid, flush=True); sys.stdin.readline()"
     )
     parent = subprocess.Popen(
-        [sys.executable, "-c", starter, str(sock)],
+        [sys.executable, "-c", starter, str(sock), str(log)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": SRC},
+        env={**os.environ, "PYTHONPATH": SRC, **POLL_KNOB},
     )
     server = int(parent.stdout.readline())
     wait_until(lambda: sock.exists() or not _running(server))
     assert sock.exists(), "warm process did not start"
-    time.sleep(2 * POLL_S + 1)  # idle for more than one poll
+    poll = float(POLL_KNOB["BUDGETDRAFT_WARM_POLL_S"])
+    wait_until(lambda: "budgetdraft warm: serving on" in log.read_text())  # printed just after the socket is bound
+    assert f"polls every {poll:g} s" in log.read_text(), log.read_text()
+    time.sleep(2 * poll + 1)  # idle for more than one poll
     assert _running(server)
     parent.stdin.close()
     parent.wait()
@@ -213,18 +264,13 @@ def test_a_preloaded_model_is_handed_out_once_and_never_after_its_files_change(t
     assert not torch.equal(fresh.state_dict()[weight], drafter.state_dict()[weight])
 
 
-RESIDENT = pytest.mark.parametrize("server", ["resident"], indirect=True)
-
-
 @RESIDENT
-def test_resident_cells_equal_cold_cells_and_read_each_model_once(tmp_path, server):
-    process, warm = server
+def test_resident_cells_equal_cold_cells_and_read_each_model_once(tmp_path, server, cold_cell):
+    process, warm = server.process, server.env
     models_and_prompts(tmp_path)
-    cold_env = {k: v for k, v in warm.items() if k != "BUDGETDRAFT_WARM"}
     first, second = cell(tmp_path, warm, tmp_path / "a.parquet"), cell(tmp_path, warm, tmp_path / "b.parquet")
-    cold = cell(tmp_path, cold_env, tmp_path / "cold.parquet")
-    assert first.returncode == second.returncode == cold.returncode == 0, first.stderr + second.stderr + cold.stderr
-    rows = [pd.read_parquet(tmp_path / f"{name}.parquet") for name in ("a", "b", "cold")]
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    rows = [pd.read_parquet(tmp_path / f"{name}.parquet") for name in ("a", "b")] + [cold_cell[0]]
     assert all(
         list(r.output_ids[0]) == list(rows[2].output_ids[0]) and r.drafted[0] == rows[2].drafted[0] for r in rows
     )
@@ -242,7 +288,7 @@ def test_resident_cells_equal_cold_cells_and_read_each_model_once(tmp_path, serv
 def test_a_resident_server_leaves_other_commands_to_their_own_process(tmp_path, server, monkeypatch):
     from budgetdraft.pipeline import warm
 
-    _, env = server
+    env = server.env
     for partial in (b"", struct.pack("!I", 100) + b'{"argv"'):  # clients killed before or while sending
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(env[warm.ENV])
@@ -259,7 +305,7 @@ def test_a_killed_client_interrupts_its_resident_command(tmp_path, server):
     """The killed client's command stops (interrupted, its file never written) and the next command is served,
     also in a server that ignores SIGINT (the fixture starts it so): it once went on with all 1,000 repeats when
     the suite ran as a background job, whose shell ignores SIGINT, which made interrupt_main a no-op."""
-    _, env = server
+    env = server.env
     models_and_prompts(tmp_path)
     out, log = tmp_path / "killed.parquet", tmp_path / "killed.log"
     with open(log, "w") as stderr:
@@ -282,17 +328,21 @@ def test_a_killed_client_interrupts_its_resident_command(tmp_path, server):
 
 def test_the_first_cell_of_a_cluster_job_starts_the_resident_server(tmp_path):
     """No onstart runs inside a cluster job: the first cell that finds no server starts a resident one, the next
-    cell of the same job group uses it, and the server exits with the job's Snakemake (here: a sleeping process)."""
+    cell of the same job group uses it, and the server exits with the job's Snakemake (here: a sleeping process).
+    The server takes the cell's environment: a knob set there (POLL_KNOB) and the default of one unset."""
     from budgetdraft.pipeline import warm
 
     models_and_prompts(tmp_path)
     job = subprocess.Popen(["sleep", "600"])
     env = {**os.environ, "PYTHONPATH": SRC, warm.ENV: str(tmp_path / "job.sock"), warm.AUTOSTART: str(job.pid)}
+    env = {k: v for k, v in {**env, **POLL_KNOB}.items() if k not in REQUEST_KNOB}
     try:
         first, second = cell(tmp_path, env, tmp_path / "a.parquet"), cell(tmp_path, env, tmp_path / "b.parquet")
         assert first.returncode == second.returncode == 0, first.stderr + second.stderr
         assert "it stays resident" in first.stderr and "is resident: not loaded again" in second.stderr
-        server = int(re.search(r"\(resident, pid (\d+)", (tmp_path / "job.sock.log").read_text())[1])
+        log = (tmp_path / "job.sock.log").read_text()
+        assert "polls every 0.2 s, waits 10 s for a request)" in log, log  # the knob; REQUEST_TIMEOUT_S's default
+        server = int(re.search(r"\(resident, pid (\d+)", log)[1])
         assert _running(server)
     finally:
         job.kill()
@@ -353,8 +403,7 @@ def test_a_second_server_on_a_live_servers_path_refuses_to_start(tmp_path, serve
     went on unreachable, a resident one holding its models until its owner exited. Now it says so and leaves."""
     from budgetdraft.pipeline.rendezvous import peer_credentials
 
-    process, env = server
-    sock = Path(env["BUDGETDRAFT_WARM"])
+    process, sock = server.process, server.sock
     before = _inode(sock)
     command = [sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock)]
     second = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": SRC}, stderr=subprocess.PIPE, text=True)
@@ -379,7 +428,7 @@ def test_a_server_never_unlinks_a_socket_that_is_not_its_own(tmp_path):
     owner = subprocess.Popen(["sleep", "600"])
     command = [sys.executable, "-m", "budgetdraft", "warm", "--socket", str(sock), "--owner", str(owner.pid)]
     with open(log, "w") as out:
-        first = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": SRC}, stdout=out, stderr=out)
+        first = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": SRC, **POLL_KNOB}, stdout=out, stderr=out)
     try:
         wait_for_server(sock, first, log)
         sock.unlink()
@@ -409,7 +458,7 @@ def test_a_snakemake_killed_with_sigkill_leaves_nothing_in_the_temporary_directo
         "log = open(sys.argv[1], 'w'); p = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True); "
         "print(path, p.pid, flush=True); sys.stdin.readline()"
     )
-    env = {**os.environ, "PYTHONPATH": SRC, "TMPDIR": str(tmp)}
+    env = {**os.environ, "PYTHONPATH": SRC, "TMPDIR": str(tmp), **POLL_KNOB}
     log = tmp_path / "warm.log"
     snakemake = subprocess.Popen(
         [sys.executable, "-c", starter, str(log)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -433,13 +482,41 @@ def test_a_snakemake_killed_with_sigkill_leaves_nothing_in_the_temporary_directo
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@pytest.mark.parametrize("server", ["forking", "resident"], indirect=True)
+def test_a_server_reads_its_intervals_from_its_environment_or_takes_the_defaults(tmp_path, server, monkeypatch):
+    """The poll interval and the request deadline are 5 s and 10 s unless BUDGETDRAFT_WARM_POLL_S and
+    BUDGETDRAFT_WARM_REQUEST_TIMEOUT_S say otherwise (the tests' servers are started so), and a setting that is no
+    number of seconds > 0 stops the server in one line before it binds anything. The shared server was started with
+    REQUEST_KNOB and no poll setting: its first line shows both."""
+    from budgetdraft.pipeline import cli, warm
+
+    for name in warm.KNOBS:
+        monkeypatch.delenv(name, raising=False)
+    assert warm.intervals() == (warm.POLL_S, warm.REQUEST_TIMEOUT_S) == (5.0, 10.0)
+    monkeypatch.setenv("BUDGETDRAFT_WARM_POLL_S", "0.25")
+    assert warm.intervals() == (0.25, 10.0)
+    sock = tmp_path / "w.sock"
+    for name, default in warm.KNOBS.items():
+        for bad in ("", "soon", "0", "-1", "1e999", "nan"):
+            monkeypatch.setenv(name, bad)
+            with pytest.raises(SystemExit) as stopped:
+                cli.run(["warm", "--socket", str(sock)])
+            line = f"budgetdraft warm: error: {name}={bad!r} is not a number of seconds > 0 (unset, it is {default:g})"
+            assert stopped.value.code == line
+            assert not sock.exists()
+        monkeypatch.setenv(name, "1")
+    serving = [line for line in server.log.read_text().splitlines() if line.startswith("budgetdraft warm: serving")]
+    assert serving[0].startswith(f"budgetdraft warm: serving on {server.sock} (forking"), serving
+    assert serving[0].endswith(", polls every 5 s, waits 2 s for a request)"), serving
+
+
+@pytest.mark.parametrize("shared_server", ["forking", "resident"], indirect=True)
 def test_a_silent_client_or_a_request_that_is_not_json_neither_stalls_nor_ends_the_server(tmp_path, server):
     """The server read a request with no timeout, so one client that connected and sent nothing stalled every later
-    job; a framed request that was not JSON raised in its loop and ended it (issue 38)."""
+    job; a framed request that was not JSON raised in its loop and ended it (issue 38). The server waits REQUEST_KNOB
+    seconds for a request (the default, 10 s, is test_a_server_reads_its_intervals...'s)."""
     from budgetdraft.pipeline import warm
 
-    process, env = server
+    process, env = server.process, server.env
     silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     silent.connect(env[warm.ENV])
     garbage = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -447,7 +524,7 @@ def test_a_silent_client_or_a_request_that_is_not_json_neither_stalls_nor_ends_t
     body = b"\xffnot json"
     socket.send_fds(garbage, [struct.pack("!I", len(body)) + body], [0, 1, 2])
     try:
-        later = subprocess.run(  # a later job: answered once the silent client has had its time (10 s)
+        later = subprocess.run(  # a later job: answered once the silent client has had its time (2 s)
             [sys.executable, "-m", "budgetdraft", "claims", "--help"],
             env=env,
             capture_output=True,
@@ -460,12 +537,13 @@ def test_a_silent_client_or_a_request_that_is_not_json_neither_stalls_nor_ends_t
     finally:
         silent.close()
         garbage.close()
-    log = (tmp_path / "warm.log").read_text()
-    assert f"dropped a client that sent no request in {warm.REQUEST_TIMEOUT_S:g} s" in log, log
+    log = server.log_text()
+    deadline = REQUEST_KNOB["BUDGETDRAFT_WARM_REQUEST_TIMEOUT_S"]
+    assert f"dropped a client that sent no request in {deadline} s" in log, log
     assert "dropped a request that is not JSON" in log, log
 
 
-def test_a_client_dripping_its_request_is_dropped_at_the_requests_deadline(monkeypatch):
+def test_a_client_dripping_its_request_is_dropped_at_the_requests_deadline():
     """The timeout held each recv, not the request: a client sending one byte every 8 s of a 10 s limit held the
     server for ever. Now the whole request has one deadline (here 0.6 s; a byte every 0.2 s)."""
     import threading
@@ -473,7 +551,6 @@ def test_a_client_dripping_its_request_is_dropped_at_the_requests_deadline(monke
 
     from budgetdraft.pipeline import warm
 
-    monkeypatch.setattr(warm, "REQUEST_TIMEOUT_S", 0.6)
     server, client = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     body = json.dumps({"argv": ["claims", "--help"], "cwd": "/", "env": {}}).encode()
 
@@ -489,7 +566,7 @@ def test_a_client_dripping_its_request_is_dropped_at_the_requests_deadline(monke
     sender = threading.Thread(target=drip, daemon=True)
     start = time.monotonic()
     sender.start()
-    assert warm._recv_request(server) is None
+    assert warm._recv_request(server, 0.6) is None
     assert time.monotonic() - start < 2.0
     server.close()
     client.close()

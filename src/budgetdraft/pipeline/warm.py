@@ -36,6 +36,11 @@ client runs its command in its own process and says why in one line, the server 
 request carries the command's argv, cwd, standard streams and the few environment variables a command reads that
 a job may set (``SENT_ENV``: paths, thread counts, caches, offline flags); everything else, tokens included, the
 command takes from the server's own environment, which the same Snakemake (or the job's first cell) gave it.
+
+**Tuning knobs**, read from the server's environment at its start (``intervals``; the tests set them small):
+``BUDGETDRAFT_WARM_POLL_S`` (default 5), how often an idle server checks that its owner is still there, so how long
+it may outlive it; ``BUDGETDRAFT_WARM_REQUEST_TIMEOUT_S`` (default 10), how long a connected client may take to send
+its whole request, while the server serves no one else. A value that is not a number of seconds > 0 is one line.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import _thread
 import contextlib
 import errno
 import json
+import math
 import os
 import select
 import signal
@@ -176,16 +182,34 @@ def delegate(argv: list[str]) -> int | None:
     return None if code == NOT_SERVED else code
 
 
+POLL_S = 5.0  # how often an idle server checks that its owner is still there
 REQUEST_TIMEOUT_S = 10.0  # how long a connected client may take to send its request (ours sends it at once)
+KNOBS = {"BUDGETDRAFT_WARM_POLL_S": POLL_S, "BUDGETDRAFT_WARM_REQUEST_TIMEOUT_S": REQUEST_TIMEOUT_S}  # their settings
 
 
-def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
+def intervals() -> tuple[float, float]:
+    """The server's poll interval and request deadline in seconds: each ``KNOBS`` setting where it is set, else its
+    default. ValueError (one line) for a value that is not a finite number of seconds > 0 (0 would make the server
+    spin, or drop every client)."""
+    values = []
+    for name, default in KNOBS.items():
+        text = os.environ.get(name)
+        try:
+            values.append(default if text is None else float(text))
+        except ValueError:
+            values.append(math.nan)
+        if not 0 < values[-1] < math.inf:
+            raise ValueError(f"{name}={text!r} is not a number of seconds > 0 (unset, it is {default:g})")
+    return values[0], values[1]
+
+
+def _recv_request(conn: socket.socket, timeout: float) -> tuple[dict, list[int]] | None:
     """The request on ``conn`` and the client's standard streams; None, its descriptors closed, when the client left
-    before it had sent them all (killed between connect and send), had not sent it whole REQUEST_TIMEOUT_S after it
+    before it had sent them all (killed between connect and send), had not sent it whole ``timeout`` seconds after it
     connected (it would stall every later job: the server reads one request at a time; a deadline for the whole
     request, so a client dripping a byte at a time cannot hold it either), or sent something that is no request."""
     try:
-        received = _recv_whole(conn, time.monotonic() + REQUEST_TIMEOUT_S)
+        received = _recv_whole(conn, timeout)
     finally:
         conn.settimeout(None)
     if received is None:
@@ -199,14 +223,15 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
     return json.loads(body), fds
 
 
-def _recv_whole(conn: socket.socket, deadline: float) -> tuple[bytes, list[int]] | None:
-    """The framed body (4-byte length, then the JSON) and the three descriptors of one request, all received before
-    ``deadline`` (time.monotonic()), or None."""
+def _recv_whole(conn: socket.socket, timeout: float) -> tuple[bytes, list[int]] | None:
+    """The framed body (4-byte length, then the JSON) and the three descriptors of one request, all received within
+    ``timeout`` seconds from now, or None."""
+    deadline = time.monotonic() + timeout
     try:
-        conn.settimeout(REQUEST_TIMEOUT_S)
+        conn.settimeout(timeout)
         data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
     except TimeoutError:
-        print(f"budgetdraft warm: dropped a client that sent no request in {REQUEST_TIMEOUT_S:g} s", flush=True)
+        print(f"budgetdraft warm: dropped a client that sent no request in {timeout:g} s", flush=True)
         return None
     except OSError:  # reset by a client killed as it sent
         return None
@@ -220,10 +245,7 @@ def _recv_whole(conn: socket.socket, deadline: float) -> tuple[bytes, list[int]]
             conn.settimeout(left)
             more = conn.recv(size - len(body))
         except TimeoutError:
-            print(
-                f"budgetdraft warm: dropped a client that had not sent its request in {REQUEST_TIMEOUT_S:g} s",
-                flush=True,
-            )
+            print(f"budgetdraft warm: dropped a client that had not sent its request in {timeout:g} s", flush=True)
             more = b""
         except OSError:  # reset by a client killed as it sent
             more = b""
@@ -434,9 +456,6 @@ def _after_command(models) -> None:
         torch.cuda.empty_cache()  # the next cell's peak memory is its own
 
 
-POLL_S = 5.0  # how often an idle server checks that its parent is still there
-
-
 def serve(path: str, run_command, idle: float = 0, resident: bool = False, owner: int | None = None) -> None:
     """Serve on ``path`` until the process ``owner`` (default: the parent) exits, or ``idle`` seconds pass without
     a request (0: never). (A fixed idle limit alone killed the server while the training chain kept every cell
@@ -447,6 +466,7 @@ def serve(path: str, run_command, idle: float = 0, resident: bool = False, owner
     it is missing and refused if it is not private."""
     import importlib
 
+    poll_s, request_timeout_s = intervals()  # first: a bad setting is said at once
     parent = os.getppid()  # before the imports: a parent that dies meanwhile must still be seen gone
     folder = os.path.dirname(os.path.abspath(path))
     if why := private_dir(folder, create=True):
@@ -468,10 +488,11 @@ def serve(path: str, run_command, idle: float = 0, resident: bool = False, owner
         signal.signal(CLIENT_GONE, _interrupt_command)
     else:
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the keepers are reaped by the kernel
-    server, own = _listen(path)
+    server, own = _listen(path, poll_s)
     last_request = time.monotonic()
     mode = "resident" if resident else "forking"
-    print(f"budgetdraft warm: serving on {path} ({mode}, pid {os.getpid()}, owner {owner or parent})", flush=True)
+    about = f"{mode}, pid {os.getpid()}, owner {owner or parent}, polls every {poll_s:g} s"
+    print(f"budgetdraft warm: serving on {path} ({about}, waits {request_timeout_s:g} s for a request)", flush=True)
     try:
         while True:
             try:
@@ -485,7 +506,7 @@ def serve(path: str, run_command, idle: float = 0, resident: bool = False, owner
                 print(f"budgetdraft warm: refused a connection: {why}", flush=True)
                 conn.close()  # nothing read from it, nothing run
                 continue
-            if (received := _recv_request(conn)) is None:
+            if (received := _recv_request(conn, request_timeout_s)) is None:
                 conn.close()  # the client left before its request was complete
                 continue
             request, fds = received
@@ -511,9 +532,9 @@ def _refuse_if_taken(path: str) -> None:
     raise SystemExit(f"budgetdraft warm: not serving on {path}: a warm server (pid {pid}) already listens there")
 
 
-def _listen(path: str) -> tuple[socket.socket, tuple[int, int]]:
-    """Listen on ``path``; also the (st_dev, st_ino) of the socket file, by which the server knows at exit whether
-    the path is still its own. A file there that nobody answers on (left by a server killed with SIGKILL) is
+def _listen(path: str, poll_s: float = POLL_S) -> tuple[socket.socket, tuple[int, int]]:
+    """Listen on ``path`` (accept timing out every ``poll_s``); also the (st_dev, st_ino) of the socket file, by
+    which the server knows at exit whether the path is still its own. A file there that nobody answers on (left by a server killed with SIGKILL) is
     replaced; a live server there makes this one exit. (It binds first and checks after: of two servers started at
     once on a free path, the second finds the first there.)"""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -527,7 +548,7 @@ def _listen(path: str) -> tuple[socket.socket, tuple[int, int]]:
             os.unlink(path)
         server.bind(path)
     server.listen(64)
-    server.settimeout(POLL_S)
+    server.settimeout(poll_s)
     info = os.lstat(path)
     return server, (info.st_dev, info.st_ino)
 
