@@ -475,19 +475,10 @@ def serve(path: str, run_command, idle: float = 0, resident: bool = False, owner
     rendezvous_dir = folder if made_by_rendezvous(folder) else None  # now: a resident command leaves its $TMPDIR
     for module in preload_modules():
         importlib.import_module(module)
-    import torch
-    from transformers.utils import logging as hf_logging
-
     from budgetdraft.decoding.loading import ModelStore
 
     models = ModelStore(keep=resident)  # this server's models, handed to the commands it runs
-    torch.set_num_threads(1)  # no OpenMP pool for a fork to inherit; each command sets its own --threads
-    os.environ[ASYNC_LOAD_OFF] = "1"  # transformers loads weights in a thread pool otherwise
-    hf_logging.disable_progress_bar()  # tqdm's monitor thread
-    if resident:
-        signal.signal(CLIENT_GONE, _interrupt_command)
-    else:
-        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the keepers are reaped by the kernel
+    _settle(resident)
     server, own = _listen(path, poll_s)
     last_request = time.monotonic()
     mode = "resident" if resident else "forking"
@@ -518,6 +509,21 @@ def serve(path: str, run_command, idle: float = 0, resident: bool = False, owner
     finally:
         server.close()
         _clean_up(path, own, rendezvous_dir)
+
+
+def _settle(resident: bool) -> None:
+    """No thread a fork would inherit (OpenMP's pool, transformers' loading pool, tqdm's monitor), and the signals
+    a server of this kind answers."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    torch.set_num_threads(1)  # each command sets its own --threads
+    os.environ[ASYNC_LOAD_OFF] = "1"
+    hf_logging.disable_progress_bar()
+    if resident:
+        signal.signal(CLIENT_GONE, _interrupt_command)
+    else:
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the keepers are reaped by the kernel
 
 
 def _refuse_if_taken(path: str) -> None:
