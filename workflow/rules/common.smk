@@ -66,7 +66,8 @@ def planned_files():
 def planned_cell(path):
     """The CellSpec the plan measures at cell file ``path`` (PLAN.jobs.at: looked up, or a budget or γ of the
     user's own), which the file's record must be (budgetdraft.evaluation.cellfile.problem) when Snakemake plans,
-    in rule set_aside's job and in the cell's job; None for a file that is no cell of the plan."""
+    in rule set_aside's job and in the cell's job; None for a file that is no cell of the plan.
+    """
     return PLAN.jobs.at(path)
 
 
