@@ -1,4 +1,7 @@
+import contextlib
 import importlib.metadata
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -173,3 +176,61 @@ def tiny_cell_args(tmp_path, out, label="x", decodes="sd", new_tokens=8, repeats
 def checkpoint(tmp_path):
     """A tiny 2-layer Llama checkpoint folder (tiny_model_dir): what export-model's tests export and damage."""
     return tiny_model_dir(tmp_path / "ckpt", layers=2)
+
+
+# The process that runs code as `python -c` would: it imports what every piece pays for once (a preload) and runs each
+# piece it reads from stdin in a child of its own (os.fork), a fresh namespace in a process no other piece ran in, its
+# output to a file; it answers each with the child's exit status and output (forked_runner).
+FORKED_RUNNER = r"""
+import json, os, sys, tempfile, traceback
+
+for line in sys.stdin:
+    block = json.loads(line)
+    with tempfile.TemporaryFile("w+") as out:
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
+            sys.argv = ["-c"]
+            try:
+                exec(compile(block, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+                code = 0
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else 1
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        out.seek(0)
+        print(json.dumps({"returncode": status, "output": out.read()}), flush=True)
+"""
+# torch and transformers' modeling code (which its lazy import loads on first use): ~7 s of CPU a process here
+PRELOAD_TORCH = "import torch, transformers\nfrom transformers import LlamaForCausalLM\n"
+
+
+@contextlib.contextmanager
+def forked_runner(preload: str):
+    """``run(code)`` -> (exit status, output) of ``code`` run as ``python -c code`` would, in a child of FORKED_RUNNER
+    started after ``preload``, with one torch thread, as every test (conftest.py: the two workers share 2 cores, and
+    a docs block on two threads beside the other worker's pipeline ran 6x its idle time, 95 s for the README's, 15 s
+    idle)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    runner = subprocess.Popen(
+        [sys.executable, "-c", preload + FORKED_RUNNER], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def run(code: str) -> tuple[int, str]:
+        runner.stdin.write(json.dumps(code) + "\n")
+        runner.stdin.flush()
+        answer = json.loads(runner.stdout.readline())
+        return answer["returncode"], answer["output"]
+
+    try:
+        yield run
+    finally:
+        runner.stdin.close()
+        runner.wait(timeout=60)

@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import shakespeare_text, tiny_llama
+from conftest import PRELOAD_TORCH, forked_runner, shakespeare_text, tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -140,39 +140,20 @@ def test_every_bench_script_is_run():
     assert {p.name for p in BENCH.glob("*.py")} == RUN_HERE
 
 
-# ``python bench/X.py --help`` for each of SCRIPTS in a child of its own, forked from a process that imported only
-# torch and transformers (a fresh import of both is most of a script's start: once for all, not once each)
-FRESH_STARTS = """
-import os, runpy, sys
-import torch, transformers
-for script in sys.argv[1:]:
-    pid = os.fork()
-    if pid == 0:
-        sys.argv, sys.path[0] = [script, "--help"], os.path.dirname(script)
-        try:
-            runpy.run_path(script, run_name="__main__")
-        except SystemExit as exit:
-            sys.stdout.flush()
-            os._exit(0 if exit.code in (None, 0) else 1)
-        os._exit(1)  # --help exits
-    if os.waitpid(pid, 0)[1]:
-        sys.exit(f"{script} --help failed")
-"""
-
-
-def test_every_bench_script_starts_in_a_fresh_process(tmp_path):
+def test_every_bench_script_starts_in_a_fresh_process():
     """The scripts the tests below run in this process (run_script) start as ``python bench/X.py --help`` in a
-    process of their own, with only this checkout's src on the path (PYTHONPATH): their imports need nothing of
-    this process's, and each prints its flags. Each child imports budgetdraft afresh; torch and transformers were
-    imported once by the process it is forked from."""
+    process of their own, with only this checkout's src on the path (conftest.forked_runner: PYTHONPATH): their
+    imports need nothing of this process's, and each prints its flags. Each child imports budgetdraft afresh; torch
+    and transformers were imported once by the process it is forked from."""
     scripts = ["decode_speed.py", "drafter_curve.py", "lookup_vs_transformers.py", "training_acceptance.py"]
-    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
-    run = subprocess.run(
-        [sys.executable, "-c", FRESH_STARTS, *(str(BENCH / s) for s in scripts)],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.count("usage: ") == len(scripts) and "--new-tokens" in run.stdout
+    with forked_runner(PRELOAD_TORCH) as run:
+        for script in map(str, (BENCH / s for s in scripts)):
+            status, output = run(
+                f"import os, runpy, sys\nsys.argv, sys.path[0] = [{script!r}, '--help'], os.path.dirname({script!r})\n"
+                f"runpy.run_path({script!r}, run_name='__main__')"
+            )
+            assert status == 0 and output.startswith("usage: "), f"{script} --help:\n{output[-3000:]}"
+            assert "--new-tokens" in output or not script.endswith("decode_speed.py")
 
 
 def test_decode_speed_runs_every_method_and_writes_its_json(tiny, tmp_path):

@@ -1,16 +1,12 @@
 """The README and docs/ do not rot: links resolve, named commands exist, snakemake targets are the workflow's, and
 the files the README's commands name are in the repository. Reads text only (no Snakemake run)."""
 
-import contextlib
-import json
-import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import PRELOAD_TORCH, forked_runner
 
 from budgetdraft.pipeline.cli import COMMANDS
 
@@ -195,75 +191,17 @@ def test_every_python_block_is_found():
     assert where == {"README.md": 1, "docs/architecture.md": 2, "docs/library.md": 2}, where
 
 
-# The process that runs the blocks: it imports what every block pays for once (PRELOAD) and runs each block it reads
-# from stdin in a child of its own (os.fork), a fresh namespace in a process no other block ran in, its output to a
-# file; it answers each with the child's exit status and output.
-BLOCK_RUNNER = r"""
-import json, os, sys, tempfile, traceback
-
-for line in sys.stdin:
-    block = json.loads(line)
-    with tempfile.TemporaryFile("w+") as out:
-        pid = os.fork()
-        if pid == 0:
-            os.dup2(out.fileno(), 1)
-            os.dup2(out.fileno(), 2)
-            sys.argv = ["-c"]
-            try:
-                exec(compile(block, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-                code = 0
-            except SystemExit as stop:
-                code = stop.code if isinstance(stop.code, int) else 1
-            except BaseException:
-                traceback.print_exc()
-                code = 1
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        out.seek(0)
-        print(json.dumps({"returncode": status, "output": out.read()}), flush=True)
-"""
-# torch and transformers' modeling code (which its lazy import loads on first use): ~7 s of CPU a process here
-PRELOAD = "import torch, transformers\nfrom transformers import LlamaForCausalLM\n"
-
-
-@contextlib.contextmanager
-def block_runner(preload: str):
-    """``run(code)`` -> (exit status, output) of ``code`` run as ``python -c code`` would, in a child of BLOCK_RUNNER
-    started after ``preload``, with one torch thread, as every test (conftest.py: the two workers share 2 cores, and
-    a snippet on two threads beside the other worker's pipeline ran 6x its idle time, 95 s for the README's, 15 s
-    idle)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    runner = subprocess.Popen(
-        [sys.executable, "-c", preload + BLOCK_RUNNER], cwd=ROOT, env=env, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-    def run(code: str) -> tuple[int, str]:
-        runner.stdin.write(json.dumps(code) + "\n")
-        runner.stdin.flush()
-        answer = json.loads(runner.stdout.readline())
-        return answer["returncode"], answer["output"]
-
-    try:
-        yield run
-    finally:
-        runner.stdin.close()
-        runner.wait(timeout=60)
-
-
 @pytest.fixture(scope="module")
 def run_block():
     """The docs' block runner, torch and transformers imported once for every block of the module."""
-    with block_runner(PRELOAD) as run:
+    with forked_runner(PRELOAD_TORCH) as run:
         yield run
 
 
 def test_a_block_runs_in_a_fresh_process_and_a_failing_one_is_told():
     """The block runner sees what `python -c` sees: a block's exit status and output, a failed assert's traceback,
     and no name or module state a block before it left."""
-    with block_runner("") as run:
+    with forked_runner("") as run:
         assert run("import sys; print(sys.argv)") == (0, "['-c']\n")
         status, output = run("import budgetdraft.base.names as n; n.LEFT = 1; x = 2; assert x == 3, 'shown'")
         assert status == 1 and "AssertionError: shown" in output
@@ -278,7 +216,7 @@ def test_a_block_runs_in_a_fresh_process_and_a_failing_one_is_told():
 @pytest.mark.parametrize("doc, index", SNIPPETS, ids=[f"{d.relative_to(ROOT)}:{i}" for d, i in SNIPPETS])
 def test_every_python_block_of_the_docs_runs_as_written(doc, index, run_block):
     """Each ```python block of README.md and docs/ runs as written, in a fresh process (a block may register a policy
-    or load models: nothing leaks into the tests or into another block; `run_block`), its own asserts checking what it
+    or load models: nothing leaks into the tests or into another block; `run_block`, conftest.forked_runner), its own asserts checking what it
     shows (lossless output); only `STAND_INS` are replaced."""
     block = python_blocks(doc)[index]
     for name, stand_in in STAND_INS.items():
