@@ -125,7 +125,10 @@ def decoding_of(config: str) -> str:
 def sampled_groups(df: pd.DataFrame) -> set[tuple[str, str]]:
     """The (dataset, context) groups decoded in sampling mode; every cell of a group must share one decoding."""
     sampled = set()
-    decoding = df["config"].map(decoding_of) if "config" in df.columns else pd.Series("greedy", index=df.index)
+    if "config" in df.columns:  # a cell's rows share one record: each distinct one read once
+        decoding = df["config"].map({config: decoding_of(config) for config in df["config"].unique()})
+    else:
+        decoding = pd.Series("greedy", index=df.index)
     for (dataset, context), modes in decoding.groupby([df["dataset"], df["context"]], sort=True):
         kinds = sorted(modes.unique())
         if len(kinds) > 1:
@@ -158,16 +161,12 @@ class CellDecoding:
 
 def cell_decodings(df: pd.DataFrame) -> dict[str, CellDecoding]:
     """{label: its cells' ``CellDecoding``}, read from each label's first row."""
-    first = df.drop_duplicates("label")
     out = {}
-    for i, label in zip(first.index, first["label"]):
-        row = first.loc[i]
-        record = read_record(row["config"]) if "config" in first.columns else {}
-        out[label] = CellDecoding(
-            str(row["method"]) if "method" in first.columns else label,
-            row["engine"] if "engine" in first.columns else None,
-            record.get("max_new_tokens"),
-        )
+    for row in df.drop_duplicates("label").to_dict("records"):
+        record = read_record(row["config"]) if "config" in row else {}
+        decodes, engine = str(row.get("method", row["label"])), row.get("engine")
+        engine = None if pd.isna(engine) else str(engine)  # NaN: a file without the column beside ones with it
+        out[row["label"]] = CellDecoding(decodes, engine, record.get("max_new_tokens"))
     return out
 
 

@@ -540,9 +540,9 @@ def _refuse_if_taken(path: str) -> None:
 
 def _listen(path: str, poll_s: float = POLL_S) -> tuple[socket.socket, tuple[int, int]]:
     """Listen on ``path`` (accept timing out every ``poll_s``); also the (st_dev, st_ino) of the socket file, by
-    which the server knows at exit whether the path is still its own. A file there that nobody answers on (left by a server killed with SIGKILL) is
-    replaced; a live server there makes this one exit. (It binds first and checks after: of two servers started at
-    once on a free path, the second finds the first there.)"""
+    which the server knows at exit whether the path is still its own. A file there that nobody answers on (left by
+    a server killed with SIGKILL) is replaced; a live server there makes this one exit. (It binds first and checks
+    after: of two servers started at once on a free path, the second finds the first there.)"""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         server.bind(path)

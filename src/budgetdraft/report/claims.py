@@ -175,8 +175,8 @@ def speedup_model(ev: Evidence) -> list[dict]:
 
 def speedup_model_rows(model: list[dict], tokens: int | None = None, labels=(SD, BD, LOOKUP)) -> list[str]:
     """Markdown: per label × context × γ, means over its cells (datasets × budgets) of `speedup_model`; the labels'
-    long generations of ``tokens`` new tokens (LABEL~N) too. The copier's c is its lookups' cost: near 0, so where it accepts at all it is
-    the one drafter whose speedup is not eaten by drafting."""
+    long generations of ``tokens`` new tokens (LABEL~N) too. The copier's c is its lookups' cost: near 0, so where
+    it accepts at all it is the one drafter whose speedup is not eaten by drafting."""
     df = pd.DataFrame(model)
     lines = [
         "| drafter | context | γ | cells | α | c | measured | predicted | measured ÷ predicted |",
