@@ -60,7 +60,7 @@ def ci(tmp_path, monkeypatch):
     "field, value, said",
     [
         ("budget", 32, "its record says budget 32, the plan wants 16"),
-        ("max_new_tokens", 64, "its record says max_new_tokens 64, the plan wants 8"),
+        ("max_new_tokens", 64, "its record says max_new_tokens 64, the plan wants 6"),
         (
             "drafter",
             "results/drafters/r1/sd",

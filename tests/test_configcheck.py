@@ -29,7 +29,7 @@ def test_shipped_configs_pass(name):
         (lambda c: c.update(drafter="embedded:smollm2:layers=x"), "drafter = 'embedded:smollm2:layers=x': model spec"),
         (
             lambda c: c.update(long_generation=None) or c["contexts"].update({"256": 9000}),
-            "contexts.256 = 9000: prompt + max_new_tokens (8) exceeds",
+            "contexts.256 = 9000: prompt + max_new_tokens (6) exceeds",
         ),
         (  # ci's long generations: 24 new tokens
             lambda c: c.update(verifier_max_positions=270),
@@ -372,7 +372,7 @@ def test_names_that_differ_only_by_case_are_refused(edit, message):
 
 def test_a_gamma_longer_than_a_run_is_refused():
     message = refusal(lambda c: c["gammas"]["128"].append(100000))
-    assert message.startswith("gammas.128[2] = 100000 is more than max_new_tokens = 8"), message
+    assert message.startswith("gammas.128[2] = 100000 is more than max_new_tokens = 6"), message
     assert refusal(lambda c: c["comparison"].update(gamma=9)).startswith("comparison.gamma = 9 is more than")
 
 
@@ -570,7 +570,7 @@ def eagle3(**settings):
             lambda c: c["training"].update(score_window=1000),
             "training.score_window = 1000 is more than training_data.prefix_len = 224",
         ),
-        (lambda c: c.update(warmup_tokens=9), "warmup_tokens = 9 is more than max_new_tokens = 8"),
+        (lambda c: c.update(warmup_tokens=9), "warmup_tokens = 9 is more than max_new_tokens = 6"),
         (
             lambda c: c["training"].update(heldout=4),
             "training.heldout = 4 leaves none of the 4 sequences of training_data to train on",
@@ -597,9 +597,9 @@ def eagle3(**settings):
         ),
         (triforce(sinks=16), "baselines.triforce.sinks = 16 must be less than streaming_budget = 16"),
         (
-            eagle3(layer_ids=[2, 15, 30]),
-            "baselines.eagle3.training.layer_ids[2] = 30: the verifier embedded:smollm2 has 30 decoder layers, "
-            "numbered 0-29",
+            eagle3(layer_ids=[2, 5, 8]),
+            "baselines.eagle3.training.layer_ids[2] = 8: the verifier embedded:smollm2:layers=8 has 8 decoder layers, "
+            "numbered 0-7",
         ),
         (
             eagle3(ttt_steps=100000),

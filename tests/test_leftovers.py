@@ -236,8 +236,8 @@ def refusal(edit) -> str:
             "revisions: '../../etc' is no hub repository this config reads",
         ),
         (
-            lambda c: c["long_generation"].update(max_new_tokens=8),
-            "long_generation.max_new_tokens = 8 is no more than max_new_tokens = 8: the long generations would be no "
+            lambda c: c["long_generation"].update(max_new_tokens=6),
+            "long_generation.max_new_tokens = 6 is no more than max_new_tokens = 6: the long generations would be no "
             "longer than the grid's own",
         ),
         (
