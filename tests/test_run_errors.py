@@ -396,11 +396,9 @@ def test_a_warm_autostart_that_names_no_process_runs_the_command_here(tmp_path, 
 
 def test_a_missing_prompts_file_is_named_with_what_it_lacks(tmp_path):
     """pyarrow raises FileNotFoundError with the path as its only text: the line still says what is wrong."""
-    from budgetdraft.pipeline.cli import error_text
+    from budgetdraft.pipeline.cli import error_text, main
 
     assert error_text(FileNotFoundError("p")) == "p: No such file or directory"
-    from budgetdraft.pipeline.cli import main
-
     missing = tmp_path / "prompts.parquet"
     with pytest.raises(SystemExit) as stop:  # the command's main() here: any other exception fails the test
         main(["eval-cell", "--label", "ar", "--decodes", "ar", "--verifier", "x", "--prompts", str(missing),
