@@ -16,7 +16,7 @@ from pathlib import Path
 from conftest import tiny_model_dir
 from test_structure import import_cycle
 
-from budgetdraft.base.importgraph import import_graph, module_files, type_checking_only
+from budgetdraft.base.importgraph import import_graph, module_files, type_checking
 from budgetdraft.decoding.draftspec import DraftSpec
 from budgetdraft.evaluation.cellspec import CellSpec
 from budgetdraft.pipeline import cli, warm
@@ -68,7 +68,9 @@ def annotation_imports(path: Path, modules) -> set[str]:
     (they never run): the imports under ``if TYPE_CHECKING:`` and the modules its annotations name, string ones and
     those ``from __future__ import annotations`` leaves unevaluated included."""
     tree = ast.parse(path.read_text())
-    inside = type_checking_only(tree)
+    inside = {
+        id(inner) for block in ast.walk(tree) if type_checking(block) for stmt in block.body for inner in ast.walk(stmt)
+    }
     names = set()
     for node in ast.walk(tree):
         if id(node) in inside and isinstance(node, ast.Import):

@@ -34,15 +34,28 @@ def module_files(package: str | Path = HERE) -> dict[str, Path]:
     return files
 
 
-def type_checking_only(tree: ast.AST) -> set[int]:
-    """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks: imports for annotations, never run."""
-    blocks = [
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If)
-        and "TYPE_CHECKING" in (getattr(node.test, "id", ""), getattr(node.test, "attr", ""))
-    ]
-    return {id(inner) for block in blocks for stmt in block.body for inner in ast.walk(stmt)}
+def type_checking(node: ast.stmt) -> bool:
+    """Whether ``node`` is an ``if TYPE_CHECKING:`` block: imports for annotations, never run."""
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in (
+        getattr(node.test, "id", ""),
+        getattr(node.test, "attr", ""),
+    )
+
+
+def statements(body: list) -> list[ast.stmt]:
+    """Every statement of ``body`` and of the blocks inside it (functions, classes, branches, handlers, cases), but
+    the body of an ``if TYPE_CHECKING:`` block. Only statements are visited, never an expression's nodes: an import is
+    a statement, and the file's expressions are most of its nodes (the workflow reads every module on each start)."""
+    found, todo = [], list(body)
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        for field in ("handlers", "cases"):  # except clauses, match cases: blocks of their own
+            todo += [stmt for block in getattr(node, field, ()) for stmt in block.body]
+        todo += [*getattr(node, "orelse", ()), *getattr(node, "finalbody", ())]
+        if not type_checking(node):
+            todo += [stmt for stmt in getattr(node, "body", ()) if isinstance(stmt, ast.stmt)]
+    return found
 
 
 def imported_modules(path: Path, modules) -> set[str]:
@@ -50,11 +63,7 @@ def imported_modules(path: Path, modules) -> set[str]:
     under ``if TYPE_CHECKING:`` (annotations only): ``from budgetdraft.x import y`` counts as x, or as x.y when that
     is a module."""
     found = set()
-    tree = ast.parse(Path(path).read_text())
-    skipped = type_checking_only(tree)
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+    for node in statements(ast.parse(Path(path).read_text()).body):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
