@@ -9,10 +9,68 @@ import pytest
 from conftest import copy_project
 
 from budgetdraft.base import methods
-from budgetdraft.base.importgraph import code_files, command_imports, import_graph, imports_closure, packages_above
+from budgetdraft.base.importgraph import (
+    code_files,
+    command_imports,
+    import_graph,
+    imported_modules,
+    imports_closure,
+    packages_above,
+)
 from budgetdraft.pipeline.cli import COMMANDS
 
 SNAKEMAKE = shutil.which("snakemake")
+
+
+# an import in every kind of block a module can hold one (statements only are read: budgetdraft.base.importgraph),
+# m0 .. m13 to be found, t0 / t1 under `if TYPE_CHECKING:` not
+EVERY_BLOCK = """
+import budgetdraft.m0
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    import budgetdraft.t0
+else:
+    import budgetdraft.m1
+if typing.TYPE_CHECKING:
+    from budgetdraft import t1
+for x in y:
+    import budgetdraft.m2
+else:
+    import budgetdraft.m3
+while x:
+    import budgetdraft.m4
+try:
+    import budgetdraft.m5
+except ImportError:
+    import budgetdraft.m6
+else:
+    import budgetdraft.m7
+finally:
+    from budgetdraft.m8 import name
+with open(x) as f:
+    import budgetdraft.m9
+class C:
+    def method(self):
+        async def inner():
+            async with x:
+                import budgetdraft.m10
+match x:
+    case 1:
+        import budgetdraft.m11
+try:
+    pass
+except* ValueError:
+    import budgetdraft.m12
+lambda: __import__("budgetdraft.not_a_statement")
+if x:
+    from budgetdraft import m13
+"""
+
+
+def test_imports_are_read_from_every_kind_of_block(tmp_path):
+    (tmp_path / "every_block.py").write_text(EVERY_BLOCK)
+    modules = {f"budgetdraft.{name}" for name in [*(f"m{i}" for i in range(14)), "t0", "t1", "not_a_statement"]}
+    assert imported_modules(tmp_path / "every_block.py", modules) == {f"budgetdraft.m{i}" for i in range(14)}
 
 
 def test_closure_follows_lazy_imports_and_packages():

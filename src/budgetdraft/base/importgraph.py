@@ -34,7 +34,7 @@ def module_files(package: str | Path = HERE) -> dict[str, Path]:
     return files
 
 
-def type_checking(node: ast.stmt) -> bool:
+def type_checking(node: ast.AST) -> bool:
     """Whether ``node`` is an ``if TYPE_CHECKING:`` block: imports for annotations, never run."""
     return isinstance(node, ast.If) and "TYPE_CHECKING" in (
         getattr(node.test, "id", ""),
