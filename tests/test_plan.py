@@ -121,12 +121,14 @@ def drafters(p: Plan, cells) -> set:
     return {d for d in dirs if d.startswith("results/drafters/r")}
 
 
+# config/ci.yaml's cell files per training replicate: the grid's 64 and the controls' 18 (pi, sd@full)
+CI_PER_REPLICATE = 64 + 18
 # (config, its grid cells, its cell files): grid + controls; shared cells + replicated cells x replicates
 GRID_SIZES = [
     # the copier (lookup) at every dataset x context, and the long generations (config: 4 methods x 3 contexts; ci:
     # 3 x 2; paper: 4 x 3), of which SD's and λ = 0.5's are on the first replicate only
     ("config", 185 + 45 + 9 + 12, 11 + 9 + 6 + 6 + (174 + 45) * 3),
-    ("ci", 72 + 18 + 6 + 6, 8 + 6 + 4 + 2 + (64 + 18) * 2),
+    ("ci", 72 + 18 + 6 + 6, 8 + 6 + 4 + 2 + CI_PER_REPLICATE * 2),
     ("paper", 693 + 45 + 9 + 12, 693 + 45 + 9 + 12),
 ]
 
@@ -341,7 +343,7 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers():
     assert len(drafters(p, p.cells.all_cells())) == 6 * reps + reps and p.cells.in_all.count("variants") == 1  # + PI's
     places = [(d, c, b) for d in cfg["datasets"] for c in cfg["contexts"] for b in cfg["budgets"]]
     per_replicate = [c for c in p.cells.all_cells() if key(c)["replicate"] != names.SHARED]
-    assert len(per_replicate) == (64 + 18) * reps + 2 + 2 * len(places) * reps  # + the long generations: r0's
+    assert len(per_replicate) == CI_PER_REPLICATE * reps + 2 + 2 * len(places) * reps  # + the long generations: r0's
     for label in EXTRA_VARIANTS:
         assert all(f"results/drafters/r{r}/{label}" in drafters(p, p.cells.all_cells()) for r in range(reps))
         for r in range(reps):

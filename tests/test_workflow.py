@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from snakemake.cli import parse_config
-from test_plan import EXTRA_VARIANTS, GRID_SIZES, SCHEMA, expected_cells, replicated
+from test_plan import CI_PER_REPLICATE, EXTRA_VARIANTS, GRID_SIZES, SCHEMA, expected_cells, replicated
 
 from budgetdraft.base import methods as methods_registry
 from budgetdraft.pipeline.configcheck import check_config
@@ -224,9 +224,9 @@ def test_src_edits_rerun_only_their_stage(finished, tmp_path, module):
         reps, contexts = cfg["replicates"], cfg["comparison"]["contexts"]
         assert counts["train"] == 4 * reps and counts["train_base"] == reps and counts["train_eagle3"] == 1
         assert "targets" not in counts and "export_model" not in counts
-        # the grid's 64 cells and the 18 of the controls (pi, sd@full) per replicate, SD's 2 long generations on the
-        # first replicate; AR's cells are EAGLE-3's
-        assert counts["eval_replicate_cell"] == (64 + 18) * reps + 2 and counts["eval_cell"] == len(contexts)
+        # every cell of a replicate (CI_PER_REPLICATE), SD's 2 long generations on the first replicate; AR's cells
+        # are EAGLE-3's
+        assert counts["eval_replicate_cell"] == CI_PER_REPLICATE * reps + 2 and counts["eval_cell"] == len(contexts)
 
 
 def refusal(cfg: dict, *config_args: str) -> str:
@@ -397,7 +397,7 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers(dry_run, tmp_p
     assert counts["train"] == 6 * reps and counts["table"] == 7 + 1, counts
     places = [(d, c, b) for d in cfg["datasets"] for c in cfg["contexts"] for b in cfg["budgets"]]
     # grid + controls per replicate, SD's long generations on the first
-    assert counts["eval_replicate_cell"] == (64 + 18) * reps + 2 + 2 * len(places) * reps, counts
+    assert counts["eval_replicate_cell"] == CI_PER_REPLICATE * reps + 2 + 2 * len(places) * reps, counts
     for label in EXTRA_VARIANTS:
         assert all(f"output: results/drafters/r{r}/{label}\n" in out for r in range(reps))
         for r in range(reps):
