@@ -5,7 +5,7 @@ The SLURM run starts from the session's local run (tests/conftest.py `pipeline_r
 what `comparison` reads at dataset lwm and context 256 taken away: its cells and shared verifier prefill, and with
 them one trained variant (lambda0.5 of replicate 1) and the EAGLE-3 head, whose cells at context 128 are then made
 again too: 16 cells in 2 job groups, 24 jobs. So every kind of job that runs a model goes through sbatch (a
-variant's and the head's training, a prefill, AR / SD / BudgetDraft / TriForce / EAGLE-3 / copier cells, the table)
+variant's and the head's training, a prefill, AR / SD / BudgetDraft / TriForce / EAGLE-3 / copier cells)
 without paying the training chain or the whole grid a second time; the stages before it (export, prompts, targets,
 the base drafters) are the same rules the training jobs are, and the local run has just run them.
 
@@ -13,8 +13,8 @@ Every job goes through sbatch and completes; grid cells go in job groups (the pr
 the resident process its first cell starts (`warm_start: resident`: the GPU path, here on device cpu), which loads
 the verifier once for the group; the cells decode the same tokens, with the same acceptance, as the local run; a
 cell job killed with `scancel` is CANCELLED, leaves no cell, and the next invocation submits exactly that cell and
-the table that reads it. Only the target and the rules that write a settings file from the config (`settings`)
-run in the submitting process.
+makes again the table that reads it. Only the target, the rules that write a settings file from the config (`settings`) and
+the table (workflow/rules/paper.smk: its rules are local rules) run in the submitting process.
 
 Skipped when SLURM cannot be started here (not installed, not root); failed instead with
 BUDGETDRAFT_REQUIRE_SLURM=1 (.ci/run sets it when it could install slurm-wlm).
@@ -44,7 +44,7 @@ DECODED = ["label", "method", "dataset", "context", "budget", "gamma", "sample",
            "prompt_tokens", "new_tokens", "drafted", "accepted", "verifier_forwards", "output_ids"]  # fmt: skip
 TARGET = "comparison"
 CANCELLED_CELL = "results/cells/lambda0.5/r1/lwm/256/B32_g5.parquet"  # one replicate's cell of the comparison table
-LOCAL_RULES = {TARGET, "settings"}  # what runs in the submitting process: the target, settings files from the config
+LOCAL_RULES = {TARGET, "settings", "table"}  # what runs in the submitting process: the target, the artifact's rules
 CONTEXT = "256"  # the SLURM run's context: every lwm cell file at it is taken away (see the module's docstring)
 # what the SLURM run makes again besides those cells
 TAKEN = [
@@ -133,7 +133,7 @@ def test_every_job_went_through_sbatch_and_completed(slurm_run):
     planned = planned_jobs(log)
     assert set(local) == LOCAL_RULES and local[TARGET] == 1, local  # the rest runs through sbatch
     assert remote + local == Counter(planned), (remote, local, planned)
-    kinds = {"train", "train_eagle3", "verifier_prefill", "eval_cell", "eval_replicate_cell", "table"}
+    kinds = {"train", "train_eagle3", "verifier_prefill", "eval_cell", "eval_replicate_cell"}
     assert kinds <= set(remote), remote  # every kind of job that runs a model
     cells = remote["eval_cell"] + remote["eval_replicate_cell"]
     grouped = remote.total() - cells + groups_of(log)  # one submission a job group
@@ -169,14 +169,15 @@ def test_each_job_group_loads_the_verifier_once(slurm_run):
 
 
 # Each phase of the cancelled-cell test is bounded: one of five runs once took 344 s where the others took about
-# 100 (three Snakemake plans of ~20 s, a group job started, cancelled and resubmitted); now the phase that hangs
-# fails the test by name instead of stretching the suite.
+# 100 (then three Snakemake plans of ~20 s, now two: the rerun's own plan is read instead of a dry run's; a group
+# job started, cancelled and resubmitted); now the phase that hangs fails the test by name instead of stretching
+# the suite.
 PHASE_S = 180
 
 
 def test_a_cancelled_cell_is_resubmitted_alone_with_its_table(slurm_run, slurm_env, request):
     """scancel of a running cell job: CANCELLED, no cell left, and the next invocation submits exactly that cell and
-    the table that reads it; each phase within PHASE_S seconds."""
+    makes again the table that reads it (a local rule); each phase within PHASE_S seconds."""
     work, _ = slurm_run
     cell = work / CANCELLED_CELL
     cell.unlink()
@@ -213,12 +214,13 @@ def test_a_cancelled_cell_is_resubmitted_alone_with_its_table(slurm_run, slurm_e
     assert job_states([job]) == {job: "CANCELLED"}
     assert not cell.exists()
 
-    plan = ci_snakemake(work, *PROFILE, "-n", TARGET, *RESIDENT, env=slurm_env, timeout=PHASE_S)
-    assert planned_jobs(plan.stdout) == {"eval_replicate_cell": 1, "table": 1, TARGET: 1}, plan.stdout[-3000:]
+    # the next invocation's plan (its "Job stats", printed before it submits anything) and what it submitted
     rerun = ci_snakemake(work, *PROFILE, TARGET, *RESIDENT, env=slurm_env, timeout=PHASE_S)
     log = rerun.stdout + rerun.stderr
     assert rerun.returncode == 0, log[-3000:]
-    remote, _, ids = jobs_of(log)
-    assert remote == {"eval_replicate_cell": 1, "table": 1} and len(ids) == 2, (remote, ids)  # a group of one
+    assert planned_jobs(log) == {"eval_replicate_cell": 1, "table": 1, TARGET: 1}, log[-3000:]
+    remote, local, ids = jobs_of(log)
+    assert remote == {"eval_replicate_cell": 1} and len(ids) == 1, (remote, ids)  # a group of one
+    assert local == {"table": 1, TARGET: 1}, local
     assert set(job_states(ids).values()) == {"COMPLETED"}
     assert decoded(cell) == decoded(request.getfixturevalue("pipeline_run") / CANCELLED_CELL)

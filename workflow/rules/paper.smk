@@ -1,6 +1,8 @@
 # What `snakemake --report report.html` shows besides the figures (workflow/report/): each table rendered from its
 # .tex, the cells behind each artifact, results/claims.md (also the report's first page), the configuration and
 # the runtimes. Pages are derived from the files the rules write (workflow/report/render.py), never typed in.
+# Every rule here is a local rule: on a cluster (docs/slurm.md) it runs in the submitting Snakemake, seconds of
+# reading finished files, instead of waiting in the queue for a job of its own.
 RENDER = "workflow/report/render.py"
 REPORT_PAGES = [
     "results/report/configuration.html",
@@ -116,6 +118,7 @@ rule table:
         "logs/tables/{artifact}.log",
     wildcard_constraints:
         artifact="|".join(PLAN.cells.all_tables),
+    localrule: True  # see the top of this file
     conda:
         "../../envs/budgetdraft.yaml"
     params:
@@ -155,6 +158,7 @@ rule figure:
         "logs/figures/{figure}.log",
     wildcard_constraints:
         figure="|".join(PLAN.cells.all_figures),
+    localrule: True  # see the top of this file
     conda:
         "../../envs/budgetdraft.yaml"
     params:
@@ -199,6 +203,7 @@ rule claims:
         ),
     log:
         "logs/claims.log",
+    localrule: True  # see the top of this file
     conda:
         "../../envs/budgetdraft.yaml"
     shell:
@@ -226,6 +231,7 @@ rule paper_diff:
         csv="results/paper_diff.csv",
     log:
         "logs/paper_diff.log",
+    localrule: True  # see the top of this file
     conda:
         "../../envs/budgetdraft.yaml"
     shell:
