@@ -13,8 +13,8 @@ Every job goes through sbatch and completes; grid cells go in job groups (the pr
 the resident process its first cell starts (`warm_start: resident`: the GPU path, here on device cpu), which loads
 the verifier once for the group; the cells decode the same tokens, with the same acceptance, as the local run; a
 cell job killed with `scancel` is CANCELLED, leaves no cell, and the next invocation submits exactly that cell and
-makes again the table that reads it. Only the target, the rules that write a settings file from the config (`settings`) and
-the table (workflow/rules/paper.smk: its rules are local rules) run in the submitting process.
+makes again the table that reads it. Only the target, the rules that write a settings file from the config
+(`settings`) and the table (workflow/rules/paper.smk: its rules are local rules) run in the submitting process.
 
 Skipped when SLURM cannot be started here (not installed, not root); failed instead with
 BUDGETDRAFT_REQUIRE_SLURM=1 (.ci/run sets it when it could install slurm-wlm).
@@ -44,7 +44,7 @@ DECODED = ["label", "method", "dataset", "context", "budget", "gamma", "sample",
            "prompt_tokens", "new_tokens", "drafted", "accepted", "verifier_forwards", "output_ids"]  # fmt: skip
 TARGET = "comparison"
 CANCELLED_CELL = "results/cells/lambda0.5/r1/lwm/256/B32_g5.parquet"  # one replicate's cell of the comparison table
-LOCAL_RULES = {TARGET, "settings", "table"}  # what runs in the submitting process: the target, the artifact's rules
+LOCAL_RULES = {TARGET, "settings", "table"}  # run in the submitting process: the target, the artifact's rules
 CONTEXT = "256"  # the SLURM run's context: every lwm cell file at it is taken away (see the module's docstring)
 # what the SLURM run makes again besides those cells
 TAKEN = [
