@@ -182,9 +182,9 @@ def cell_pattern(replicated: bool, root: str = CELLS, ext: str = "parquet") -> s
 def check_identity(table: pa.Table, path) -> None:
     """Refuse rows of more than one cell, and rows of another cell than the one the file's path names when the
     file is named like a cell (B{B}_g{γ}.parquet: its path ends LABEL[/rR]/DATASET/CONTEXT/B{B}_g{γ}.parquet)."""
-    row = {}
+    row, names = {}, set(table.column_names)
     for column in IDENTITY:
-        if column in table.column_names:
+        if column in names:
             values = pc.unique(table.column(column)).to_pylist()
             if len(values) > 1:
                 raise BadCell(path, f"its rows hold more than one cell ({column} {values[0]!r} and {values[1]!r})")
@@ -244,7 +244,8 @@ def check_record(table: pa.Table, path, planned: CellSpec | None = None) -> dict
         raise BadCell(path, f"its record ({RECORD}) {e.reason}") from None
     if planned is not None and (difference := record_difference(record, planned)) is not None:
         raise BadCell(path, difference)
-    cell = {**path_key(path), **{c: table.column(c)[0].as_py() for c in IDENTITY if c in table.column_names}}
+    names = set(table.column_names)
+    cell = {**path_key(path), **{c: table.column(c)[0].as_py() for c in IDENTITY if c in names}}
     cell.setdefault("replicate", SHARED)
     for column in IDENTITY:
         if column in record and column in cell and first_difference(record[column], cell[column]) is not None:

@@ -74,10 +74,11 @@ def read_cell(path: Path, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
     digest, contradict each other or are another cell than its path says is an error naming the file."""
     path = Path(path)
     table = cellfile.read_checked(path)
-    missing = [c for c in NEEDED_COLUMNS if c not in table.column_names]
+    names = set(table.column_names)  # a new list at each access
+    missing = [c for c in NEEDED_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{path}: missing cell columns {missing}")
-    present = [c for c in dict.fromkeys(optional) if c in table.column_names and c not in NEEDED_COLUMNS]
+    present = [c for c in dict.fromkeys(optional) if c in names and c not in NEEDED_COLUMNS]
     return table.select(NEEDED_COLUMNS + present).to_pandas()
 
 
@@ -94,16 +95,14 @@ def load_cells(paths, optional=OPTIONAL_COLUMNS) -> pd.DataFrame:
             raise ValueError(f"{path}: cell file has no rows")
         if "replicate" not in df.columns:
             df["replicate"] = SHARED
-        for *key, replicate in df[KEY + ["replicate"]].drop_duplicates().itertuples(index=False):
-            key, replicate = tuple(key), int(replicate)
-            if (key, replicate) in owner:
-                raise ValueError(
-                    f"cell {cell_name(key, replicate)} is in two files: {owner[key, replicate]} and {path}"
-                )
-            shared, first = kind.setdefault(key, (replicate == SHARED, path))
-            if shared != (replicate == SHARED):
-                raise ValueError(f"cell {cell_name(key)} is both shared and per replicate: {first} and {path}")
-            owner[key, replicate] = path
+        # one cell a file (`cellfile.check_identity` refuses rows of two): its first row names it
+        key, replicate = tuple(df[c].iat[0] for c in KEY), int(df["replicate"].iat[0])
+        if (key, replicate) in owner:
+            raise ValueError(f"cell {cell_name(key, replicate)} is in two files: {owner[key, replicate]} and {path}")
+        shared, first = kind.setdefault(key, (replicate == SHARED, path))
+        if shared != (replicate == SHARED):
+            raise ValueError(f"cell {cell_name(key)} is both shared and per replicate: {first} and {path}")
+        owner[key, replicate] = path
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     for col in ("label", "dataset", "context"):

@@ -138,7 +138,9 @@ def read_sealed(path: str | Path, error: type[Damaged] = Damaged, what: str = "f
     if not parquet_whole(path):
         raise error(path, "not a whole parquet file")
     try:
-        table = pq.read_table(path, page_checksum_verification=True)
+        # ParquetFile, one thread: a cell file is a few kB, and pq.read_table's dataset path and thread pool cost
+        # 3x its read (bench/README.md, "Reading a cell file")
+        table = pq.ParquetFile(path, page_checksum_verification=True).read(use_threads=False)
     except Exception as e:  # pyarrow says OSError, ArrowInvalid, ArrowMemoryError, ... for a damaged file
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise error(path, f"not a readable parquet file ({type(e).__name__}: {first[:200]})") from None
