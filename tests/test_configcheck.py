@@ -545,12 +545,12 @@ def eagle3(**settings):
     [
         (
             lambda c: c.update(replicates=300000),
-            "replicates = 300000: the plan would measure 32,400,018 cell files (108 per replicate + 18 shared), more "
+            "replicates = 300000: the plan would measure 24,600,014 cell files (82 per replicate + 14 shared), more "
             "than the 20,000 one config may plan; lower replicates",
         ),
         (
             lambda c: c.update(repeats=100000),
-            "repeats = 100000, warmup = 1, samples = 1: the plan's 234 cell files would decode 23,400,234 runs (each "
+            "repeats = 100000, warmup = 1, samples = 1: the plan's 178 cell files would decode 17,800,178 runs (each "
             "prompt warmup + repeats times), more than the 2,000,000 one config may plan",
         ),
         (

@@ -116,7 +116,7 @@ def test_the_command_costs_every_planned_job(tmp_path):
     cells = sum(int(line.split("|")[2].replace(",", "")) for name, line in rows.items() if name.startswith("cells"))
     # shared cells (AR, EAGLE-3, the copier, the long generations': r0's of a trained drafter) and two replicates of
     # the rest (test_plan.py)
-    assert cells == 8 + 6 + 4 + 2 + CI_PER_REPLICATE * 2
+    assert cells == 6 + 4 + 4 + 2 + CI_PER_REPLICATE * 2
     assert {"base drafters", "variants", "targets", "EAGLE-3 head", "**total**"} <= set(rows)
     assert "Wall time:" in proc.stdout and "Assumptions:" in proc.stdout
     assert ", engine eager;" in proc.stdout  # config/ci.yaml names no engine: eager

@@ -121,14 +121,14 @@ def drafters(p: Plan, cells) -> set:
     return {d for d in dirs if d.startswith("results/drafters/r")}
 
 
-# config/ci.yaml's cell files per training replicate: the grid's 64 and the controls' 18 (pi, sd@full)
-CI_PER_REPLICATE = 64 + 18
+# config/ci.yaml's cell files per training replicate: the grid's 44 and the controls' 12 (pi, sd@full)
+CI_PER_REPLICATE = 44 + 12
 # (config, its grid cells, its cell files): grid + controls; shared cells + replicated cells x replicates
 GRID_SIZES = [
     # the copier (lookup) at every dataset x context, and the long generations (config: 4 methods x 3 contexts; ci:
     # 3 x 2; paper: 4 x 3), of which SD's and λ = 0.5's are on the first replicate only
     ("config", 185 + 45 + 9 + 12, 11 + 9 + 6 + 6 + (174 + 45) * 3),
-    ("ci", 72 + 18 + 6 + 6, 8 + 6 + 4 + 2 + CI_PER_REPLICATE * 2),
+    ("ci", 50 + 12 + 4 + 6, 6 + 4 + 4 + 2 + CI_PER_REPLICATE * 2),
     ("paper", 693 + 45 + 9 + 12, 693 + 45 + 9 + 12),
 ]
 
