@@ -44,7 +44,7 @@ def planned_jobs(plan: str) -> dict[str, int]:
     return {rule: int(count) for rule, count in (line.split() for line in table) if rule != "total"}
 
 
-# The test files that read the session's pipeline run (the fixture below): under pytest-xdist's two workers
+# The test files that read the session's pipeline run (the fixture below): under pytest-xdist's workers
 # (pyproject's addopts) their tests are one unit of work, run by one worker, so that the run is made once (and one
 # worker brings the SLURM cluster up and down). Every other file is a unit of its own, so that its module-scoped
 # fixtures (a workflow's dry run, a trained drafter, a finished run's copy) are made once, not once per worker. The
@@ -233,7 +233,7 @@ PRELOAD_TORCH = "import torch, transformers\nfrom transformers import LlamaForCa
 @contextlib.contextmanager
 def forked_runner(preload: str):
     """``run(code)`` -> (exit status, output) of ``code`` run as ``python -c code`` would, in a child of FORKED_RUNNER
-    started after ``preload``, with one torch thread, as every test (conftest.py: the two workers share 2 cores, and
+    started after ``preload``, with one torch thread, as every test (conftest.py: the workers share 2 cores, and
     a docs block on two threads beside the other worker's pipeline ran 6x its idle time, 95 s for the README's, 15 s
     idle)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
