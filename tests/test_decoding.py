@@ -202,19 +202,6 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
 # ---- the real embedded model pair (SmolLM2-135M-Instruct verifier, its 4-layer cut as drafter) ---------------
 
 
-@pytest.fixture(scope="module")
-def real_prompt(real_pair):
-    _, _, tokenizer = real_pair
-    return tokenizer(shakespeare_text()[30000:45000])["input_ids"][:300]
-
-
-@pytest.fixture(scope="module")
-def real_ar(real_pair, real_prompt):
-    """The verifier's own greedy 24 tokens after real_prompt, decoded once for every test of the module that compares
-    with it (the same call in the same process decodes the same tokens: each test decoded it again, ~2 s each)."""
-    return autoregressive(real_pair[0], real_prompt, 24, eos_token_id=[]).tokens
-
-
 @pytest.mark.real
 @pytest.mark.parametrize("budget", [4, 64, 400])
 @pytest.mark.parametrize("gamma", [1, 3, 5, 8])

@@ -3,7 +3,7 @@ interpolation (method `pi`), and the positional profile (`budgetdraft.evaluation
 
 import pytest
 import torch
-from conftest import shakespeare_text, tiny_llama
+from conftest import tiny_llama
 
 from budgetdraft.decoding import positions
 from budgetdraft.decoding.export import export
@@ -70,26 +70,18 @@ def test_the_spec_option_rescales_the_real_drafter_s_rotary_positions(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(cut.state_dict().values(), pi.state_dict().values()))
 
 
-@pytest.fixture(scope="module")
-def real_ar(real_pair):
-    """A 300-token prompt and the verifier's own greedy 24 tokens after it, decoded once for both drafters below."""
-    verifier, _, tokenizer = real_pair
-    prompt = tokenizer(shakespeare_text()[30000:45000])["input_ids"][:300]
-    return prompt, autoregressive(verifier, prompt, 24, eos_token_id=[]).tokens
-
-
 @pytest.mark.real
 @pytest.mark.parametrize("cover", [None, 1024])
-def test_a_short_range_and_an_interpolated_drafter_are_lossless_on_the_real_model(real_pair, real_ar, tmp_path, cover):
+def test_a_short_range_and_an_interpolated_drafter_are_lossless_on_the_real_model(
+    real_pair, real_prompt, real_ar, tmp_path, cover
+):
     """SD with the default's drafter (native range 128) and with its interpolated copy (method pi) at a 300-token
-    prompt, far past 128: the verifier's own greedy tokens."""
-    verifier = real_pair[0]
-    prompt, ar = real_ar
+    prompt, far past 128: the verifier's own greedy tokens (conftest.py's real_ar)."""
     export("embedded:smollm2:layers=4:positions=128", tmp_path / "d", cover=cover)
     drafter = load_model(str(tmp_path / "d"))
     for budget in (16, 64):
-        sd = speculative(SparseDrafter(drafter, budget), verifier, prompt, 24, 5, eos_token_id=[])
-        assert sd.tokens == ar
+        sd = speculative(SparseDrafter(drafter, budget), real_pair[0], real_prompt, 24, 5, eos_token_id=[])
+        assert sd.tokens == real_ar
 
 
 def test_sd_with_a_full_drafter_cache_takes_no_budget_and_is_lossless():
