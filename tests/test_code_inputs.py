@@ -1,6 +1,8 @@
 """A rule's code inputs are exactly the modules its command imports (budgetdraft.base.importgraph), so editing any module
 a stage runs reruns that stage, and editing one it does not run reruns nothing of it."""
 
+import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -8,7 +10,7 @@ import subprocess
 import pytest
 from conftest import copy_project
 
-from budgetdraft.base import methods
+from budgetdraft.base import importgraph, methods
 from budgetdraft.base.importgraph import (
     code_files,
     command_imports,
@@ -71,6 +73,36 @@ def test_imports_are_read_from_every_kind_of_block(tmp_path):
     (tmp_path / "every_block.py").write_text(EVERY_BLOCK)
     modules = {f"budgetdraft.{name}" for name in [*(f"m{i}" for i in range(14)), "t0", "t1", "not_a_statement"]}
     assert imported_modules(tmp_path / "every_block.py", modules) == {f"budgetdraft.m{i}" for i in range(14)}
+
+
+def test_each_sources_imports_are_parsed_once_per_content_on_this_machine(tmp_path, monkeypatch):
+    """`cached_imports`: a second process's graph parses nothing and equals the parsed one; an edited module is
+    parsed again (alone); a cache entry that is not what a parse gives, or a cache that is not JSON, is parsed around;
+    the file then holds exactly the package's present sources."""
+    monkeypatch.setenv("BUDGETDRAFT_CACHE", str(tmp_path / "cache"))
+    package = tmp_path / "budgetdraft"
+    shutil.copytree(importgraph.HERE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    parsed = []
+    parse = importgraph.import_statements
+    monkeypatch.setattr(importgraph, "import_statements", lambda source: parsed.append(source) or parse(source))
+    first = import_graph(package)
+    count = len({hashlib.sha256(p.read_bytes()).hexdigest() for p in package.rglob("*.py")})  # one parse a content
+    assert len(parsed) == count and "budgetdraft.decoding.metrics" in first["budgetdraft.decoding.loop"]
+    importgraph._graph.cache_clear()  # a new process: only the file remembers
+    parsed.clear()
+    assert import_graph(package) == first and parsed == []
+    edited = package / "decoding/loop.py"
+    edited.write_text(edited.read_text() + "\nimport budgetdraft.training.train\n")
+    graph = import_graph(package)
+    assert len(parsed) == 1 and "budgetdraft.training.train" in graph["budgetdraft.decoding.loop"]
+    cache = tmp_path / "cache" / importgraph.IMPORTS_CACHE
+    entries = json.loads(cache.read_text())
+    assert len(entries) == count  # the edited module's new content in, its old one out
+    for broken in (json.dumps({key: [["budgetdraft.x", 3]] for key in entries}), "{ not json"):
+        cache.write_text(broken)
+        importgraph._graph.cache_clear()
+        parsed.clear()
+        assert import_graph(package) == graph and len(parsed) == count
 
 
 def test_closure_follows_lazy_imports_and_packages():

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from budgetdraft.pipeline import machine, probe
+from budgetdraft.pipeline import estimate, machine, probe
 from budgetdraft.pipeline.roofline import Shape
 
 TINY_VERIFIER = Shape(layers=8, hidden=64, ffn=128, heads=4, kv_heads=2, vocab=1024, tied=True)
@@ -99,6 +99,32 @@ def test_the_machine_is_probed_once_then_read_from_the_cache(monkeypatch, tmp_pa
     )
 
 
+def test_a_run_predicts_from_a_probe_of_the_last_hour_only(monkeypatch, tmp_path):
+    """The prediction before a run (`max_age_s`: estimate.PREDICTION_MAX_AGE_S) probes again when the cached probe is
+    older than that, was taken at a time to come, or records no time (a file of an earlier version), saying which;
+    `estimate` itself (no limit) reads it at any age."""
+    monkeypatch.setenv("BUDGETDRAFT_CACHE", str(tmp_path))
+    calls, said = [], []
+    monkeypatch.setattr(machine, "timed", stand_in(calls))
+    cfg = yaml.safe_load(open("config/ci.yaml"))
+    hour = estimate.PREDICTION_MAX_AGE_S
+    first = machine.measure(cfg, 1, say=said.append, max_age_s=hour)
+    assert len(calls) == 1 and time.time() - first["measured_s"] < 60
+    assert machine.measure(cfg, 1, say=said.append, max_age_s=hour) == first and len(calls) == 1
+    cached = machine.measure_file(machine.key_of(cfg, "cpu", 1))
+    for measured_s, why in [(time.time() - hour - 60, r"measured 1\.0 h ago, not within the last 1 h"),
+                            (time.time() + 3600, r"measured 1\.0 h from now"),
+                            (None, r"records no time it was measured at \(measured_s\)")]:  # fmt: skip
+        old = {**first, "measured_s": measured_s}
+        cached.write_text(json.dumps({k: v for k, v in old.items() if v is not None}))
+        assert machine.measure(cfg, 1, say=lambda line: None) == json.loads(cached.read_text())  # estimate: any age
+        calls.clear()
+        machine.measure(cfg, 1, say=said.append, max_age_s=hour)
+        assert len(calls) == 1 and re.search(why, said[-2]) and said[-2].startswith(str(cached)), (
+            said
+        )  # then "measuring"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
 def test_a_cuda_config_on_a_machine_without_one_is_refused_saying_what_to_do():
     with pytest.raises(ValueError, match=r"device: cuda in the config.*--gpu a100-80g"):
@@ -106,7 +132,6 @@ def test_a_cuda_config_on_a_machine_without_one_is_refused_saying_what_to_do():
 
 
 def test_the_prediction_runs_as_many_jobs_as_the_cores_it_is_given(monkeypatch):
-    from budgetdraft.pipeline import estimate
 
     monkeypatch.setattr(machine, "cores", lambda: 2)
     assert estimate.default_parallel({"threads": 1}) == 2  # profiles/default: 2 cores

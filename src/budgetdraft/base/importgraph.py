@@ -16,7 +16,10 @@ preloads).
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import hashlib
+import json
 from pathlib import Path
 
 PACKAGE = "budgetdraft"
@@ -58,25 +61,35 @@ def statements(body: list) -> list[ast.stmt]:
     return found
 
 
-def imported_modules(path: Path, modules) -> set[str]:
-    """The budgetdraft modules ``path`` imports, at any depth of the file (lazy imports inside functions too), except
-    under ``if TYPE_CHECKING:`` (annotations only): ``from budgetdraft.x import y`` counts as x, or as x.y when that
-    is a module."""
-    found = set()
-    for node in statements(ast.parse(Path(path).read_text()).body):
+def import_statements(source: str | bytes) -> list[list]:
+    """The absolute imports of a module's source, at any depth of the file (lazy imports inside functions too),
+    except under ``if TYPE_CHECKING:`` (annotations only): ``[module, None]`` for ``import module``, ``[module,
+    name]`` for ``from module import name``."""
+    found = []
+    for node in statements(ast.parse(source).body):
         if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
+            found += [[alias.name, None] for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found |= {
-                f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
-                for alias in node.names
-            }
+            found += [[node.module, alias.name] for alias in node.names]
+    return found
+
+
+def resolved(imports: list[list], modules) -> set[str]:
+    """The budgetdraft modules among ``imports`` (`import_statements`): ``from budgetdraft.x import y`` counts as x,
+    or as x.y when that is a module."""
+    found = {f"{module}.{name}" if f"{module}.{name}" in modules else module for module, name in imports}
     return {name for name in found if name in modules}
+
+
+def imported_modules(path: Path, modules) -> set[str]:
+    """The budgetdraft modules ``path`` imports (`import_statements`, `resolved`)."""
+    return resolved(import_statements(Path(path).read_bytes()), modules)
 
 
 def import_graph(package: str | Path = HERE) -> dict[str, frozenset[str]]:
     """module -> the budgetdraft modules it imports itself (not itself, not transitively). Read once per state of
-    the files (their paths, sizes and mtimes): the workflow asks it for every rule, a test for every job."""
+    the files (their paths, sizes and mtimes) in a process: the workflow asks it for every rule, a test for every
+    job. Each file's imports come from `cached_imports` (parsed once per content on this machine)."""
     modules = module_files(package)
     stamp = tuple((name, str(path), path.stat().st_size, path.stat().st_mtime_ns) for name, path in modules.items())
     return _graph(stamp)
@@ -84,8 +97,55 @@ def import_graph(package: str | Path = HERE) -> dict[str, frozenset[str]]:
 
 @functools.lru_cache(maxsize=8)
 def _graph(stamp: tuple) -> dict[str, frozenset[str]]:
-    modules = {name: Path(path) for name, path, _size, _mtime in stamp}
-    return {name: frozenset(imported_modules(path, modules) - {name}) for name, path in modules.items()}
+    sources = {name: Path(path).read_bytes() for name, path, _size, _mtime in stamp}
+    imports = cached_imports(list(sources.values()))
+    return {
+        name: frozenset(resolved(imports[hashlib.sha256(source).hexdigest()], sources) - {name})
+        for name, source in sources.items()
+    }
+
+
+# Where `cached_imports` keeps each source's imports, under budgetdraft's cache (``base.cache``): parsing the package
+# (~110 files) was 0.37 s of every Snakemake start (its code inputs: a dry run, each job of a cluster run), 12 % of a
+# dry run of config/ci.yaml (bench/README.md, "Starting Snakemake").
+IMPORTS_CACHE = "imports.json"
+
+
+def cached_imports(sources: list[bytes]) -> dict[str, list]:
+    """{sha256 of a source: its `import_statements`} for ``sources``: read from the cache file where it holds that
+    content's, parsed where not. The file is written again (whole, atomically) with exactly these sources' entries
+    when one was parsed, so it holds one package's state and never grows; one that cannot be read or written (not
+    JSON, a read-only home) is parsed around, as is an entry that is not a list of [module, name] pairs."""
+    from budgetdraft.base.cache import cache_root
+
+    path = cache_root() / IMPORTS_CACHE
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    found, parsed = {}, False
+    for source in sources:
+        key = hashlib.sha256(source).hexdigest()
+        if key in found:
+            continue
+        found[key] = known.get(key)
+        if not statements_valid(found[key]):
+            found[key], parsed = import_statements(source), True
+    if parsed:
+        from budgetdraft.base.atomic import atomic_write_text
+
+        with contextlib.suppress(OSError):
+            atomic_write_text(path, json.dumps(found))
+    return found
+
+
+def statements_valid(imports) -> bool:
+    """Whether ``imports`` is what `import_statements` gives: a list of [module, name or None] pairs of strings."""
+    return isinstance(imports, list) and all(
+        isinstance(i, list) and len(i) == 2 and isinstance(i[0], str) and isinstance(i[1], (str, type(None)))
+        for i in imports
+    )
 
 
 def packages_above(module: str) -> list[str]:

@@ -474,15 +474,24 @@ def default_parallel(cfg: dict, given: int | None = None) -> int:
     return max(1, min(cores(), given or PROFILE_CORES) // max(1, int(cfg.get("threads", 1))))
 
 
+# How old a cached probe of this machine the prediction before a run trusts (seconds): an older one is probed again
+# (~16 s on 2 cores). A VM's speed moves 10-30 % within a day: a probe cached that morning predicted 65 min for a run
+# of 48.8 (0.75), one taken after it 59 (bench/README.md, "The 45 minutes again"). `estimate` itself keeps any age
+# (--remeasure probes again).
+PREDICTION_MAX_AGE_S = 3600
+
+
 def prediction(configfile: str, target: str = "all", cores: int | None = None) -> str:
     """One line: the wall time of ``target`` from scratch under ``configfile`` on this machine with ``cores`` (the
-    run's ``--cores``), measured here (the line `snakemake all` prints before its first job)."""
+    run's ``--cores``), measured here with a probe at most `PREDICTION_MAX_AGE_S` old (the line `snakemake all`
+    prints before its first job)."""
     cfg = yaml.safe_load(Path(configfile).read_text())
     parallel = default_parallel(cfg, cores)
     alpha, engine = float(cfg.get("expected_acceptance", 0.3)), cfg.get("engine", ENGINE)
     est, stages = planned_costs(
         configfile, target, lambda device, schema: Estimator(cfg, device, alpha, 0, engine, schema=schema),
         cfg, parallel, say=lambda line: print(f"budgetdraft: {line}", file=sys.stderr, flush=True),
+        max_age_s=PREDICTION_MAX_AGE_S,
     )  # fmt: skip
     seconds = sum(c.seconds for c in stages.values()) / est.device.parallel
     return (
@@ -493,7 +502,8 @@ def prediction(configfile: str, target: str = "all", cores: int | None = None) -
 
 
 def planned_costs(configfile: str, target: str, estimator, cfg: dict, parallel: int, device: Device | None = None,
-                  remeasure: bool = False, say=print) -> tuple[Estimator, dict[str, Cost]]:  # fmt: skip
+                  remeasure: bool = False, say=print,
+                  max_age_s: float | None = None) -> tuple[Estimator, dict[str, Cost]]:  # fmt: skip
     """(the estimator, each stage's cost) of the jobs of ``target`` under ``configfile`` (``cfg``, as read), the
     estimator ``estimator(device, schema)`` of ``device`` or, None, of this machine, measured with ``parallel`` jobs
     side by side (`budgetdraft.pipeline.machine.here`) while the workflow's dry run plans the jobs (`Planning`): the
@@ -504,7 +514,7 @@ def planned_costs(configfile: str, target: str, estimator, cfg: dict, parallel: 
         check_measurable(cfg.get("device", "cpu"))  # before the dry run: a config this machine cannot measure
     planning = Planning(configfile, target)
     try:
-        device = device or here(cfg, parallel, remeasure, say, quiet=planning.wait)
+        device = device or here(cfg, parallel, remeasure, say, quiet=planning.wait, max_age_s=max_age_s)
         est = estimator(device, planning.workflow.schema)
         return est, costs(cfg, planning.jobs(), est)
     finally:

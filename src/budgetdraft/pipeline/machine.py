@@ -452,6 +452,21 @@ def read_measure(path: Path, key: dict) -> tuple[dict | None, str | None]:
     return (None, why) if why else (found, None)
 
 
+def age_problem(found: dict, max_age_s: float) -> str | None:
+    """Why ``found``, a cached measure of this machine, is too old to trust (None: it is not): measured more than
+    ``max_age_s`` seconds ago, at a time it does not record, or at a time still to come. A VM's speed moves 10-30 %
+    within a day (bench/README.md, "The 45 minutes again"): a probe taken that morning predicted a run 25 % long."""
+    at = found.get("measured_s")
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+        return "it records no time it was measured at (measured_s)"
+    age = time.time() - at
+    if age < 0:
+        return f"it was measured {-age / 3600:.1f} h from now, by this machine's clock"
+    if age > max_age_s:
+        return f"it was measured {age / 3600:.1f} h ago, not within the last {max_age_s / 3600:g} h"
+    return None
+
+
 def measure_file(key: dict) -> Path:
     """Where the measure of ``key`` (`key_of`) is cached: ``$BUDGETDRAFT_CACHE/machine/DIGEST.json``."""
     from budgetdraft.base.cache import cache_root
@@ -460,11 +475,14 @@ def measure_file(key: dict) -> Path:
     return cache_root() / "machine" / f"{digest}.json"
 
 
-def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print, quiet=None) -> dict:
+def measure(
+    cfg: dict, parallel: int, remeasure: bool = False, say=print, quiet=None, max_age_s: float | None = None
+) -> dict:
     """This machine's constants for ``cfg`` (its models' shapes, dtypes, device and threads) with ``parallel``
-    jobs side by side: from the cache when it holds this machine's measure (`read_measure`), else probed now
-    (``parallel`` processes at once, timed once ``quiet()`` returns: `probe`) and cached; a cached file that cannot be
-    used is named, with why, by ``say``. Another run probing the same measure is waited for `LOCK_S` at most."""
+    jobs side by side: from the cache when it holds this machine's measure (`read_measure`) taken at most
+    ``max_age_s`` seconds ago (None: any age; `age_problem`), else probed now (``parallel`` processes at once, timed
+    once ``quiet()`` returns: `probe`) and cached; a cached file that cannot be used is named, with why, by ``say``.
+    Another run probing the same measure is waited for `LOCK_S` at most."""
     from budgetdraft.base.atomic import atomic_write_text, file_lock
 
     device = cfg.get("device", "cpu")
@@ -475,6 +493,8 @@ def measure(cfg: dict, parallel: int, remeasure: bool = False, say=print, quiet=
         with file_lock(cached, timeout=LOCK_S):  # a second run started beside this one waits, then reads the file
             if not remeasure and cached.is_file():
                 found, problem = read_measure(cached, key)
+                if problem is None and max_age_s is not None:
+                    problem = age_problem(found, max_age_s)
                 if problem is None:
                     return found
                 say(f"{cached}: {problem}; probing again")
@@ -506,7 +526,7 @@ def probe(cfg: dict, device: str, key: dict, parallel: int, say=print, quiet=Non
     start = time.perf_counter()
     probes, job_s = timed(args, parallel if device == "cpu" else 1, quiet)
     result = {**solve(probes), "context": context, "job_s": job_s, "key": key}
-    result.update(probe_s=time.perf_counter() - start, measured=time.strftime("%F %T"))
+    result.update(probe_s=time.perf_counter() - start, measured=time.strftime("%F %T"), measured_s=time.time())
     return result
 
 
@@ -524,12 +544,12 @@ def verifier_steps(m: dict) -> str:
     )
 
 
-def here(cfg: dict, parallel: int, remeasure: bool = False, say=print, quiet=None):
-    """This machine as an estimate `Device`, measured (`measure`) for ``cfg`` with ``parallel`` jobs at a time, its
-    probe's timings started once ``quiet()`` returns (None: at once)."""
+def here(cfg: dict, parallel: int, remeasure: bool = False, say=print, quiet=None, max_age_s: float | None = None):
+    """This machine as an estimate `Device`, measured (`measure`, a cached measure at most ``max_age_s`` old) for
+    ``cfg`` with ``parallel`` jobs at a time, its probe's timings started once ``quiet()`` returns (None: at once)."""
     from budgetdraft.pipeline.roofline import Device
 
-    m = measure(cfg, parallel, remeasure, say, quiet)
+    m = measure(cfg, parallel, remeasure, say, quiet, max_age_s)
     k, t = m["key"], m["timings"]
     basis = (
         f"measured on this machine ({k['cpu']}, {k['cores']} cores, torch {k['torch']}) on {m['measured']}, "
