@@ -204,8 +204,8 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
 
 @pytest.mark.real
 @pytest.mark.parametrize("budget", [4, 64, 400])
-# the ends and the grid's γ; γ = 3 on the real model is test_real_chat_prompt_that_ends_with_eos's (and every γ of
-# 1..8 with every budget test_sd_equals_ar_on_random_weights's): its row here cost ~15 core-seconds of the suite
+# the ends and the grid's γ: γ = 3 on the real model is proven by test_real_chat_prompt_that_ends_with_eos, and with
+# every budget and policy on random weights by test_sd_equals_ar_on_random_weights (its row here: ~15 CPU-seconds)
 @pytest.mark.parametrize("gamma", [1, 5, 8])
 def test_sd_equals_ar_on_the_real_model(real_pair, real_prompt, real_ar, budget, gamma):
     verifier, drafter, _ = real_pair

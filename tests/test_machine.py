@@ -120,9 +120,8 @@ def test_a_run_predicts_from_a_probe_of_the_last_hour_only(monkeypatch, tmp_path
         assert machine.measure(cfg, 1, say=lambda line: None) == json.loads(cached.read_text())  # estimate: any age
         calls.clear()
         machine.measure(cfg, 1, say=said.append, max_age_s=hour)
-        assert len(calls) == 1 and re.search(why, said[-2]) and said[-2].startswith(str(cached)), (
-            said
-        )  # then "measuring"
+        why_said = said[-2]  # the last line: "measuring this machine ..."
+        assert len(calls) == 1 and re.search(why, why_said) and why_said.startswith(str(cached)), said
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
@@ -132,7 +131,6 @@ def test_a_cuda_config_on_a_machine_without_one_is_refused_saying_what_to_do():
 
 
 def test_the_prediction_runs_as_many_jobs_as_the_cores_it_is_given(monkeypatch):
-
     monkeypatch.setattr(machine, "cores", lambda: 2)
     assert estimate.default_parallel({"threads": 1}) == 2  # profiles/default: 2 cores
     assert estimate.default_parallel({"threads": 1}, 1) == 1  # snakemake --cores 1

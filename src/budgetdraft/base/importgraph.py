@@ -106,8 +106,8 @@ def _graph(stamp: tuple) -> dict[str, frozenset[str]]:
 
 
 # Where `cached_imports` keeps each source's imports, under budgetdraft's cache (``base.cache``): parsing the package
-# (~110 files) was 0.37 s of every Snakemake start (its code inputs: a dry run, each job of a cluster run), 12 % of a
-# dry run of config/ci.yaml (bench/README.md, "Starting Snakemake").
+# (~110 files) was 0.16 s of every Snakemake start (its code inputs: a dry run, each job of a cluster run); a dry run
+# of config/ci.yaml 2.96 -> 2.55 s with the cache (bench/README.md, "Starting Snakemake").
 IMPORTS_CACHE = "imports.json"
 
 
