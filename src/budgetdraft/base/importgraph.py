@@ -99,10 +99,7 @@ def import_graph(package: str | Path = HERE) -> dict[str, frozenset[str]]:
 def _graph(stamp: tuple) -> dict[str, frozenset[str]]:
     sources = {name: Path(path).read_bytes() for name, path, _size, _mtime in stamp}
     imports = cached_imports(list(sources.values()))
-    return {
-        name: frozenset(resolved(imports[hashlib.sha256(source).hexdigest()], sources) - {name})
-        for name, source in sources.items()
-    }
+    return {name: frozenset(resolved(found, sources) - {name}) for name, found in zip(sources, imports)}
 
 
 # Where `cached_imports` keeps each source's imports, under budgetdraft's cache (``base.cache``): parsing the package
@@ -111,9 +108,9 @@ def _graph(stamp: tuple) -> dict[str, frozenset[str]]:
 IMPORTS_CACHE = "imports.json"
 
 
-def cached_imports(sources: list[bytes]) -> dict[str, list]:
-    """{sha256 of a source: its `import_statements`} for ``sources``: read from the cache file where it holds that
-    content's, parsed where not. The file is written again (whole, atomically) with exactly these sources' entries
+def cached_imports(sources: list[bytes]) -> list[list]:
+    """The `import_statements` of each of ``sources``, in their order: read from the cache file where it holds that
+    content's (keyed by its sha256), parsed where not. The file is written again (whole, atomically) with exactly these sources' entries
     when one was parsed, so it holds one package's state and never grows; one that cannot be read or written (not
     JSON, a read-only home) is parsed around, as is an entry that is not a list of [module, name] pairs."""
     from budgetdraft.base.cache import cache_root
@@ -124,9 +121,9 @@ def cached_imports(sources: list[bytes]) -> dict[str, list]:
     except (OSError, ValueError):
         known = {}
     known = known if isinstance(known, dict) else {}
+    keys = [hashlib.sha256(source).hexdigest() for source in sources]
     found, parsed = {}, False
-    for source in sources:
-        key = hashlib.sha256(source).hexdigest()
+    for key, source in zip(keys, sources):
         if key in found:
             continue
         found[key] = known.get(key)
@@ -137,7 +134,7 @@ def cached_imports(sources: list[bytes]) -> dict[str, list]:
 
         with contextlib.suppress(OSError):
             atomic_write_text(path, json.dumps(found))
-    return found
+    return [found[key] for key in keys]
 
 
 def statements_valid(imports) -> bool:
