@@ -120,7 +120,7 @@ def test_a_run_predicts_from_a_probe_of_the_last_hour_only(monkeypatch, tmp_path
         assert machine.measure(cfg, 1, say=lambda line: None) == json.loads(cached.read_text())  # estimate: any age
         calls.clear()
         machine.measure(cfg, 1, say=said.append, max_age_s=hour)
-        why_said = said[-2]  # the last line: "measuring this machine ..."
+        why_said = said[-2]  # the line before the last ("measuring this machine ...")
         assert len(calls) == 1 and re.search(why, why_said) and why_said.startswith(str(cached)), said
 
 

@@ -110,9 +110,10 @@ IMPORTS_CACHE = "imports.json"
 
 def cached_imports(sources: list[bytes]) -> list[list]:
     """The `import_statements` of each of ``sources``, in their order: read from the cache file where it holds that
-    content's (keyed by its sha256), parsed where not. The file is written again (whole, atomically) with exactly these sources' entries
-    when one was parsed, so it holds one package's state and never grows; one that cannot be read or written (not
-    JSON, a read-only home) is parsed around, as is an entry that is not a list of [module, name] pairs."""
+    content's (keyed by its sha256), parsed where not. The file is written again (whole, atomically) with exactly
+    these sources' entries when one was parsed, so it holds one package's state and never grows; one that cannot be
+    read or written (not JSON, a read-only home) is parsed around, as is an entry that is not a list of [module,
+    name] pairs."""
     from budgetdraft.base.cache import cache_root
 
     path = cache_root() / IMPORTS_CACHE
