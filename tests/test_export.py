@@ -107,17 +107,22 @@ def test_cover_is_bounded_by_the_native_range_and_the_verifiers_positions(checkp
     )
 
 
-def test_a_loaded_model_saves_as_transformers_own(tmp_path):
-    """A model in the column layout (what load_model gives on a CPU that decodes fastest so); save_pretrained works,
-    the tied embedding saved once, and the saved model computes what the loaded one does."""
-    from budgetdraft.decoding.layout import COLUMN, decode_layout
+@pytest.mark.parametrize("layout", ["column", "packed"])
+def test_a_loaded_model_saves_as_transformers_own(tmp_path, layout):
+    """A model in the column or the packed layout (what load_model gives on a CPU that decodes fastest so);
+    save_pretrained works, the tied embedding saved once, no packed copy saved, and the saved model computes what
+    the loaded one does."""
+    from budgetdraft.decoding.layout import decode_layout
 
     source = tmp_path / "tied"
     tiny_llama(layers=1, tie_word_embeddings=True).save_pretrained(source)
-    model = decode_layout(load_model(str(source), trainable=True), "cpu", "float32", COLUMN)
+    model = decode_layout(load_model(str(source), trainable=True), "cpu", "float32", layout)
     assert not model.lm_head.weight.is_contiguous()
     model.save_pretrained(tmp_path / "saved")
     again = AutoModelForCausalLM.from_pretrained(tmp_path / "saved")
     ids = torch.tensor([[1, 2, 3, 4, 5]])
-    torch.testing.assert_close(again(ids).logits, model(ids).logits)
-    assert "lm_head.weight" not in load_file(tmp_path / "saved" / "model.safetensors")
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids).logits, model(ids).logits)
+    saved = load_file(tmp_path / "saved" / "model.safetensors")
+    assert "lm_head.weight" not in saved
+    assert set(saved) == set(AutoModelForCausalLM.from_pretrained(source).state_dict()) - {"lm_head.weight"}

@@ -1,14 +1,17 @@
-"""The memory layout a CPU decodes fastest with: a decode step is a matrix-vector product per weight, and which
-layout of the same weights the BLAS reads faster is the machine's, not the model's. Measured on two 2-core VMs
-(bench/README.md, "Column-major weights on the CPU"): on an AMD EPYC, MKL read SmolLM2's LM head column-major twice
-as fast as row-major (an SD cell's decoding 18-26 % faster); on an Intel Xeon, column-major was 3-4 % slower for AR.
-So it is decided per machine: measured once per model shape, a step's and a verify's forward in each layout, and
-cached.
+"""The memory layout a CPU decodes fastest with: a decode step is a matrix-vector product per weight and a verify a
+product of a few rows, and which layout of the same weights the BLAS reads faster is the machine's, not the model's.
+Measured on two 2-core VMs (bench/README.md, "Column-major weights on the CPU", "oneDNN's packed weights on the
+CPU"): on an AMD EPYC, MKL read SmolLM2's LM head column-major twice as fast as row-major (an SD cell's decoding
+18-26 % faster), and oneDNN multiplied a verify's six rows by the layers' weights packed in its own format in half
+MKL's time; on an Intel Xeon, column-major was 3-4 % slower for AR. So it is decided per machine: measured once per
+model shape, a step's and a verify's forward in each layout, and cached.
 
-`decode_layout` stores every linear weight column-major (``W.t().contiguous().t()``, the same values; the tied
-embedding shares the LM head's) when a float32 model is loaded on a CPU whose measured choice is ``column``; a model
-to train keeps transformers' layout (``load_model(..., trainable=True)``), and an accelerator or half precision is
-left as loaded. A model in the column layout still saves as transformers' own (`_row_major_state`).
+`decode_layout` gives a float32 model loaded on a CPU the layout measured fastest there: ``row`` (transformers' own),
+``column`` (every linear weight stored column-major, ``W.t().contiguous().t()``, the same values; the tied embedding
+shares the LM head's) or ``packed`` (column-major, and every linear but the LM head multiplying more than one row
+through oneDNN's packed copy of its weight, `budgetdraft.decoding.packed`). A model to train keeps transformers' layout
+(``load_model(..., trainable=True)``), and an accelerator or half precision is left as loaded. A model in another
+layout still saves as transformers' own (`_row_major_state`; a packed copy is never saved).
 
 The choice is measured by the first process that needs it, per distinct shapes of the linear weights (a verifier and
 the drafter cut from its first layers share one), and written under ``$BUDGETDRAFT_CACHE/machine/`` with a lock
@@ -25,9 +28,9 @@ import platform
 import statistics
 import time
 
-COLUMN, ROW = "column", "row"
-LAYOUTS = (ROW, COLUMN)
-FASTER = 0.97  # column-major is taken only when it is at least 3 % faster: a tie keeps transformers' own layout
+COLUMN, ROW, PACKED = "column", "row", "packed"
+LAYOUTS = (ROW, COLUMN, PACKED)
+FASTER = 0.97  # another layout is taken only when it is at least 3 % faster: a tie keeps transformers' own
 
 
 def decode_layout(model, device: str, dtype: str, layout: str | None = None):
@@ -36,9 +39,7 @@ def decode_layout(model, device: str, dtype: str, layout: str | None = None):
 
     if torch.device(device).type != "cpu" or dtype != "float32":
         return model
-    if (layout or machine_layout(model)) != COLUMN:
-        return model
-    return _columns(model)
+    return LAID_OUT[layout or machine_layout(model)](model)
 
 
 def _columns(model):
@@ -59,6 +60,26 @@ def _columns(model):
     return model
 
 
+def _packed(model):
+    """``model`` with every linear weight column-major (`_columns`) and every linear but the LM head multiplying more
+    than one row through oneDNN's packed copy of its weight (`budgetdraft.decoding.packed`: a verify's rows; a
+    vocabulary's head runs one row in a verify on the CPU, where column-major is the faster)."""
+    import torch
+
+    from budgetdraft.decoding.packed import PackedLinear
+
+    model = _columns(model)
+    head = model.get_output_embeddings()
+    for name, module in list(model.named_modules()):
+        if isinstance(module, torch.nn.Linear) and module is not head:
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, PackedLinear(module))
+    return model
+
+
+LAID_OUT = {ROW: lambda model: model, COLUMN: _columns, PACKED: _packed}
+
+
 def _row_major_state(module, state_dict, prefix, local_metadata) -> None:
     """A column-layout model's ``state_dict`` in transformers' own layout (row-major copies; a tensor tied to another
     stays one tensor), so that ``save_pretrained`` and safetensors, which need contiguous tensors, save it as they
@@ -75,24 +96,34 @@ MEASURED_UP_TO = 2e9  # parameters: a larger float32 model on a CPU keeps transf
 
 def forward_seconds(model, rows: int) -> float:
     """Seconds of one forward of ``model`` over ``rows`` tokens with no cache: a decode step's products (1 row) or a
-    γ = 5 verify's (6 rows)."""
+    γ = 5 verify's (6 rows), the LM head on the last row only, as a verify on the CPU runs it while the first draft
+    is rejected (`budgetdraft.decoding.verifier`, ``lazy_head``). Six rows of the head weighed against the
+    column layout where a verify seldom pays them: the shallow probe, whose cost is mostly its head, chose
+    transformers' layout on the AMD EPYC (2026-12-07), and the cells decoded a fifth slower."""
     import torch
 
     ids = torch.arange(3, 3 + rows)[None]
     with torch.no_grad():
         start = time.perf_counter()
-        model(ids, logits_to_keep=rows)
+        model(ids, logits_to_keep=1)
         return time.perf_counter() - start
+
+
+def candidates() -> tuple:
+    """The layouts this torch build can lay a model out in (``packed`` needs oneDNN)."""
+    from budgetdraft.decoding.packed import available
+
+    return LAYOUTS if available() else (ROW, COLUMN)
 
 
 def measure_layouts(model, repeats: int = 7) -> dict:
     """Seconds (median of ``repeats``) of a decode step's and a verify's products of ``model`` in each layout (a
-    column-major copy of it for the measure), and the choice. The layouts alternate, run by run, so that another
-    job's load on the machine weighs on both alike (measured one after the other under a second job, the choice
-    flipped on an Intel Xeon)."""
+    copy of it in each other layout for the measure), and the choice: the fastest, if at least 3 % faster than
+    transformers' own. The layouts alternate, run by run, so that another job's load on the machine weighs on all
+    alike (measured one after the other under a second job, the choice flipped on an Intel Xeon)."""
     import copy
 
-    layouts = {ROW: model, COLUMN: _columns(copy.deepcopy(model))}
+    layouts = {name: model if name == ROW else LAID_OUT[name](copy.deepcopy(model)) for name in candidates()}
     times: dict[str, dict[int, list[float]]] = {name: {1: [], 6: []} for name in layouts}
     for run in range(repeats + 1):
         for rows in (1, 6):
@@ -102,7 +133,8 @@ def measure_layouts(model, repeats: int = 7) -> dict:
                     times[name][rows].append(took)
     seconds = {name: {rows: statistics.median(t) for rows, t in s.items()} for name, s in times.items()}
     total = {name: sum(s.values()) for name, s in seconds.items()}
-    choice = COLUMN if total[COLUMN] < FASTER * total[ROW] else ROW
+    fastest = min(total, key=total.get)
+    choice = fastest if total[fastest] < FASTER * total[ROW] else ROW
     return {"choice": choice, "seconds": {k: {str(r): v for r, v in s.items()} for k, s in seconds.items()}}
 
 
@@ -124,7 +156,13 @@ def machine_key(model) -> dict:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"cpu": cpu, "torch": torch.__version__, "threads": torch.get_num_threads(), "linears": linear_shapes(model)}
+    return {
+        "cpu": cpu,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "linears": linear_shapes(model),
+        "layouts": list(candidates()),  # a choice measured among fewer layouts is measured again
+    }
 
 
 def machine_layout(model) -> str:

@@ -104,18 +104,21 @@ def step_seconds(model, context: int) -> float:
 
 
 def rows_seconds(model, context: int, rows: int, repeats: int = 3) -> float:
-    """Median seconds of one forward of ``rows`` tokens over a ``context``-token cache (a verify, or a step)."""
+    """Median seconds of one forward of ``rows`` tokens over a ``context``-token cache (a verify, or a step), with
+    the LM head on as many rows as a verify runs it on: on a CPU the last row only (the verifier's ``lazy_head``:
+    the others only where the first draft holds), on an accelerator all of them."""
     import torch
     from transformers import DynamicCache
 
     ids = torch.arange(3, 3 + context + rows, device=model.device)[None]
+    head_rows = 1 if model.device.type == "cpu" else rows
     times = []
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
         model(ids[:, :context], past_key_values=cache, logits_to_keep=1)
         for _ in range(repeats + 1):
             start = time.perf_counter()
-            model(ids[:, context:], past_key_values=cache, logits_to_keep=rows)
+            model(ids[:, context:], past_key_values=cache, logits_to_keep=head_rows)
             times.append(time.perf_counter() - start)
             cache.crop(-rows)
     return statistics.median(times[1:])
