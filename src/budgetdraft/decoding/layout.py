@@ -99,7 +99,7 @@ def forward_seconds(model, rows: int) -> float:
     γ = 5 verify's (6 rows), the LM head on the last row only, as a verify on the CPU runs it while the first draft
     is rejected (`budgetdraft.decoding.verifier`, ``lazy_head``). Six rows of the head weighed against the
     column layout where a verify seldom pays them: the shallow probe, whose cost is mostly its head, chose
-    transformers' layout on the AMD EPYC (2026-12-07), and the cells decoded a fifth slower."""
+    transformers' layout on the AMD EPYC (2026-12-07, bench/README.md, "oneDNN's packed weights on the CPU")."""
     import torch
 
     ids = torch.arange(3, 3 + rows)[None]
