@@ -3,7 +3,8 @@
 verify's six rows by fastest (``torch.ops.mkldnn``, what inductor's CPU backend runs a frozen linear with), and one
 row, a decode step, through MKL's product with the weight stored column-major, the faster there. On the 2-core AMD
 EPYC VM the products of the verifier's 30 layers took 31-33 ms for six rows packed against 78-80 column-major and
-63-67 row-major, and 37-40 ms for one row column-major against 38-43 packed (bench/README.md, "oneDNN's packed weights on the CPU").
+63-67 row-major, and 37-40 ms for one row column-major against 38-43 packed (bench/README.md, "oneDNN's packed
+weights on the CPU").
 
 Inference only: the packed product has no gradient. The module keeps its ``weight`` (column-major, the same values)
 for ``state_dict`` and whatever reads it; the packed copy is no parameter, buffer or saved tensor."""
