@@ -70,17 +70,6 @@ def test_custom_generate_greedy_equals_plain_generate_and_streams_every_token(re
 
 
 @pytest.mark.real
-@pytest.mark.parametrize(
-    ("policy", "budget"),
-    [(p, 64) for p in POLICIES if p != "topk_chunks"] + [("topk_chunks", 4), ("topk_chunks", 400)],
-)
-def test_every_policy_and_budget_below_and_above_the_prompt_is_lossless(
-    real_pair, real_ids, plain_greedy, policy, budget
-):
-    assert ours(real_pair, real_ids, kv_policy=policy, kv_budget=budget, gamma=3).tolist() == plain_greedy.tolist()
-
-
-@pytest.mark.real
 def test_eos_ends_the_generation_as_in_plain_generate(real_pair):
     verifier, _, tokenizer = real_pair
     ids = tokenizer.apply_chat_template(
@@ -109,12 +98,6 @@ def test_a_stopping_criterion_ends_the_loop_where_plain_generate_stops(real_pair
 
 
 @pytest.mark.real
-def test_return_dict_in_generate(real_pair, real_ids, plain_greedy):
-    out = ours(real_pair, real_ids, return_dict_in_generate=True)
-    assert type(out).__name__ == "GenerateDecoderOnlyOutput" and out.sequences.tolist() == plain_greedy.tolist()
-
-
-@pytest.mark.real
 def test_sampling_is_the_librarys_speculative_sampling(real_pair, real_ids):
     verifier, drafter, _ = real_pair
     out = ours(real_pair, real_ids, max_new_tokens=8, do_sample=True, temperature=0.8, top_p=0.95, top_k=40, seed=3)
@@ -129,7 +112,7 @@ def test_sampling_is_the_librarys_speculative_sampling(real_pair, real_ids):
     assert runs[0] == runs[1]
 
 
-# ---- wrong requests, on tiny random models ------------------------------------------------------------------
+# ---- on tiny random models: what the wrapper passes on, and wrong requests -------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +144,33 @@ def test_a_wrong_argument_is_refused_by_name(tiny_pair, kwargs, named):
     with pytest.raises(ValueError) as err:
         verifier.generate(custom_generate=hf.generate, **request)
     assert named in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("policy", "budget"),
+    [(p, 16) for p in POLICIES if p != "topk_chunks"] + [("topk_chunks", 4), ("topk_chunks", 400)],
+)
+def test_every_policy_and_budget_below_and_above_the_prompt_is_lossless(tiny_pair, policy, budget, monkeypatch):
+    """`generate` decodes with the drafter at the policy and budget it is given (budgets below and above the 100-token
+    prompt), emitting plain greedy's tokens. On the tiny random pair: the wrapper passes both through to the library's
+    loop, whose every policy and budget is lossless on the real model (tests/test_decoding.py,
+    test_other_policies_are_lossless_on_the_real_model and test_sd_equals_ar_on_the_real_model)."""
+    verifier, drafter = tiny_pair
+    built = []
+    monkeypatch.setattr(hf, "SparseDrafter", lambda *a, **k: built.append(SparseDrafter(*a, **k)) or built[-1])
+    prompt = torch.tensor([[5 + (7 * i) % 90 for i in range(100)]])
+    out = verifier.generate(prompt, custom_generate=hf.generate, drafter=drafter, kv_budget=budget, kv_policy=policy,
+                            gamma=3, max_new_tokens=NEW)  # fmt: skip
+    assert out.tolist() == verifier.generate(prompt, do_sample=False, max_new_tokens=NEW).tolist()
+    assert [(d.model, d.budget, d.policy) for d in built] == [(drafter, budget, policy)]
+
+
+def test_return_dict_in_generate(tiny_pair):
+    verifier, drafter = tiny_pair
+    out = verifier.generate(PROMPT, custom_generate=hf.generate, drafter=drafter, kv_budget=16, max_new_tokens=NEW,
+                            return_dict_in_generate=True)  # fmt: skip
+    plain = verifier.generate(PROMPT, do_sample=False, max_new_tokens=NEW)
+    assert type(out).__name__ == "GenerateDecoderOnlyOutput" and out.sequences.tolist() == plain.tolist()
 
 
 def test_a_drafter_published_with_its_loop_runs_from_a_local_directory(tiny_pair, tmp_path):

@@ -69,14 +69,14 @@ def test_the_copier_is_lossless_against_ar_on_the_real_model(real_pair):
     from (a passage said twice) and one it cannot; it proposed drafts, and some were accepted."""
     verifier, _, tokenizer = real_pair
     passage = "The quick brown fox jumps over the lazy dog, and the dog sleeps on in the afternoon sun. "
+    decoded = []
     for text in (passage * 4, "Once upon a time, in a kingdom by the sea, there lived a lonely king"):
         ids = tokenizer(text)["input_ids"]
         ar = autoregressive(verifier, ids, 48, eos_token_id=[])
         sd = speculative(LookupDrafter(verifier), verifier, ids, 48, 5, eos_token_id=[])
         assert sd.tokens == ar.tokens
         assert len(sd.stats.outcomes) == len(sd.tokens) == 48
+        decoded.append(sd)
     assert sd.stats.drafted >= 0 and ar.stats.drafted == 0
-    repeated = speculative(
-        LookupDrafter(verifier), verifier, tokenizer(passage * 4)["input_ids"], 48, 5, eos_token_id=[]
-    )
+    repeated = decoded[0]  # the passage said four times: copied from
     assert repeated.stats.accepted > 0 and repeated.stats.accepted <= repeated.stats.drafted

@@ -24,6 +24,7 @@ import paper_hub
 import paper_models
 import pytest
 import yaml
+from conftest import planned_jobs
 from localhub import LocalHub
 
 from budgetdraft.report import paper
@@ -150,8 +151,9 @@ PAPER_CONFIG, RELEASE_CONFIG = "config/paper_tiny.yaml", "config/release_tiny.ya
 @pytest.mark.pipeline
 def test_the_paper_configs_run_through_the_hub_and_a_local_copy(hub, tmp_path, monkeypatch):
     """Both paper configs at tiny sizes in one copy of the project, so that what they share (the project, the hub's
-    downloads, the exported verifier and drafter, the prompts) is made once: `pin` and the plan of `snakemake all` on
-    each, one `snakemake all` on config/paper_release.yaml (the smaller: no training), then config/paper.yaml's
+    downloads, the exported verifier and drafter, the prompts) is made once: `pin` on each, the plan of `snakemake
+    all` on config/paper.yaml, one `snakemake all` on config/paper_release.yaml (the smaller: no training; its plan
+    read from the run), then config/paper.yaml's
     training chain for real (its grid, tables, figures, claims and paper diff are the release run's: the same
     verifier, datasets and grid).
 
@@ -201,16 +203,14 @@ def paper_planned(hub: LocalHub, work: Path, env: dict) -> dict:
 
 
 def release_planned(hub: LocalHub, work: Path, env: dict) -> dict:
-    """config/paper_release.yaml at tiny sizes, L_A only and λ = 1.0 read from ./ckpts, pinned and planned: no
-    training job. Its revisions."""
+    """config/paper_release.yaml at tiny sizes, L_A only and λ = 1.0 read from ./ckpts, pinned. Its revisions (its
+    plan, with no training job: `release_ran`, from the run's own)."""
     cfg = tiny_sizes(yaml.safe_load((ROOT / "config/paper_release.yaml").read_text()))
     for variant in ("la_only", "lambda1.0"):
         cfg["variants"][variant]["checkpoint"] = "./ckpts"
     (work / RELEASE_CONFIG).write_text(yaml.safe_dump(cfg, sort_keys=False))
     revisions = pinned(work, RELEASE_CONFIG, env)
     assert revisions[paper_hub.RELEASE] == hub.commit("model", paper_hub.RELEASE, "main")
-    plan = snakemake(work, RELEASE_CONFIG, env, "-n", "all").stdout
-    assert "rule train" not in plan and "rule targets" not in plan
     return revisions
 
 
@@ -219,7 +219,9 @@ def release_ran(hub: LocalHub, work: Path, env: dict, revisions: dict, monkeypat
     YaRN positions and its tokenizer converted, the prompts of the three datasets at 2,304 tokens, every cell of
     every label with the fp16 verifier, every table traced to its cells, nothing trained, the single-budget rows
     "not run" and the paper diff; every read at the pinned commits."""
-    snakemake(work, RELEASE_CONFIG, env, "all")
+    ran = snakemake(work, RELEASE_CONFIG, env, "all")
+    planned = planned_jobs(ran.stdout + ran.stderr)  # the run's plan, printed before its first job
+    assert "export_model" in planned and not {"train", "train_eagle3", "targets", "prepare_train"} & set(planned)
     assert hub.unknown == []
     reads_only_pinned(hub, revisions)
     for variant in ("la_only", "lambda0.5", "lambda1.0"):

@@ -17,6 +17,7 @@ import pytest
 import torch
 from conftest import shakespeare_text, tiny_llama
 
+from budgetdraft.base.defaults import GAMMA
 from budgetdraft.decoding import sampling as sampling_module
 from budgetdraft.decoding.loop import autoregressive, speculative
 from budgetdraft.decoding.sampling import (
@@ -394,10 +395,13 @@ def real_setup(real_pair):
 def real_sd(real_pair, real_setup):
     verifier, drafter, _ = real_pair
     ids, shared, _, _ = real_setup
-    # 3 new tokens: the first from the prefill, the second from the one draft of round 1 (kept or resampled)
+    # The first 2 new tokens: the first from the prefill, the second from the one draft of round 1 (kept or
+    # resampled; max_new_tokens 3 leaves room for one draft and its bonus). The observer ends the generation after
+    # that round: a rejected draft's next round (a verify of its own) decides nothing counted.
     return lambda s: speculative(
-        SparseDrafter(drafter, 16), verifier, ids, 3, 2, eos_token_id=[], sampling=s, prefilled=shared
-    )
+        SparseDrafter(drafter, 16), verifier, ids, 3, 2, eos_token_id=[], sampling=s, prefilled=shared,
+        observer=lambda round_: round_.drafted > 0,
+    )  # fmt: skip
 
 
 @pytest.mark.real
@@ -510,31 +514,18 @@ def test_a_greedy_only_decoder_refuses_sampling_naming_the_flag(cell_inputs):
 
 
 @pytest.mark.real
-def test_cli_decode_samples_reproducibly():
-    def decode(*flags):
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "budgetdraft",
-                "decode",
-                "--method",
-                "sd",
-                "--budget",
-                "16",
-                "--max-new-tokens",
-                "6",
-                "--threads",
-                "1",
-                "--prompt",
-                "To be, or not to be",
-                *flags,
-            ],
-            capture_output=True,
-            text=True,
-        )
-        assert run.returncode == 0, run.stderr
-        return run.stdout.split("\n{", 1)[0]  # the text, without the metrics
-
-    hot = ("--temperature", "1.5", "--top-k", "20", "--seed", "11")
-    assert decode(*hot) == decode(*hot)
+def test_cli_decode_samples_reproducibly(real_pair):
+    """`budgetdraft decode` with a seed samples what the library samples with that seed, in another process: the
+    same text."""
+    verifier, drafter, tokenizer = real_pair
+    prompt, hot = "To be, or not to be", Sampling(temperature=1.5, top_k=20, seed=11)
+    flags = ["--temperature", "1.5", "--top-k", "20", "--seed", "11", "--budget", "16", "--max-new-tokens", "6"]
+    run = subprocess.run(
+        [sys.executable, "-m", "budgetdraft", "decode", "--method", "sd", "--threads", "1", "--prompt", prompt, *flags],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    ids = tokenizer(prompt)["input_ids"]
+    here = speculative(SparseDrafter(drafter, 16), verifier, ids, 6, GAMMA, sampling=hot)
+    assert run.stdout.split("\n{", 1)[0] == tokenizer.decode(here.tokens, skip_special_tokens=True)
