@@ -45,8 +45,8 @@ def git(cwd, *args: str, data: bytes | None = None) -> bytes:
         ["git", *args], cwd=cwd, input=data, capture_output=True, check=True,
         env={"GIT_AUTHOR_NAME": "hub", "GIT_AUTHOR_EMAIL": "hub@localhost", "GIT_COMMITTER_NAME": "hub",
              "GIT_COMMITTER_EMAIL": "hub@localhost", "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(cwd), "PATH": "/usr/bin:/bin",
-             # objects stored, not deflated: the weights are random (zlib gains nothing) and deflating ~200 MB of
-             # them took ~4 of the hub fixture's 20 s
+             # objects stored, not deflated: the weights are random (zlib gains nothing), and deflating ~200 MB of
+             # them took ~4 s of the hub fixture's ~10 (alone)
              "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.compression", "GIT_CONFIG_VALUE_0": "0"},
     ).stdout  # fmt: skip
 

@@ -66,7 +66,7 @@ def test_each_token_records_what_became_of_its_draft():
 @pytest.mark.real
 def test_the_copier_is_lossless_against_ar_on_the_real_model(real_pair):
     """Speculative decoding with the copier as drafter emits the verifier's own greedy tokens, on a prompt it can copy
-    from (a passage said twice) and one it cannot; it proposed drafts, and some were accepted."""
+    from (a passage said four times) and one it cannot; it proposed drafts, and some were accepted."""
     verifier, _, tokenizer = real_pair
     passage = "The quick brown fox jumps over the lazy dog, and the dog sleeps on in the afternoon sun. "
     decoded = []

@@ -153,9 +153,8 @@ def test_the_paper_configs_run_through_the_hub_and_a_local_copy(hub, tmp_path, m
     """Both paper configs at tiny sizes in one copy of the project, so that what they share (the project, the hub's
     downloads, the exported verifier and drafter, the prompts) is made once: `pin` on each, the plan of `snakemake
     all` on config/paper.yaml, one `snakemake all` on config/paper_release.yaml (the smaller: no training; its plan
-    read from the run), then config/paper.yaml's
-    training chain for real (its grid, tables, figures, claims and paper diff are the release run's: the same
-    verifier, datasets and grid).
+    read from the run), then config/paper.yaml's training chain for real (its grid, tables, figures, claims and paper
+    diff are the release run's: the same verifier, datasets and grid).
 
     - the release config runs through the hub and a local copy (`release_planned`, `release_ran`,
       `changed_checkpoint_exported_again`, `unknown_revision_refused`): sizes made tiny and nothing else, λ = 0.5 read
