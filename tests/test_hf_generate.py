@@ -54,8 +54,9 @@ def plain_greedy(real_pair, real_ids):
     return verifier.generate(real_ids, do_sample=False, max_new_tokens=NEW)
 
 
-def ours(real_pair, ids, **kwargs):
-    verifier, drafter, _ = real_pair
+def ours(pair, ids, **kwargs):
+    """``generate`` through our loop with the pair's verifier and drafter (the real pair, or the tiny one)."""
+    verifier, drafter = pair[:2]
     kwargs = {"kv_budget": 64, "max_new_tokens": NEW, **kwargs}
     return verifier.generate(ids, custom_generate=hf.generate, drafter=drafter, **kwargs)
 
@@ -159,16 +160,14 @@ def test_every_policy_and_budget_below_and_above_the_prompt_is_lossless(tiny_pai
     built = []
     monkeypatch.setattr(hf, "SparseDrafter", lambda *a, **k: built.append(SparseDrafter(*a, **k)) or built[-1])
     prompt = torch.tensor([[5 + (7 * i) % 90 for i in range(100)]])
-    out = verifier.generate(prompt, custom_generate=hf.generate, drafter=drafter, kv_budget=budget, kv_policy=policy,
-                            gamma=3, max_new_tokens=NEW)  # fmt: skip
+    out = ours(tiny_pair, prompt, kv_budget=budget, kv_policy=policy, gamma=3)
     assert out.tolist() == verifier.generate(prompt, do_sample=False, max_new_tokens=NEW).tolist()
     assert [(d.model, d.budget, d.policy) for d in built] == [(drafter, budget, policy)]
 
 
 def test_return_dict_in_generate(tiny_pair):
-    verifier, drafter = tiny_pair
-    out = verifier.generate(PROMPT, custom_generate=hf.generate, drafter=drafter, kv_budget=16, max_new_tokens=NEW,
-                            return_dict_in_generate=True)  # fmt: skip
+    verifier, _ = tiny_pair
+    out = ours(tiny_pair, PROMPT, kv_budget=16, return_dict_in_generate=True)
     plain = verifier.generate(PROMPT, do_sample=False, max_new_tokens=NEW)
     assert type(out).__name__ == "GenerateDecoderOnlyOutput" and out.sequences.tolist() == plain.tolist()
 
