@@ -8,10 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from budgetdraft.decoding import attention
+from budgetdraft.base.defaults import CPU_ALLOCATOR_ENV
+
+for _name, _value in CPU_ALLOCATOR_ENV.items():  # as `python -m budgetdraft` runs: before torch is imported
+    os.environ.setdefault(_name, _value)
+
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from budgetdraft.decoding import attention  # noqa: E402
 
 torch.set_num_threads(1)  # CI has 2 cores; tests run one at a time and stay predictable
 
