@@ -39,6 +39,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from budgetdraft.base.defaults import CPU_ALLOCATOR_ENV
 from budgetdraft.pipeline.probe import (
     PREFILL_TOKENS,
     PROBE_LAYERS,
@@ -81,9 +82,11 @@ SNAKEMAKE_JOB_S = 0.2
 
 def package_env() -> dict[str, str]:
     """This process's environment, with the folder this package was imported from first on PYTHONPATH: a process
-    started here imports the same budgetdraft (Snakemake's process finds it through the Snakefile, not an install)."""
+    started here imports the same budgetdraft (Snakemake's process finds it through the Snakefile, not an install),
+    and torch's CPU allocator set as `python -m budgetdraft` sets it for the jobs (`defaults.CPU_ALLOCATOR_ENV`)."""
     here = str(Path(__file__).resolve().parents[2])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    return {**CPU_ALLOCATOR_ENV, **os.environ, "PYTHONPATH": path}
 
 
 def last_line(log) -> str:
@@ -318,6 +321,7 @@ def key_of(cfg: dict, device: str, parallel: int) -> dict:
         "probe": PROBE_VERSION, "cpu": cpu_name(), "cores": cores(), "torch": version("torch"), "device": device,
         "threads": cfg.get("threads", 1), "parallel": parallel, "verifier": asdict(served_shape(cfg, "verifier")),
         "drafter": asdict(served_shape(cfg, "drafter")), "dtypes": [cfg["verifier_dtype"], cfg["drafter_dtype"]],
+        "allocator": {name: package_env()[name] for name in CPU_ALLOCATOR_ENV},
         "recipes": [[json.loads(h).get("lambda_c", 0), p, c] for h, p, c in training_recipes(cfg)],
     }  # fmt: skip
 
