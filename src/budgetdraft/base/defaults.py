@@ -18,10 +18,11 @@ THREADS = 1  # torch CPU threads of one job: Snakemake runs jobs side by side, e
 # torch's CPU allocator puts every tensor of 2 MB or more in transparent huge pages when THP_MEM_ALLOC_ENABLE=1
 # (c10's alloc_cpu; the kernel's THP mode "madvise" suffices): a model's weights then need 1/512 of the page-table
 # entries. The warm process (budgetdraft.pipeline.warm) forks a keeper and a child per job, and each fork copies
-# and each exit tears down the page tables: with huge pages config/ci.yaml's `snakemake all` spends ~12 % fewer
+# and each exit tears down the page tables: with huge pages config/ci.yaml's `snakemake all` spends 8-20 % fewer
 # CPU-seconds, and a decode step is 6-9 % faster (fewer TLB misses); tokens, acceptance and trained weights are
 # the same to the bit (bench/README.md, "Huge pages"). `python -m budgetdraft` sets it unless the environment has
-# it (0 turns it off); torch reads it once, at its first CPU allocation, so it is set before torch is imported.
+# it (0 turns it off), and so do the machine probe's processes and tests/conftest.py; torch reads it when it is
+# loaded, so it is set before torch is imported (tests/test_huge_pages.py).
 CPU_ALLOCATOR_ENV = {"THP_MEM_ALLOC_ENABLE": "1"}
 
 
