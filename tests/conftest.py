@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from budgetdraft.base.defaults import CPU_ALLOCATOR_ENV
+from budgetdraft.base.defaults import with_cpu_allocator
 
-for _name, _value in CPU_ALLOCATOR_ENV.items():  # as `python -m budgetdraft` runs: before torch is imported
-    os.environ.setdefault(_name, _value)
+with_cpu_allocator(os.environ)  # as `python -m budgetdraft` runs: before torch is imported
 
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402

@@ -1,9 +1,8 @@
 import os
 
-from budgetdraft.base.defaults import CPU_ALLOCATOR_ENV
+from budgetdraft.base.defaults import with_cpu_allocator
 
-for name, value in CPU_ALLOCATOR_ENV.items():  # before anything imports torch (base.defaults: huge pages)
-    os.environ.setdefault(name, value)
+with_cpu_allocator(os.environ)  # before anything imports torch (base.defaults: huge pages)
 
 from budgetdraft.pipeline.cli import main  # noqa: E402
 

@@ -26,6 +26,13 @@ THREADS = 1  # torch CPU threads of one job: Snakemake runs jobs side by side, e
 CPU_ALLOCATOR_ENV = {"THP_MEM_ALLOC_ENABLE": "1"}
 
 
+def with_cpu_allocator(environ) -> None:
+    """Give ``environ`` (``os.environ`` before torch is imported, or a child process's environment) each variable of
+    ``CPU_ALLOCATOR_ENV`` it does not already set."""
+    for name, value in CPU_ALLOCATOR_ENV.items():
+        environ.setdefault(name, value)
+
+
 DEVICE = "cpu"  # torch device of a job (config `device`, a command's --device)
 DTYPE = "float32"  # dtype models are loaded in (config `verifier_dtype` / `drafter_dtype`, a command's --*dtype)
 

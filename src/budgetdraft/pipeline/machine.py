@@ -39,7 +39,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from budgetdraft.base.defaults import CPU_ALLOCATOR_ENV
+from budgetdraft.base.defaults import CPU_ALLOCATOR_ENV, with_cpu_allocator
 from budgetdraft.pipeline.probe import (
     PREFILL_TOKENS,
     PROBE_LAYERS,
@@ -83,10 +83,11 @@ SNAKEMAKE_JOB_S = 0.2
 def package_env() -> dict[str, str]:
     """This process's environment, with the folder this package was imported from first on PYTHONPATH: a process
     started here imports the same budgetdraft (Snakemake's process finds it through the Snakefile, not an install),
-    and torch's CPU allocator set as `python -m budgetdraft` sets it for the jobs (`defaults.CPU_ALLOCATOR_ENV`)."""
+    and torch's CPU allocator set as `python -m budgetdraft` sets it for the jobs (`defaults.with_cpu_allocator`)."""
     here = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
-    return {**CPU_ALLOCATOR_ENV, **os.environ, "PYTHONPATH": path}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
+    with_cpu_allocator(env)
+    return env
 
 
 def last_line(log) -> str:
