@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ci_snakemake as snakemake
-from conftest import copy_project
+from conftest import copy_project, planned_jobs
 from test_cell_integrity import SETTINGS, rows, sealed_copy
 from test_cellspec import BEFORE_CELLSPEC, default_plan
 from test_plan import plan
@@ -235,11 +235,13 @@ OUTSIDE = "elsewhere/lambda0.5/r0/gs/128/B16_g5.parquet"  # cut short too, outsi
 
 @pytest.mark.workflow
 def test_snakemake_compares_each_cell_with_its_plan_and_its_job_moves_it(tmp_path):
-    """Through Snakemake (`--until set_aside`: only the set-aside jobs run), in one run: the cell whose record is
-    another budget is named when it plans and moved aside by its job, which compared it with the same spec; the cell
-    measured on other threads is kept and named nowhere. The run moves a cell cut short by a job too, saying so, and
-    writes its marker; the file outside results/ with a cell's last segments is no output of any rule and stays (the
-    run that tests/test_unreadable_cells.py's in-process tests of `guard` and `set_aside` are wired to)."""
+    """Through Snakemake: when it plans the cells (a dry run), the cell whose record is another budget is named, with
+    its marker, and the cell measured on other threads is named nowhere; a run of those markers alone (only rule
+    set_aside's jobs: nothing of what the cells' own jobs need) moves the first aside, its job comparing it with the
+    same spec, and moves a cell cut short too, saying so, writing its marker. The file outside results/ with a cell's
+    last segments is no output of any rule and stays (the run that tests/test_unreadable_cells.py's in-process tests
+    of `guard` and `set_aside` are wired to). (`--until set_aside` ran the models' export and two drafters' training
+    too, ~30 CPU-seconds: Snakemake still runs what the targets' other inputs need.)"""
     copy_project(tmp_path)
     p = plan("ci")
     for path in (BAD, KEPT):
@@ -252,16 +254,24 @@ def test_snakemake_compares_each_cell_with_its_plan_and_its_job_moves_it(tmp_pat
     for path in (CUT_SHORT, OUTSIDE):
         os.makedirs(tmp_path / os.path.dirname(path))
         (tmp_path / path).write_bytes(b"PAR1 cut short")
-    done = snakemake(tmp_path, "--until", "set_aside", BAD, KEPT, CUT_SHORT)
-    assert done.returncode == 0, done.stderr[-3000:]
+    planned = snakemake(tmp_path, "-n", BAD, KEPT, CUT_SHORT)
+    assert planned.returncode == 0, planned.stderr[-3000:]
     said = "its record says budget 32, the plan wants 16"
-    assert f"cell file {BAD} ({said}): job set_aside moves it to {BAD}.unreadable" in done.stderr, done.stderr[-3000:]
+    named = re.findall(r"^cell file (\S+) \((.+?)\): job set_aside moves it to (\S+) \((\S+)\), and it is made again$",
+                       planned.stderr, re.M)  # fmt: skip
+    assert {path: (why, aside) for path, why, aside, _ in named} == {
+        BAD: (said, f"{BAD}.unreadable"), CUT_SHORT: ("not a whole parquet file", f"{CUT_SHORT}.unreadable"),
+    }, planned.stderr[-3000:]  # fmt: skip
+    assert f"cell file {KEPT}" not in planned.stderr and "elsewhere" not in planned.stderr
+    markers = {path: marker for path, *_, marker in named}
+    done = snakemake(tmp_path, *markers.values(), "--config", "warm_start=false")  # no job here runs a model
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert set(planned_jobs(done.stdout + done.stderr)) == {"set_aside"}
     assert f"cell file {BAD} ({said}): moved to {BAD}.unreadable, making it again" in done.stderr
     assert (tmp_path / f"{BAD}.unreadable").is_file() and not (tmp_path / BAD).exists()
     assert f"cell file {KEPT}" not in done.stderr and (tmp_path / KEPT).is_file()
     cut = f"cell file {CUT_SHORT} (not a whole parquet file): moved to {CUT_SHORT}.unreadable, making it again"
     assert cut in done.stderr, done.stderr[-3000:]
-    (marker,) = (tmp_path / "results/setaside" / os.path.dirname(CUT_SHORT).removeprefix("results/")).iterdir()
-    assert marker.read_text() == cut + "\n"
+    assert (tmp_path / markers[CUT_SHORT]).read_text() == cut + "\n"
     assert (tmp_path / f"{CUT_SHORT}.unreadable").read_bytes() == b"PAR1 cut short"
     assert (tmp_path / OUTSIDE).read_bytes() == b"PAR1 cut short" and "elsewhere" not in done.stderr

@@ -169,7 +169,7 @@ def test_a_command_that_runs_no_job_moves_no_cell(bad_cell_copy, command):
 
 
 # A run that moves a cut-short cell by a job (and nothing outside results/) is tests/test_cell_plan.py's
-# test_snakemake_compares_each_cell_with_its_plan_and_its_job_moves_it: one `--until set_aside` run for both.
+# test_snakemake_compares_each_cell_with_its_plan_and_its_job_moves_it: one run of the set-aside jobs for both.
 
 
 @pytest.fixture()
