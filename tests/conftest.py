@@ -13,12 +13,16 @@ from budgetdraft.base.defaults import with_cpu_allocator
 
 with_cpu_allocator(os.environ)  # as `python -m budgetdraft` runs: before torch is imported
 
-import torch  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from budgetdraft.decoding import attention  # noqa: E402
+def pytest_configure(config):
+    """One torch thread in every process that runs tests (CI has 2 cores; tests run one at a time and stay
+    predictable). pytest-xdist's controller runs none: it imports no torch, ~5 CPU-seconds before its workers start."""
+    if getattr(config, "workerinput", None) is None and config.getoption("numprocesses", None):
+        return
+    import torch
 
-torch.set_num_threads(1)  # CI has 2 cores; tests run one at a time and stay predictable
+    torch.set_num_threads(1)
+
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ("workflow", "config", "profiles", "src", "envs")  # what a pipeline run needs
@@ -123,9 +127,14 @@ def pipeline_run(tmp_path_factory):
 HOST_READS = ("tolist", "item", "__int__", "__float__", "__bool__", "__index__")
 
 
-def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 96, max_positions: int = 512, **fields) -> LlamaForCausalLM:
-    """Random Llama with the attention ``load_model`` gives; ``fields``: further LlamaConfig fields
+def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 96, max_positions: int = 512, **fields):
+    """Random LlamaForCausalLM with the attention ``load_model`` gives; ``fields``: further LlamaConfig fields
     (tie_word_embeddings, initializer_range, ...)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from budgetdraft.decoding import attention
+
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab,
