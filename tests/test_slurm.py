@@ -4,7 +4,7 @@ on the single-node SLURM cluster of profiles/slurm-local/cluster.sh (Debian's sl
 The SLURM run starts from the session's local run (tests/conftest.py `pipeline_run`, its results hard-linked), with
 what `comparison` reads at dataset lwm and context 256 taken away: its cells and shared verifier prefill, and with
 them one trained variant (lambda0.5 of replicate 1) and the EAGLE-3 head, whose cells at context 128 are then made
-again too: 16 cells in 2 job groups, 24 jobs. So every kind of job that runs a model goes through sbatch (a
+again too: 16 cells in one job group, 22 jobs. So every kind of job that runs a model goes through sbatch (a
 variant's and the head's training, a prefill, AR / SD / BudgetDraft / TriForce / EAGLE-3 / copier cells)
 without paying the training chain or the whole grid a second time; the stages before it (export, prompts, targets,
 the base drafters) are the same rules the training jobs are, and the local run has just run them.

@@ -465,6 +465,22 @@ def test_an_overflowing_update_is_caught_before_any_checkpoint(pair, tmp_path, m
     assert not (tmp_path / "big").exists() and not (tmp_path / "big.tmp" / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, None])
+def test_the_weight_check_finds_every_non_finite_weight_and_no_other(bad):
+    """`check_weights` sums each tensor first: a NaN or an infinity anywhere is found, and finite weights whose sum
+    overflows float32 (None: every weight 3e38) are not taken for one."""
+    model = tiny_llama()
+    weight = model.model.layers[1].mlp.down_proj.weight
+    with torch.no_grad():
+        weight.fill_(3e38) if bad is None else weight.view(-1)[7].fill_(bad)
+    assert torch.isinf(weight.sum()) or bad is not None  # the overflow the fast path must not trust
+    if bad is None:
+        training.check_weights(model, 1, 2)
+    else:
+        with pytest.raises(training.Diverged, match="^a weight is not finite after step 1 of 2$"):
+            training.check_weights(model, 1, 2)
+
+
 def nan_weights(checkpoint: Path) -> None:
     from safetensors.torch import save_file
 
