@@ -32,7 +32,9 @@ CI_SNAKEMAKE = [sys.executable, "-m", "snakemake", "--configfile", "config/ci.ya
 
 
 def copy_project(dest: Path) -> Path:
-    """The workflow, its configs, profiles and library copied to ``dest``: pipeline runs never touch results/."""
+    """The workflow, its configs, profiles and library copied to ``dest``: pipeline runs never touch results/. The
+    library goes with its bytecode where there is some (envs/install.sh compiles it; copytree keeps the sources'
+    mtimes, so it stays valid): each Snakemake imports 47 of its modules, ~0.08 CPU-seconds of compiling without."""
     for name in PROJECT:
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)

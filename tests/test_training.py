@@ -473,8 +473,8 @@ def test_the_weight_check_finds_every_non_finite_weight_and_no_other(bad):
     weight = model.model.layers[1].mlp.down_proj.weight
     with torch.no_grad():
         weight.fill_(3e38) if bad is None else weight.view(-1)[7].fill_(bad)
-    assert torch.isinf(weight.sum()) or bad is not None  # the overflow the fast path must not trust
     if bad is None:
+        assert torch.isinf(weight.sum())  # the overflow the sum alone must not be trusted with
         training.check_weights(model, 1, 2)
     else:
         with pytest.raises(training.Diverged, match="^a weight is not finite after step 1 of 2$"):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import copy_project
 from snakemake.cli import parse_config
 from test_plan import CI_PER_REPLICATE, EXTRA_VARIANTS, GRID_SIZES, SCHEMA, expected_cells, replicated
 
@@ -29,19 +30,9 @@ SNAKEMAKE = shutil.which("snakemake")
 pytestmark = [pytest.mark.workflow, pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")]
 
 
-def copy_workflow(dest: Path) -> Path:
-    for name in ("workflow", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
-    # with its bytecode, where there is some (envs/install.sh compiles it; copytree keeps the sources' mtimes, so it
-    # stays valid): each Snakemake here imports 47 of its modules, ~0.08 CPU-seconds of compiling without
-    shutil.copytree(ROOT / "src" / "budgetdraft", dest / "src" / "budgetdraft")
-    return dest
-
-
 @pytest.fixture()
 def workdir(tmp_path):
-    return copy_workflow(tmp_path)
+    return copy_project(tmp_path)
 
 
 def snakemake(workdir, *args, check=True):
@@ -56,7 +47,7 @@ def snakemake(workdir, *args, check=True):
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     """`snakemake -n -p ARGS` in one copy of the workflow, run once per ARGS and shared by the tests that read it."""
-    work, plans = copy_workflow(tmp_path_factory.mktemp("plans")), {}
+    work, plans = copy_project(tmp_path_factory.mktemp("plans")), {}
 
     def run(*args):
         if args not in plans:
@@ -177,7 +168,7 @@ def _touch_everything(workdir, configfile):
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A copy of the workflow whose every output of config/ci.yaml exists, its mtimes those of a finished run."""
-    work = copy_workflow(tmp_path_factory.mktemp("finished"))
+    work = copy_project(tmp_path_factory.mktemp("finished"))
     _touch_everything(work, "config/ci.yaml")
     return work
 
@@ -415,7 +406,7 @@ def test_extra_variants_are_trained_and_evaluated_like_the_papers(dry_run, tmp_p
     assert '"lambda_c": 0.25' in trained
     # each table reads its settings from a file (rule settings): written here for real (the rule has no input; no
     # warm process for two local rules)
-    work = copy_workflow(tmp_path)
+    work = copy_project(tmp_path)
     snakemake(work, "--cores", "1", "results/settings/lambda.json", "results/settings/variants.json",
               "--configfile", "config/ci.yaml", "--config", extra, "warm_start=false")  # fmt: skip
     shown = {a: json.loads((work / f"results/settings/{a}.json").read_text()) for a in ("lambda", "variants")}

@@ -152,6 +152,18 @@ def load_checkpoint(path: Path, drafter, optimizer, scheduler) -> int:
         # its type only: torch's text advises weights_only=False, which must not be followed on a damaged file
         raise damaged(path, f"state.pt cannot be restored: {type(err).__name__}") from None
     tensors = [*drafter.parameters(), *(t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))]
-    if not all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point()):
+    if not all_finite(tensors):
         raise damaged(path, "a weight or an optimizer state is not finite")
     return step
+
+
+def all_finite(tensors) -> bool:
+    """Whether every floating-point tensor of ``tensors`` holds no NaN and no infinity. A tensor whose sum is finite
+    holds neither (either makes the sum one), so only a tensor whose sum is not (a value that is not finite, or finite
+    ones overflowing float32) is checked element by element: the same answer, without a boolean copy of every
+    tensor (a drafter's 28M-weight embedding: 0.15 s on a 2-core EPYC), and one read back from the device."""
+    floating = [t.detach() for t in tensors if t.is_floating_point()]
+    if not floating:
+        return True
+    sums = torch.stack([t.sum(dtype=torch.float32) for t in floating]).isfinite().tolist()
+    return all(bool(torch.isfinite(t).all()) for t, finite in zip(floating, sums) if not finite)
