@@ -35,6 +35,15 @@ def test_the_run_predicts_its_time_before_its_first_job(pipeline_run):
 
 
 @pytest.mark.pipeline
+def test_the_warm_process_starts_with_glibcs_heap_in_huge_pages(pipeline_run):
+    """Snakemake, started without GLIBC_TUNABLES, gives its warm process glibc.malloc.hugetlb=1 (rules/warm.smk,
+    base.defaults.CPU_ALLOCATOR_ENV): the server's first line says what glibc read at its start."""
+    log = (pipeline_run / "logs/warm.log").read_text()
+    started = re.search(r"^budgetdraft warm: serving on .* \(forking, .*, malloc glibc\.malloc\.hugetlb=1, ", log, re.M)
+    assert started, log
+
+
+@pytest.mark.pipeline
 def test_every_table_number_traces_to_a_cell_file(pipeline_run, monkeypatch):
     monkeypatch.chdir(pipeline_run)  # the provenance files name cells relative to the workflow directory
     for path in [f"results/tables/{name}.tex" for name in TABLES] + [f"results/figures/{name}.pdf" for name in FIGURES]:

@@ -329,19 +329,21 @@ def test_a_killed_client_interrupts_its_resident_command(tmp_path, server):
 def test_the_first_cell_of_a_cluster_job_starts_the_resident_server(tmp_path):
     """No onstart runs inside a cluster job: the first cell that finds no server starts a resident one, the next
     cell of the same job group uses it, and the server exits with the job's Snakemake (here: a sleeping process).
-    The server takes the cell's environment: a knob set there (POLL_KNOB) and the default of one unset."""
+    The server takes the cell's environment: a knob set there (POLL_KNOB) and the default of one unset, and glibc's
+    tunable that `python -m budgetdraft` adds to it (base.defaults.CPU_ALLOCATOR_ENV), read at the server's start."""
     from budgetdraft.pipeline import warm
 
     models_and_prompts(tmp_path)
     job = subprocess.Popen(["sleep", "600"])
     env = {**os.environ, "PYTHONPATH": SRC, warm.ENV: str(tmp_path / "job.sock"), warm.AUTOSTART: str(job.pid)}
-    env = {k: v for k, v in {**env, **POLL_KNOB}.items() if k not in REQUEST_KNOB}
+    env = {k: v for k, v in {**env, **POLL_KNOB}.items() if k not in REQUEST_KNOB and k != "GLIBC_TUNABLES"}
     try:
         first, second = cell(tmp_path, env, tmp_path / "a.parquet"), cell(tmp_path, env, tmp_path / "b.parquet")
         assert first.returncode == second.returncode == 0, first.stderr + second.stderr
         assert "it stays resident" in first.stderr and "is resident: not loaded again" in second.stderr
         log = (tmp_path / "job.sock.log").read_text()
         assert "polls every 0.2 s, waits 10 s for a request)" in log, log  # the knob; REQUEST_TIMEOUT_S's default
+        assert ", malloc glibc.malloc.hugetlb=1, " in log, log
         server = int(re.search(r"\(resident, pid (\d+)", log)[1])
         assert _running(server)
     finally:

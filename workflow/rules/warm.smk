@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 
+from budgetdraft.base.defaults import with_cpu_allocator
 from budgetdraft.pipeline.rendezvous import rendezvous
 
 WARM = {}
@@ -68,6 +69,7 @@ onstart:
         os.makedirs("logs", exist_ok=True)
         path = os.pathsep.join(["src", os.environ.get("PYTHONPATH", "")])
         env = dict(os.environ, PYTHONPATH=path)
+        with_cpu_allocator(env)  # glibc's heap in huge pages too: read at the server's start
         resident = ["--resident"] if warm_mode() == "resident" else []
         WARM["socket"] = rendezvous("warm")
         WARM["process"] = subprocess.Popen(

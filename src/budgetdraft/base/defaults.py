@@ -23,7 +23,14 @@ THREADS = 1  # torch CPU threads of one job: Snakemake runs jobs side by side, e
 # the same to the bit (bench/README.md, "Huge pages"). `python -m budgetdraft` sets it unless the environment has
 # it (0 turns it off), and so do the machine probe's processes and tests/conftest.py; torch reads it when it is
 # loaded, so it is set before torch is imported (tests/test_huge_pages.py).
-CPU_ALLOCATOR_ENV = {"THP_MEM_ALLOC_ENABLE": "1"}
+# glibc's malloc does the same for its own heap with the tunable glibc.malloc.hugetlb=1 (glibc 2.35+; older ones and
+# other C libraries ignore it): a tensor under 2 MB (a 576 x 576 projection, oneDNN's packed copy of it) and
+# Python's objects come from that heap, in 4 KB pages without it. glibc reads it when a process starts, so it acts
+# in the processes started with this environment: the warm process that Snakemake starts (rules/warm.smk) or a
+# cell does (`warm.autostart`), whose forks then copy and tear down a third of the page tables: a job forked from
+# a warm process holding the default's models spends 0.1 s in the kernel instead of 0.3 (bench/README.md, "Huge
+# pages").
+CPU_ALLOCATOR_ENV = {"THP_MEM_ALLOC_ENABLE": "1", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
 
 
 def with_cpu_allocator(environ) -> None:

@@ -482,7 +482,8 @@ def serve(path: str, run_command, idle: float = 0, resident: bool = False, owner
     server, own = _listen(path, poll_s)
     last_request = time.monotonic()
     mode = "resident" if resident else "forking"
-    about = f"{mode}, pid {os.getpid()}, owner {owner or parent}, polls every {poll_s:g} s"
+    malloc = _environ_at_start("GLIBC_TUNABLES") or "glibc's defaults"  # huge pages or not (base.defaults)
+    about = f"{mode}, pid {os.getpid()}, owner {owner or parent}, malloc {malloc}, polls every {poll_s:g} s"
     print(f"budgetdraft warm: serving on {path} ({about}, waits {request_timeout_s:g} s for a request)", flush=True)
     try:
         while True:
@@ -509,6 +510,19 @@ def serve(path: str, run_command, idle: float = 0, resident: bool = False, owner
     finally:
         server.close()
         _clean_up(path, own, rendezvous_dir)
+
+
+def _environ_at_start(name: str) -> str | None:
+    """``name``'s value in the environment this process was started with, which is what glibc read (Linux's
+    /proc/self/environ; ``os.environ`` where there is none): `python -m budgetdraft` may have set it since
+    (``base.defaults.with_cpu_allocator``), for its children only."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            given = dict(item.partition(b"=")[::2] for item in f.read().split(b"\0") if item)
+    except OSError:
+        return os.environ.get(name)
+    value = given.get(name.encode())
+    return None if value is None else value.decode(errors="replace")
 
 
 def _settle(resident: bool) -> None:
