@@ -69,7 +69,8 @@ onstart:
         os.makedirs("logs", exist_ok=True)
         path = os.pathsep.join(["src", os.environ.get("PYTHONPATH", "")])
         env = dict(os.environ, PYTHONPATH=path)
-        with_cpu_allocator(env)  # glibc's heap in huge pages too: read at the server's start
+        # glibc's heap in huge pages too (base.defaults): glibc reads it at the server's start
+        with_cpu_allocator(env)
         resident = ["--resident"] if warm_mode() == "resident" else []
         WARM["socket"] = rendezvous("warm")
         WARM["process"] = subprocess.Popen(

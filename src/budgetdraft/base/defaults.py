@@ -27,9 +27,8 @@ THREADS = 1  # torch CPU threads of one job: Snakemake runs jobs side by side, e
 # other C libraries ignore it): a tensor under 2 MB (a 576 x 576 projection, oneDNN's packed copy of it) and
 # Python's objects come from that heap, in 4 KB pages without it. glibc reads it when a process starts, so it acts
 # in the processes started with this environment: the warm process that Snakemake starts (rules/warm.smk) or a
-# cell does (`warm.autostart`), whose forks then copy and tear down a third of the page tables: a job forked from
-# a warm process holding the default's models spends 0.1 s in the kernel instead of 0.3 (bench/README.md, "Huge
-# pages").
+# cell does (`warm.autostart`), whose forks then copy and tear down fewer page tables: a job forked from a warm
+# process holding the default's models spent 0.1 s in the kernel instead of 0.3 (bench/README.md, "Huge pages").
 CPU_ALLOCATOR_ENV = {"THP_MEM_ALLOC_ENABLE": "1", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
 
 
