@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 
-from budgetdraft.base.defaults import with_cpu_allocator
 from budgetdraft.pipeline.rendezvous import rendezvous
 
 WARM = {}
@@ -66,11 +65,12 @@ onstart:
     # a warm process here even when the jobs run on a cluster (whether they do is no part of Snakemake's public API):
     # it then idles until the run ends, and each cluster job drops its socket (above)
     if warm_mode():
+        from budgetdraft.pipeline.machine import package_env
+
         os.makedirs("logs", exist_ok=True)
-        path = os.pathsep.join(["src", os.environ.get("PYTHONPATH", "")])
-        env = dict(os.environ, PYTHONPATH=path)
-        # glibc's heap in huge pages too (base.defaults): glibc reads it at the server's start
-        with_cpu_allocator(env)
+        # this budgetdraft first on PYTHONPATH, and the jobs' allocator: glibc's heap in huge pages too
+        # (base.defaults), which glibc reads at the server's start
+        env = package_env()
         resident = ["--resident"] if warm_mode() == "resident" else []
         WARM["socket"] = rendezvous("warm")
         WARM["process"] = subprocess.Popen(

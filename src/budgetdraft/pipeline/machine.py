@@ -83,7 +83,8 @@ SNAKEMAKE_JOB_S = 0.2
 def package_env() -> dict[str, str]:
     """This process's environment, with the folder this package was imported from first on PYTHONPATH: a process
     started here imports the same budgetdraft (Snakemake's process finds it through the Snakefile, not an install),
-    and torch's CPU allocator set as `python -m budgetdraft` sets it for the jobs (`defaults.with_cpu_allocator`)."""
+    and the CPU allocator set as `python -m budgetdraft` sets it for the jobs (`defaults.with_cpu_allocator`): the
+    probe's processes and the warm process (rules/warm.smk) start so."""
     here = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
     with_cpu_allocator(env)
