@@ -7,6 +7,7 @@ a speculative speedup: a verify of γ + 1 tokens and a drafter step, each per AR
     python bench/gpu_decode.py --quick                          # 3 repeats of 16 steps (default 5 of 32)
     python bench/gpu_decode.py --smoke                          # tiny models on the CPU: the code path, no numbers
     python bench/gpu_decode.py --attentions sdpa flex           # our rows under each attention (the CUDA default)
+    python bench/gpu_decode.py --capacities static dynamic      # graphs compiled per capacity, or once (the default)
 
 Models: the published config.json of the paper's verifier (NousResearch/Yarn-Llama-2-7b-128k: hidden 4,096, 32
 layers, 32 heads, MLP 11,008, vocabulary 32,000, YaRN x32 over 4,096 positions, 131,072 positions) in float16 and
@@ -20,6 +21,12 @@ Our rows run under each attention of ``--attentions`` (``budgetdraft.decoding.at
 default (rows "eager", "graphs"), and ``flex``, FlexAttention (rows "eager flex", "graphs flex"), set on the verifier
 and the drafters alike; on CUDA its step runs the fused Triton kernel under both engines (``graphs`` compiles it with
 the step, ``eager`` compiles it alone: ``attention.flex_kernel``).
+
+Under ``graphs`` each attention's rows run twice (``--capacities``): compiled once per capacity, today's engine
+(rows "graphs", "graphs flex"), and compiled once for every capacity, the capacity a dynamic dimension
+(``budgetdraft.decoding.engine.DYNAMIC_CAPACITY``; rows "graphs any-capacity", "graphs flex any-capacity"). The
+contexts run in ascending order, so the second context's warm-up shows what a new capacity costs each of them: a
+compilation, or only a capture.
 
 Per context (a prompt of random token ids), for each attention and engine (``budgetdraft.decoding.engine``) on a
 cache of prompt + 256 + γ + 1 slots (a grid cell's: 256 new tokens, γ = 5):
@@ -61,6 +68,8 @@ NEW_TOKENS = 256  # the paper's max_new_tokens: every cache holds prompt + 256 +
 CONTEXTS = (3800, 8192, 16384)  # the paper's 4K is 3,800 prompt tokens
 BUDGETS = (256, 1024, 4096)
 SMOKE_CONTEXTS, SMOKE_BUDGETS = (64, 128), (16, 32, 64)
+CAPACITIES = ("static", "dynamic")  # graphs compiled per capacity (today's engine), or once for every capacity
+CAPACITY_WORDS = {"static": "per capacity", "dynamic": "once for every capacity (any-capacity)"}
 NO_CUDA = "needs a CUDA device; --smoke runs a CPU smoke test"
 TARGETS = (  # issue 55's, each a ratio of one run
     "graphs AR step >= 0.68 of the bandwidth bound at 4K and >= 0.6 beyond",
@@ -125,10 +134,12 @@ class Row:
                 "profiles": self.profiles}  # fmt: skip
 
 
-def run_name(engine: str, attention: str) -> str:
-    """The key of our rows under ``engine`` and ``attention``: the engine alone under the default attention (sdpa),
-    "eager flex", "graphs flex" under another."""
-    return engine if attention == "sdpa" else f"{engine} {attention}"
+def run_name(engine: str, attention: str, capacity: str = "static") -> str:
+    """The key of our rows under ``engine``, ``attention`` and (graphs) ``capacity``: the engine alone under the
+    default attention (sdpa), "eager flex", "graphs flex" under another; "graphs any-capacity", "graphs flex
+    any-capacity" compiled once for every capacity."""
+    name = engine if attention == "sdpa" else f"{engine} {attention}"
+    return f"{name} any-capacity" if engine == "graphs" and capacity == "dynamic" else name
 
 
 def label(tokens: int) -> str:
@@ -266,9 +277,10 @@ def reset_peak(device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row, attention: str = "sdpa") -> None:
-    """AR step, verify and drafter steps of one engine at one context, under the models' attention (``attention``
-    names it in the row's keys: `run_name`)."""
+def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row, attention: str = "sdpa",
+         capacity: str = "static") -> None:  # fmt: skip
+    """AR step, verify and drafter steps of one engine at one context, under the models' attention and (graphs) the
+    engine's ``DYNAMIC_CAPACITY`` (``attention`` and ``capacity`` name them in the row's keys: `run_name`)."""
     import torch
 
     from budgetdraft.decoding.drafter import READS_NOTHING
@@ -278,7 +290,7 @@ def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row, attentio
     from budgetdraft.decoding.verifier import Verifier, ids_tensor, weight_bytes
     from budgetdraft.evaluation.measure import device_bandwidth
 
-    device, runs, name = plan.device, {}, run_name(engine, attention)
+    device, runs, name = plan.device, {}, run_name(engine, attention, capacity)
     reset_peak(device)
     v = Verifier(verifier, engine=engine)
     first = v.prefill(prompt, prompt.shape[1] + NEW_TOKENS + GAMMA + 1)
@@ -326,11 +338,20 @@ def ours(plan, verifier, drafters: dict, prompt, engine: str, row: Row, attentio
 
 
 def our_runs(plan, verifier, drafters: dict, prompt, row: Row) -> None:
-    """Our rows at one context: under each attention of the plan (set on every model), each engine's."""
+    """Our rows at one context: under each attention of the plan (set on every model), each engine's; graphs'
+    under each of the plan's capacities (the engine's ``DYNAMIC_CAPACITY``, as it was afterwards)."""
+    from budgetdraft.decoding import engine as engines
+
+    default = engines.DYNAMIC_CAPACITY
     for attention in plan.attentions:
         use_attention([verifier, *drafters.values()], attention)
         for engine in plan.engines:
-            ours(plan, verifier, drafters, prompt, engine, row, attention)
+            for capacity in plan.capacities if engine == "graphs" else ("static",):
+                engines.DYNAMIC_CAPACITY = capacity == "dynamic"
+                try:
+                    ours(plan, verifier, drafters, prompt, engine, row, attention, capacity)
+                finally:
+                    engines.DYNAMIC_CAPACITY = default
 
 
 def hf(plan, verifier, prompt, cache: str, row: Row) -> None:
@@ -379,14 +400,21 @@ def fmt(x: float, digits: int = 2) -> str:
 ENGINES = ("eager", "graphs")  # every table has both engines' columns ("—" where one was not run)
 
 
-def run_names(attentions) -> list[str]:
-    """Our runs' keys in the table's order: both engines under each attention ("eager", "graphs", "eager flex", ...)."""
-    return [run_name(engine, attention) for attention in attentions for engine in ENGINES]
+def run_names(attentions, capacities=("static",)) -> list[str]:
+    """Our runs' keys in the table's order: both engines under each attention, graphs under each of ``capacities``
+    ("eager", "graphs", "graphs any-capacity", "eager flex", ...)."""
+    return [
+        run_name(engine, attention, capacity)
+        for attention in attentions
+        for engine in ENGINES
+        for capacity in (capacities if engine == "graphs" else ("static",))
+    ]
 
 
-def table(rows: list[Row], budgets, attentions=("sdpa",)) -> list[str]:
-    """One row a context: our runs under each of ``attentions`` beside HF's and the bound."""
-    b, runs = "/".join(f"{x:,}" for x in budgets), run_names(attentions)
+def table(rows: list[Row], budgets, attentions=("sdpa",), capacities=("static",)) -> list[str]:
+    """One row a context: our runs under each of ``attentions`` (graphs: each of ``capacities``) beside HF's and
+    the bound."""
+    b, runs = "/".join(f"{x:,}" for x in budgets), run_names(attentions, capacities)
     graphs = [run for run in runs if run.startswith("graphs")]
     head = ["context", *(f"AR {run} ms" for run in runs), "HF dynamic ms", "HF static ms", "bound ms",
             *(f"bound ÷ {run}" for run in runs), "bound ÷ HF static", *(f"verify(6) ÷ AR {run}" for run in runs),
@@ -428,14 +456,14 @@ def details(rows: list[Row]) -> list[str]:
     return lines
 
 
-def verdicts(rows: list[Row], budgets, device, attention: str = "sdpa") -> list[str]:
-    """Each target (`TARGETS`) against what was measured under ``attention``: "met", "NOT met" with the worst
-    value, or "not measured"."""
+def verdicts(rows: list[Row], budgets, device, attention: str = "sdpa", capacity: str = "static") -> list[str]:
+    """Each target (`TARGETS`) against what was measured under ``attention`` (graphs: compiled as ``capacity``
+    says): "met", "NOT met" with the worst value, or "not measured"."""
     if device.type != "cuda":
         return [f"- {target}: not judged (a CPU smoke test)" for target in TARGETS]
     small = [b for b in budgets if b <= 1024]
     at_most, at_least = (lambda x, t: x <= t), (lambda x, t: x >= t)
-    eager, graphs = run_name("eager", attention), run_name("graphs", attention)
+    eager, graphs = run_name("eager", attention), run_name("graphs", attention, capacity)
     checks = [  # per target: (value, threshold) pairs and the comparison
         ([(r.bound_ms / r.ar(graphs), 0.68 if label(r.context) == "4K" else 0.6) for r in rows], at_least),
         ([(r.ar(graphs) / r.hf_ms("static"), 0.8) for r in rows], at_most),
@@ -452,6 +480,17 @@ def verdicts(rows: list[Row], budgets, device, attention: str = "sdpa") -> list[
         verdict = "not measured" if not pairs else "met" if not failed else "NOT met: " + ", ".join(failed)
         lines.append(f"- {target}: {verdict}")
     return lines
+
+
+def judged_targets(rows: list[Row], plan) -> dict[str, list[str]]:
+    """The verdicts under each attention of the plan ("sdpa", "flex") and, where graphs compiled once for every
+    capacity ran, under each with those rows as graphs' ("sdpa any-capacity", ...)."""
+    capacities = plan.capacities if "graphs" in plan.engines else ("static",)
+    return {
+        a if c == "static" else f"{a} any-capacity": verdicts(rows, plan.budgets, plan.device, a, c)
+        for a in plan.attentions
+        for c in capacities
+    }
 
 
 def kernel_table(rows: list[Row]) -> list[str]:
@@ -517,7 +556,8 @@ def header(plan, verifier, drafter) -> list[str]:
         f"{verifier.dtype}, {params(verifier) / 1e9:.3f} B parameters ({weight_bytes(verifier) / 1e9:.2f} GB); "
         f"drafter: llama-68m's config{' (cut: smoke)' if plan.smoke else ''}, {drafter.dtype}, "
         f"{params(drafter) / 1e6:.1f} M parameters, one per budget",
-        f"- engines: {', '.join(plan.engines)}; attentions: {', '.join(plan.attentions)}; γ = {GAMMA}; "
+        f"- engines: {', '.join(plan.engines)}; attentions: {', '.join(plan.attentions)}; graphs compiled "
+        f"{' and '.join(CAPACITY_WORDS[c] for c in plan.capacities)}; γ = {GAMMA}; "
         f"caches of prompt + {NEW_TOKENS} + γ + 1 slots; "
         f"each number the median of {plan.repeats} repeats of {plan.steps} steps ({max(1, plan.steps // GAMMA)} "
         f"drafts of γ for c; HF: {plan.repeats} pairs of {plan.steps + 1}- and 1-token generates), min–max below",
@@ -547,6 +587,7 @@ class Plan:
     profile: bool = False
     layers: int = 2  # the verifier's layers in a smoke test
     attentions: tuple = ("sdpa",)  # keys of budgetdraft.decoding.attention.ATTENTIONS: our rows run under each
+    capacities: tuple = ("static",)  # of CAPACITIES: our graphs rows run under each
 
 
 def parse(argv=None) -> tuple[Plan, Path | None]:
@@ -555,6 +596,7 @@ def parse(argv=None) -> tuple[Plan, Path | None]:
     parser.add_argument("--budgets", type=int, nargs="+", help=f"drafter KV budgets B (default {BUDGETS})")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, help="default both (--smoke: eager)")
     parser.add_argument("--attentions", nargs="+", help="sdpa and/or flex for our rows (default both; --smoke: sdpa)")
+    parser.add_argument("--capacities", nargs="+", choices=CAPACITIES, help="graphs compiled per capacity and/or once")
     parser.add_argument("--steps", type=int, help="steps a timed repeat (default 32; --quick 16; --smoke 4)")
     parser.add_argument("--repeats", type=int, help="timed repeats (default 5; --quick 3; --smoke 2)")
     parser.add_argument("--quick", action="store_true", help="3 repeats of 16 steps")
@@ -592,12 +634,12 @@ def parse(argv=None) -> tuple[Plan, Path | None]:
     plan = Plan(
         device=torch.device("cpu" if args.smoke else "cuda"),
         smoke=args.smoke,
-        # ascending: transformers sizes a static cache to the longest it has seen, so a shorter context after a
-        # longer one would read a cache longer than its own
+        # ascending: HF's static cache takes the longest context's size: a shorter one after it reads a longer cache
         contexts=tuple(sorted(args.contexts or (SMOKE_CONTEXTS if args.smoke else CONTEXTS))),
         budgets=tuple(args.budgets or (SMOKE_BUDGETS if args.smoke else BUDGETS)),
         engines=tuple(args.engines or (("eager",) if args.smoke else ENGINES)),
         attentions=tuple(dict.fromkeys(args.attentions or (("sdpa",) if args.smoke else tuple(ATTENTIONS)))),
+        capacities=tuple(dict.fromkeys(args.capacities or (("static",) if args.smoke else CAPACITIES))),
         steps=args.steps or steps,
         repeats=args.repeats or repeats,
         hf=not args.no_hf,
@@ -648,10 +690,10 @@ def main(argv=None) -> None:
             last_s = time.perf_counter() - started
             progress(f"{label(row.context)} {stage} done at {time.perf_counter() - begun:.0f} s")
     rows = [r for r in rows if r.ours or r.hf]  # a context every stage skipped is named below, not a row of dashes
-    lines += ["", *table(rows, plan.budgets, plan.attentions)]
+    lines += ["", *table(rows, plan.budgets, plan.attentions, plan.capacities)]
     if skipped:
         lines.append(f"\nNot measured, to stay within --max-minutes {plan.max_s / 60:g}: {', '.join(skipped)}.")
-    judged = {a: verdicts(rows, plan.budgets, plan.device, a) for a in plan.attentions}
+    judged = judged_targets(rows, plan)
     for attention, verdict in judged.items():
         lines += ["", "Targets (issue 55)" + (f", attention {attention}:" if len(judged) > 1 else ":"), *verdict]
     lines.append("")

@@ -124,3 +124,24 @@ def test_its_json_is_what_the_estimate_reads(cut_short, tmp_path):
     assert steps.device == "CPU (smoke test)" and set(steps.verifier) == {"eager"} and set(steps.drafter) == {"eager"}
     ar_ms = record["rows"][0]["ours"]["eager"]["ar"]["ms"]
     assert steps.verifier["eager"].seconds(3.77e-3, 32) * 1e3 == pytest.approx(ar_ms)
+
+
+def test_graphs_rows_run_compiled_per_capacity_and_once_for_every_capacity(tmp_path):
+    """``--engines graphs --capacities static dynamic`` (a CPU smoke run: graphs is aot_eager there) gives both
+    graphs rows at each context, in the table and the json, each judged against the targets. Compiled: per capacity,
+    the AR step, the verify and the drafter's step at the first context and the verifier's two again at the second
+    (5); once for every capacity, the three at the first context only (3). The engine's default is put back."""
+    from budgetdraft.decoding import engine
+
+    flags = ["--smoke", "--engines", "graphs", "--capacities", "static", "dynamic", "--contexts", "32", "48",
+             "--budgets", "16", "--no-hf", "--steps", "2", "--repeats", "1"]  # fmt: skip
+    out = tmp_path / "report.md"
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    run = run_script("gpu_decode.py", *flags, "--out", str(out), cwd=tmp_path)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 5 + 3
+    assert engine.DYNAMIC_CAPACITY is False
+    header = next(line for line in run.stdout.splitlines() if line.startswith("| context |"))
+    assert "| AR graphs ms | AR graphs any-capacity ms |" in header and "| graphs any-capacity warm-up s |" in header
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert [list(row["ours"]) for row in record["rows"]] == [["graphs", "graphs any-capacity"]] * 2
+    assert list(record["targets"]) == ["sdpa", "sdpa any-capacity"]

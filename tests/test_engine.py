@@ -102,6 +102,36 @@ def test_graphs_engine_equals_eager_token_for_token_and_never_recompiles(pair, b
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
+def test_a_dynamic_capacity_compiles_once_per_query_length_for_every_capacity(pair, monkeypatch):
+    """``DYNAMIC_CAPACITY``: the first context compiles three steps (the verifier's AR step and verify, the drafter's
+    step), whatever the drafter's budget; longer contexts and other budgets compile nothing more (today's engine
+    compiles one step per capacity); every generation decodes the eager tokens."""
+    from budgetdraft.decoding import engine
+
+    verifier, drafter = pair
+    monkeypatch.setattr(engine, "DYNAMIC_CAPACITY", True)
+
+    def run(length: int, budget: int, engine_name: str):
+        p = prompt(length, seed=length)
+        ar = loop.autoregressive(verifier, p, NEW, eos_token_id=[], engine=engine_name)
+        sd = loop.speculative(
+            SparseDrafter(drafter, budget, "topk_chunks", 8, 8, engine=engine_name), verifier, p, NEW, GAMMA,
+            eos_token_id=[], engine=engine_name,
+        )  # fmt: skip
+        return ar.tokens, sd.tokens
+
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    first = [run(40, budget, "graphs") for budget in (16, 48)]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs + 3
+    assert len({rounded_capacity(n + NEW + GAMMA + 1) for n in (40, 200, 400)}) == 3  # the verifier's capacities
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        later = [run(length, budget, "graphs") for length in (200, 400) for budget in (16, 48, 128)]
+    eager = [run(40, budget, "eager") for budget in (16, 48)]
+    eager += [run(length, budget, "eager") for length in (200, 400) for budget in (16, 48, 128)]
+    for (ar_g, sd_g), (ar_e, sd_e) in zip(first + later, eager, strict=True):
+        assert ar_g == sd_g == ar_e == sd_e
+
+
 class Reads:
     """Counts the calls that read a tensor's value back to the host (on a GPU: a device synchronisation)."""
 

@@ -38,6 +38,15 @@ prefill's first write); should that run out of memory, every kept cache of the d
 once more, so a kept cache never makes a new one fail. A cell's CUDA peak (``max_memory_allocated``) counts the
 caches kept for other capacities, as it counts everything else the process holds.
 
+How many compilations: by default a captured step is compiled for each (capacity, query length), so every new
+context and every drafter budget compiles the whole decoder again (on an H200, 37 s for the 7B's AR step and 36 s
+for its verify, at each context: issue 55). With ``DYNAMIC_CAPACITY`` the cache's capacity is a dynamic dimension
+of the compiled step (``torch._dynamo.mark_dynamic`` on the buffers, the mask's slot index): one compilation per
+(model, query length) serves every capacity, and a new capacity only records its CUDA graph. The query length stays
+static (``dynamic=False``: no automatic dynamic shapes), so the AR step and the verify keep their own kernels. It is
+the option beside today's until a GPU has compared their steps (``bench/gpu_decode.py --capacities static
+dynamic``); on the CPU its graphs are counted (``tests/test_engine.py``).
+
 A round's host traffic: token ids go to the device without waiting for it (``device_tokens``: on CUDA from pinned
 memory, queued), so the one synchronisation of a greedy round is the verify's read of drafts, verdict and bonus
 together, which the host needs to decide the round (``tests/test_graph_reuse.py`` counts them).
@@ -57,6 +66,7 @@ from budgetdraft.base.defaults import ENGINE, ENGINES, GRAPHS, rounded_capacity
 from budgetdraft.decoding.kvcache import PreallocatedCache, num_layers
 from budgetdraft.decoding.metrics import cache_bytes
 
+DYNAMIC_CAPACITY = False  # graphs: one compilation per (model, query length) for every capacity (see above)
 KEPT_SHARE = 0.25  # the caches of capacities not in use take at most this share of the device's memory
 KEPT_BYTES: int | None = None  # or at most this many bytes (None: KEPT_SHARE)
 
@@ -108,8 +118,15 @@ def decode_step(decoder, cache: PreallocatedCache, tokens: torch.Tensor, output_
     return out
 
 
+def decode_step_any_capacity(decoder, cache: PreallocatedCache, tokens: torch.Tensor, output_hidden_states: bool):
+    """``decode_step`` compiled once for every capacity (``DYNAMIC_CAPACITY``): a code object of its own, so that
+    its compiled entries (the capacity dynamic) never mix with ``decode_step``'s (one per capacity)."""
+    return decode_step(decoder, cache, tokens, output_hidden_states)
+
+
 def compiled(fn, device: torch.device):
-    """``fn`` captured whole with fixed shapes: CUDA graphs on CUDA, an AOT-traced graph elsewhere."""
+    """``fn`` captured whole, its shapes fixed but for a dimension marked dynamic (``DYNAMIC_CAPACITY``): CUDA
+    graphs on CUDA, an AOT-traced graph elsewhere."""
     if device.type == "cuda":
         return torch.compile(fn, mode="reduce-overhead", dynamic=False, fullgraph=True)
     return torch.compile(fn, backend="aot_eager", dynamic=False, fullgraph=True)
@@ -125,6 +142,7 @@ class Steps:
 
     def __init__(self, model, engine: str = ENGINE):
         self.model, self.engine = model, engine
+        self.dynamic_capacity = engine == GRAPHS and DYNAMIC_CAPACITY  # as the module says when it is made
         self.decoder = model.get_decoder()
         self.device = model.device
         self.cache: PreallocatedCache | None = None  # the one in use
@@ -137,7 +155,7 @@ class Steps:
             # dynamo's default of 8, and hitting the limit must fail, not silently fall back to eager
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
             torch._dynamo.config.fail_on_recompile_limit_hit = True
-            self._step = compiled(decode_step, self.device)
+            self._step = compiled(decode_step_any_capacity if self.dynamic_capacity else decode_step, self.device)
 
     def start(self, capacity: int) -> PreallocatedCache:
         """The cache of the rounded ``capacity`` for a new generation, empty, in growing mode: the one kept from an
@@ -184,6 +202,11 @@ class Steps:
                 torch._dynamo.mark_static_address(layer.values)
             torch._dynamo.mark_static_address(self.cache.slot)
             torch._dynamo.mark_static_address(self.cache.position_offset)
+        if self.dynamic_capacity:
+            for layer in self.cache.layers:
+                torch._dynamo.mark_dynamic(layer.keys, 2)
+                torch._dynamo.mark_dynamic(layer.values, 2)
+            torch._dynamo.mark_dynamic(self.cache.slot_index, 3)
 
     @torch.no_grad()
     def __call__(self, tokens: torch.Tensor, output_hidden_states: bool = False):
@@ -198,17 +221,17 @@ class Steps:
         return out
 
 
-_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(engine, role): Steps}
+_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(engine, role, dynamic capacity): Steps}
 
 
 def steps_for(model, engine: str, role: str) -> Steps:
     """The ``Steps`` of ``model`` in ``role`` ("verifier", "drafter": a model drafting for itself holds two
     caches) under ``engine``, kept with the model: repeated generations reuse its cache buffers and, under
     ``graphs``, its compiled and captured steps (a cache per rounded capacity, kept as ``evict`` allows)."""
-    per_model = _STEPS.setdefault(model, {})
-    if (engine, role) not in per_model:
-        per_model[engine, role] = Steps(model, engine)
-    return per_model[engine, role]
+    per_model, key = _STEPS.setdefault(model, {}), (engine, role, engine == GRAPHS and DYNAMIC_CAPACITY)
+    if key not in per_model:
+        per_model[key] = Steps(model, engine)
+    return per_model[key]
 
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # every Steps alive, whose kept caches share their device's limit
