@@ -52,8 +52,9 @@ from budgetdraft.pipeline.probe import (
 from budgetdraft.pipeline.roofline import BYTES
 
 PROBE_CONTEXT = 512  # prompt tokens of the probe's decode steps at most (the shortest context, when shorter)
-PROBE_VERSION = 3  # what a probe measures (2: the verifier at 6 and 2 layers; 3: a verify with the LM head on as
-# many rows as the verifier runs it on, the packed layout measured): a measure of another is another file
+PROBE_VERSION = 4  # what a probe measures (2: the verifier at 6 and 2 layers; 3: a verify with the LM head on as
+# many rows as the verifier runs it on, the packed layout measured; 4: the training steps in transformers' own
+# layout, as training loads a drafter): a measure of another is another file
 # How long the probe waits for each thing it waits on, at most (seconds): far past what each takes on a 2-core CPU,
 # and then it stops in one line instead of waiting for ever
 START_S = 180  # a fresh process importing torch and the commands' modules (about 8 s)
