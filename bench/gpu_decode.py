@@ -546,6 +546,8 @@ def header(plan, verifier, drafter) -> list[str]:
     bandwidth = device_bandwidth(device)
     params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     cuda = f", CUDA {torch.version.cuda}" if device.type == "cuda" else ""
+    words = " and ".join(CAPACITY_WORDS[c] for c in plan.capacities)
+    compiled = f"graphs compiled {words}; " if "graphs" in plan.engines else ""
     return [
         "# GPU decode engine (bench/gpu_decode.py)",
         "",
@@ -556,8 +558,7 @@ def header(plan, verifier, drafter) -> list[str]:
         f"{verifier.dtype}, {params(verifier) / 1e9:.3f} B parameters ({weight_bytes(verifier) / 1e9:.2f} GB); "
         f"drafter: llama-68m's config{' (cut: smoke)' if plan.smoke else ''}, {drafter.dtype}, "
         f"{params(drafter) / 1e6:.1f} M parameters, one per budget",
-        f"- engines: {', '.join(plan.engines)}; attentions: {', '.join(plan.attentions)}; graphs compiled "
-        f"{' and '.join(CAPACITY_WORDS[c] for c in plan.capacities)}; γ = {GAMMA}; "
+        f"- engines: {', '.join(plan.engines)}; attentions: {', '.join(plan.attentions)}; {compiled}γ = {GAMMA}; "
         f"caches of prompt + {NEW_TOKENS} + γ + 1 slots; "
         f"each number the median of {plan.repeats} repeats of {plan.steps} steps ({max(1, plan.steps // GAMMA)} "
         f"drafts of γ for c; HF: {plan.repeats} pairs of {plan.steps + 1}- and 1-token generates), min–max below",
