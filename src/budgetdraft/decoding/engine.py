@@ -124,6 +124,11 @@ def decode_step_any_capacity(decoder, cache: PreallocatedCache, tokens: torch.Te
     return decode_step(decoder, cache, tokens, output_hidden_states)
 
 
+def any_capacity(engine: str) -> bool:
+    """Whether a ``Steps`` of ``engine`` made now compiles once for every capacity (``DYNAMIC_CAPACITY``, graphs)."""
+    return engine == GRAPHS and DYNAMIC_CAPACITY
+
+
 def compiled(fn, device: torch.device):
     """``fn`` captured whole, its shapes fixed but for a dimension marked dynamic (``DYNAMIC_CAPACITY``): CUDA
     graphs on CUDA, an AOT-traced graph elsewhere."""
@@ -142,7 +147,7 @@ class Steps:
 
     def __init__(self, model, engine: str = ENGINE):
         self.model, self.engine = model, engine
-        self.dynamic_capacity = engine == GRAPHS and DYNAMIC_CAPACITY  # as the module says when it is made
+        self.dynamic_capacity = any_capacity(engine)  # as the module says when it is made
         self.decoder = model.get_decoder()
         self.device = model.device
         self.cache: PreallocatedCache | None = None  # the one in use
@@ -228,7 +233,7 @@ def steps_for(model, engine: str, role: str) -> Steps:
     """The ``Steps`` of ``model`` in ``role`` ("verifier", "drafter": a model drafting for itself holds two
     caches) under ``engine``, kept with the model: repeated generations reuse its cache buffers and, under
     ``graphs``, its compiled and captured steps (a cache per rounded capacity, kept as ``evict`` allows)."""
-    per_model, key = _STEPS.setdefault(model, {}), (engine, role, engine == GRAPHS and DYNAMIC_CAPACITY)
+    per_model, key = _STEPS.setdefault(model, {}), (engine, role, any_capacity(engine))
     if key not in per_model:
         per_model[key] = Steps(model, engine)
     return per_model[key]

@@ -190,10 +190,10 @@ def probe_once(verifier_shape, drafter_shape, verifier_dtype: str, drafter_dtype
     drafter_step = step_seconds(d, context)
     del d
     verify = rows_seconds(v, context, VERIFY_ROWS) / rows_seconds(v, context, 1) * verifier_step
-    # trained in transformers' own layout, as `budgetdraft train` loads it: in the decoding layout a step of the
-    # default's variants took 0.97 s against 1.28 (its training jobs: 1.43 s alone)
-    trainee = llama(drafter_shape, drafter_shape.layers, "float32", device, trainable=True) if recipes else None
-    trained = train_steps(trainee, recipes) if recipes else ()
+    trained = ()
+    if recipes:  # in transformers' own layout, as `budgetdraft train` loads the drafter: in the decoding layout a step
+        # of the default's variants took 0.97 s against 1.28 (its training jobs: 1.43 s alone)
+        trained = train_steps(llama(drafter_shape, drafter_shape.layers, "float32", device, trainable=True), recipes)
     ids = torch.arange(3, 3 + PREFILL_TOKENS, device=device)[None]
     with torch.no_grad():
         v(ids, logits_to_keep=1)
