@@ -1,7 +1,10 @@
-"""Settings that would silently mean something else are refused before any job is planned, by a real dry run: a
-config file that gives one key twice (YAML and Snakemake keep the last value), a number that is not finite; and a
-whole-number float is planned as the integer it is. A --config key or a --config / --configfile flag given twice is
-not refused: Snakemake shows a workflow only what it kept (docs/pipeline.md, "What the workflow reads of Snakemake")."""
+"""Settings that would silently mean something else are refused before any job is planned. Through a real dry run:
+a config file that gives one key twice (YAML and Snakemake keep the last value), a number that is not finite, a
+display name a reader cannot see; and a whole-number float is planned as the integer it is. The other names and
+numbers that would fail late go from their config file's text through `check_config`, the one call the Snakefile makes
+(a Snakemake start would add ~2 CPU-seconds to each; tests/test_configcheck.py has each edit as a Python value too).
+A --config key or a --config / --configfile flag given twice is not refused: Snakemake shows a workflow only what it
+kept (docs/pipeline.md, "What the workflow reads of Snakemake")."""
 
 import os
 import shutil
@@ -9,8 +12,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
+
+from budgetdraft.pipeline.configcheck import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 SNAKEMAKE = shutil.which("snakemake")
 pytestmark = [pytest.mark.workflow, pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")]
 
@@ -103,13 +110,27 @@ HOSTILE = [  # (an edit of config/ci.yaml's text, the line the plan stops with)
 ]
 
 
-@pytest.mark.parametrize(
-    "edit, line",
-    HOSTILE,
-    ids=["case-datasets", "case-method", "gamma", "seed", "long", "newline", "markup", "rtl", "nfc-nfd", "windows-dot"],
-)
-def test_a_name_or_number_that_fails_late_is_refused_before_any_job(tmp_path, edit, line):
+IDS = ["case-datasets", "case-method", "gamma", "seed", "long", "newline", "markup", "rtl", "nfc-nfd", "windows-dot"]
+
+
+def edited_ci(edit) -> str:
     text = (ROOT / "config" / "ci.yaml").read_text()
     assert edit[0] in text, edit[0]
-    code, out = dry_run(tmp_path, text.replace(edit[0], edit[1], 1))
+    return text.replace(edit[0], edit[1], 1)
+
+
+@pytest.mark.parametrize("edit, line", HOSTILE, ids=IDS)
+def test_a_name_or_number_that_fails_late_is_refused_from_the_config_text(tmp_path, edit, line):
+    """The edited file read as Snakemake reads a --configfile (YAML), then checked as the Snakefile checks it."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(edited_ci(edit))
+    with pytest.raises(ValueError) as refused:
+        check_config(yaml.safe_load(path.read_text()), schema=SCHEMA, files=[str(path)])
+    assert line in str(refused.value)
+
+
+def test_a_name_that_fails_late_stops_snakemake_before_any_job(tmp_path):
+    """One of the edits above through a real dry run: the refusal is Snakemake's last word, and no job is planned."""
+    edit, line = HOSTILE[IDS.index("rtl")]
+    code, out = dry_run(tmp_path, edited_ci(edit))
     assert code != 0 and line in out and "Job stats" not in out, out[-2000:]
