@@ -558,6 +558,22 @@ def test_a_cluster_job_is_told_from_the_environment(workdir):
     assert warm_environment(workdir, group_cell, "resident") == {k: group_cell[k] for k in group_cell if "WARM" in k}
 
 
+DEPLOYMENT_VARS = ("CONDA_PREFIX", "APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")
+
+
+@pytest.fixture(scope="module")
+def deployed_job(tmp_path_factory) -> tuple[str, dict]:
+    """The rules' shell prefix (workflow/Snakefile, DEPLOYED_JOB) of a Snakemake started outside any deployment, and
+    that environment: one Snakemake start for every job environment below."""
+    base = {k: v for k, v in os.environ.items() if k not in DEPLOYMENT_VARS}
+    code = "    print('DEPLOYED_JOB=' + DEPLOYED_JOB)\n"
+    proc = subprocess.run(
+        [SNAKEMAKE, "--list-target-rules", "--configfile", "config/ci.yaml"],
+        cwd=probed(copy_project(tmp_path_factory.mktemp("deployed")), code), capture_output=True, text=True, env=base,
+    )  # fmt: skip
+    return re.search(r"^DEPLOYED_JOB=(.*)$", proc.stdout, re.M).group(1), base
+
+
 @pytest.mark.parametrize(
     "job, kept",
     [
@@ -568,19 +584,11 @@ def test_a_cluster_job_is_told_from_the_environment(workdir):
     ],
     ids=["same-environment", "conda", "apptainer", "a-cluster-jobs-own-server"],
 )
-def test_a_job_deployed_elsewhere_does_not_use_the_warm_process(workdir, job, kept):
-    """The rules' shell prefix (workflow/Snakefile, DEPLOYED_JOB): a job that --sdm conda or apptainer runs in
-    another environment than Snakemake's drops BUDGETDRAFT_WARM (the warm process would run its cell in Snakemake's
-    Python); a cluster job's own resident server, started by the cell's own Python, stays."""
-    code = "    print('DEPLOYED_JOB=' + DEPLOYED_JOB)\n"
-    base = {
-        k: v for k, v in os.environ.items() if k not in ("CONDA_PREFIX", "APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")
-    }
-    proc = subprocess.run(
-        [SNAKEMAKE, "--list-target-rules", "--configfile", "config/ci.yaml"],
-        cwd=probed(workdir, code), capture_output=True, text=True, env=base,
-    )  # fmt: skip
-    snippet = re.search(r"^DEPLOYED_JOB=(.*)$", proc.stdout, re.M).group(1)
+def test_a_job_deployed_elsewhere_does_not_use_the_warm_process(deployed_job, job, kept):
+    """The rules' shell prefix: a job that --sdm conda or apptainer runs in another environment than Snakemake's
+    drops BUDGETDRAFT_WARM (the warm process would run its cell in Snakemake's Python); a cluster job's own resident
+    server, started by the cell's own Python, stays."""
+    snippet, base = deployed_job
     env = {**base, "BUDGETDRAFT_WARM": "/tmp/warm.sock", **job}
     shown = subprocess.run(
         ["bash", "-c", f"set -euo pipefail; {snippet} echo ${{BUDGETDRAFT_WARM:-none}}"],
