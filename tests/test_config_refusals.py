@@ -19,7 +19,9 @@ from budgetdraft.pipeline.configcheck import check_config
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 SNAKEMAKE = shutil.which("snakemake")
-pytestmark = [pytest.mark.workflow, pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")]
+# each test that runs a real dry run (the in-process checks of the config texts need no Snakemake: the fast selection
+# runs them)
+needs_snakemake = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")
 
 
 def dry_run(tmp_path, config_text: str, *args: str) -> tuple[int, str]:
@@ -38,6 +40,8 @@ def dry_run(tmp_path, config_text: str, *args: str) -> tuple[int, str]:
     return proc.returncode, proc.stdout + proc.stderr
 
 
+@pytest.mark.workflow
+@needs_snakemake
 def test_a_duplicated_key_in_the_configfile_is_refused_naming_file_key_and_line(tmp_path):
     text = (ROOT / "config" / "ci.yaml").read_text()
     first = 1 + next(i for i, line in enumerate(text.splitlines()) if line.startswith("max_new_tokens:"))
@@ -48,6 +52,8 @@ def test_a_duplicated_key_in_the_configfile_is_refused_naming_file_key_and_line(
     assert "Job stats" not in out
 
 
+@pytest.mark.workflow
+@needs_snakemake
 def test_a_nan_lambda_is_refused_before_any_job(tmp_path):
     text = (
         (ROOT / "config" / "ci.yaml").read_text().replace("lambda1.0: {lambda_c: 1.0}", "lambda1.0: {lambda_c: .nan}")
@@ -57,6 +63,8 @@ def test_a_nan_lambda_is_refused_before_any_job(tmp_path):
     assert "Job stats" not in out
 
 
+@pytest.mark.workflow
+@needs_snakemake
 def test_whole_number_floats_plan_as_integers(tmp_path):
     text = (ROOT / "config" / "ci.yaml").read_text()
     text = text.replace("replicates: 2 ", "replicates: 2.0 ").replace("budgets: [16, 32]\n", "budgets: [16.0, 32.0]\n")
@@ -129,6 +137,8 @@ def test_a_name_or_number_that_fails_late_is_refused_from_the_config_text(tmp_pa
     assert line in str(refused.value)
 
 
+@pytest.mark.workflow
+@needs_snakemake
 def test_a_name_that_fails_late_stops_snakemake_before_any_job(tmp_path):
     """One of the edits above through a real dry run: the refusal is Snakemake's last word, and no job is planned."""
     edit, line = HOSTILE[IDS.index("rtl")]
