@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_configcheck import SCHEMA
 
 from budgetdraft.pipeline.configcheck import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 SNAKEMAKE = shutil.which("snakemake")
 # each test that runs a real dry run (the in-process checks of the config texts need no Snakemake: the fast selection
 # runs them)
@@ -130,10 +130,10 @@ def edited_ci(edit) -> str:
 @pytest.mark.parametrize("edit, line", HOSTILE, ids=IDS)
 def test_a_name_or_number_that_fails_late_is_refused_from_the_config_text(tmp_path, edit, line):
     """The edited file read as Snakemake reads a --configfile (YAML), then checked as the Snakefile checks it."""
-    path = tmp_path / "bad.yaml"
-    path.write_text(edited_ci(edit))
+    path, text = tmp_path / "bad.yaml", edited_ci(edit)
+    path.write_text(text)  # the file too: a key given twice is found in it
     with pytest.raises(ValueError) as refused:
-        check_config(yaml.safe_load(path.read_text()), schema=SCHEMA, files=[str(path)])
+        check_config(yaml.safe_load(text), schema=SCHEMA, files=[str(path)])
     assert line in str(refused.value)
 
 
